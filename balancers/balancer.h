@@ -1,0 +1,118 @@
+/*
+ * One interface for every load-balancing policy (DESIGN.md). A policy is a
+ * const table of functions over a shared server table; the instance embeds
+ * struct dm_balancer as its first member and keeps its own state after it.
+ * Policies are pure: no libuv, no clock, no globals; time arrives as now_us
+ * and randomness from the caller's struct dm_rng. pick() may run on several
+ * worker threads at once: shared state is atomic, there is no lock.
+ */
+#ifndef DM_BALANCERS_BALANCER_H
+#define DM_BALANCERS_BALANCER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "balancers/rng.h"
+#include "balancers/servers.h"
+
+#define DM_NO_SERVER (-1)
+
+struct dm_balancer_ops;
+
+struct dm_balancer {
+    const struct dm_balancer_ops *ops;
+    const struct dm_servers *sv; /* borrowed; outlives the balancer */
+};
+
+/* Per-pool settings a policy may read; zero means "the policy's default". */
+struct dm_bal_conf {
+    unsigned draws; /* random: power of d choices */
+};
+
+/* Everything a pick may look at; built by the caller for each pick. */
+struct dm_pick {
+    uint64_t key;          /* hash of the request's key, for hashing policies */
+    const uint8_t *tried;  /* bitmap of server indexes already tried, or NULL */
+    uint64_t now_us;       /* monotonic time */
+    struct dm_rng *rng;    /* the calling worker's generator */
+};
+
+/* What happened on the request path, for policies that keep their own state. */
+struct dm_bal_event {
+    int server;            /* index in the table */
+    uint64_t now_us;
+    uint64_t bytes;        /* bytes expected or transferred, where known */
+};
+
+struct dm_balancer_ops {
+    const char *name; /* as written in the config */
+    struct dm_balancer *(*create)(const struct dm_servers *sv, const struct dm_bal_conf *cf);
+    int (*pick)(struct dm_balancer *b, const struct dm_pick *in); /* index or DM_NO_SERVER */
+    void (*on_request)(struct dm_balancer *b, const struct dm_bal_event *ev);  /* may be NULL */
+    void (*on_response)(struct dm_balancer *b, const struct dm_bal_event *ev); /* may be NULL */
+    void (*on_close)(struct dm_balancer *b, const struct dm_bal_event *ev);    /* may be NULL */
+    void (*destroy)(struct dm_balancer *b);
+};
+
+/* The registry: every policy, NULL-terminated (balancers/registry.c). */
+extern const struct dm_balancer_ops *const dm_balancer_registry[];
+
+/* Finds a policy by its config name; NULL when unknown. */
+const struct dm_balancer_ops *dm_balancer_find(const char *name);
+
+/*
+ * Creates a balancer of the given policy over sv (borrowed, must outlive it);
+ * sets b->ops itself. Returns NULL on allocation failure.
+ */
+struct dm_balancer *dm_balancer_create(const struct dm_balancer_ops *ops,
+                                       const struct dm_servers *sv, const struct dm_bal_conf *cf);
+
+/* True when bit i of the tried bitmap is set (NULL bitmap: nothing tried). */
+static inline bool
+dm_pick_tried(const struct dm_pick *in, size_t i)
+{
+    return in->tried != NULL && (in->tried[i / 8] >> (i % 8) & 1) != 0;
+}
+
+/* A pick returns a usable server not yet tried, or DM_NO_SERVER. */
+static inline int
+dm_balancer_pick(struct dm_balancer *b, const struct dm_pick *in)
+{
+    return b->ops->pick(b, in);
+}
+
+static inline void
+dm_balancer_on_request(struct dm_balancer *b, const struct dm_bal_event *ev)
+{
+    if (b->ops->on_request != NULL) {
+        b->ops->on_request(b, ev);
+    }
+}
+
+static inline void
+dm_balancer_on_response(struct dm_balancer *b, const struct dm_bal_event *ev)
+{
+    if (b->ops->on_response != NULL) {
+        b->ops->on_response(b, ev);
+    }
+}
+
+static inline void
+dm_balancer_on_close(struct dm_balancer *b, const struct dm_bal_event *ev)
+{
+    if (b->ops->on_close != NULL) {
+        b->ops->on_close(b, ev);
+    }
+}
+
+/* Frees the balancer; NULL is a no-op. */
+static inline void
+dm_balancer_destroy(struct dm_balancer *b)
+{
+    if (b != NULL) {
+        b->ops->destroy(b);
+    }
+}
+
+#endif

@@ -1,0 +1,139 @@
+/*
+ * dimmer's configuration: the YAML file (or the --listen/--backend quick start)
+ * loaded into one immutable struct dm_conf. Every error found while loading is
+ * reported as "file:line:column: what is wrong" into a struct dm_conf_errors,
+ * and a config with any error is not returned. The config reference with all
+ * keys and defaults is conf/README.md.
+ */
+#ifndef DM_CONF_CONF_H
+#define DM_CONF_CONF_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+/* An address as written ("127.0.0.1:8080", "[::1]:80", "*:80") and resolved. */
+struct dm_conf_addr {
+    char *text;
+    struct sockaddr_storage sa;
+    socklen_t salen;
+};
+
+struct dm_conf_server {
+    char *name;
+    struct dm_conf_addr addr;
+    unsigned weight;   /* default 1 */
+    unsigned capacity; /* default 100 */
+};
+
+struct dm_conf_health {
+    bool enabled;         /* true when the pool has a health_check block */
+    char *path;           /* default "/healthz" */
+    uint64_t interval_ms; /* default 2000 */
+    uint64_t timeout_ms;  /* default 1000 */
+    unsigned rise;        /* default 2 */
+    unsigned fall;        /* default 3 */
+};
+
+struct dm_conf_passive {
+    unsigned max_fails;       /* consecutive failures that mark a server down; default 3, 0 = off */
+    uint64_t fail_timeout_ms; /* how long it then stays down; default 10000 */
+};
+
+struct dm_conf_pool {
+    char *name;
+    char *balance; /* policy name, default "roundrobin"; checked against the registry */
+    unsigned draws; /* for "random", default 2 */
+    struct dm_conf_server *servers;
+    size_t nservers;
+    struct dm_conf_health health;
+    struct dm_conf_passive passive;
+};
+
+/* Host is NULL (any), exact ("www.example.com") or a suffix ("*.example.com"). */
+struct dm_conf_route {
+    char *host;
+    char *path_prefix; /* NULL or "/" = any */
+    size_t pool;       /* index into dm_conf.pools */
+};
+
+struct dm_conf_timeouts {
+    uint64_t connect_ms;          /* default 5000 */
+    uint64_t client_header_ms;    /* default 10000: whole request head */
+    uint64_t client_keepalive_ms; /* default 60000: idle between requests */
+    uint64_t server_response_ms;  /* default 60000: server silent while a response is awaited */
+    uint64_t request_ms;          /* default 0 = off: bound on one whole exchange */
+    uint64_t shutdown_ms;         /* default 10000: SIGTERM drain bound */
+};
+
+struct dm_conf_limits {
+    size_t header_bytes;    /* default 16384: request or response head */
+    unsigned header_count;  /* default 100 */
+    uint64_t body_bytes;    /* default 0 = unlimited: request body */
+    unsigned max_conns;     /* default 10000 per worker */
+};
+
+struct dm_conf {
+    char *file; /* path it was read from, or NULL for the quick start */
+    struct dm_conf_addr *listeners;
+    size_t nlisteners;
+    unsigned workers; /* 0 = auto (one per CPU) */
+    struct dm_conf_addr admin; /* admin.text NULL when there is no admin listener */
+    struct dm_conf_pool *pools;
+    size_t npools;
+    struct dm_conf_route *routes;
+    size_t nroutes;
+    size_t default_pool; /* index; the first pool when not given */
+    struct dm_conf_timeouts timeouts;
+    struct dm_conf_limits limits;
+    char *access_log;        /* path, "-" = stdout, NULL = off */
+    char *access_log_format; /* "default" or "json" */
+    char *error_log;         /* path, NULL = stderr */
+};
+
+/* Error sink: messages "file:line:column: text", in the order found. */
+struct dm_conf_errors {
+    char **msg;
+    size_t n;
+};
+
+/*
+ * Loads and validates the YAML file at path. Returns the config, or NULL with
+ * at least one message in err (which the caller frees with
+ * dm_conf_errors_fini). Checks addresses, durations, sizes, unknown keys (with
+ * the nearest known key suggested), duplicate names and unknown pools.
+ */
+struct dm_conf *dm_conf_load(const char *path, struct dm_conf_errors *err);
+
+/* Same as dm_conf_load over a string; name stands for the file in messages. */
+struct dm_conf *dm_conf_load_string(const char *yaml, size_t len, const char *name,
+                                    struct dm_conf_errors *err);
+
+/*
+ * The quick start: one listener, one pool "default" of the comma-separated
+ * backends (named s1, s2, ...), defaults for everything else. Errors read
+ * "--listen: ..." or "--backend: ...".
+ */
+struct dm_conf *dm_conf_from_args(const char *listen, const char *backends,
+                                  struct dm_conf_errors *err);
+
+/* Frees a config; NULL is a no-op. */
+void dm_conf_destroy(struct dm_conf *c);
+
+/* Frees the messages; the sink is then empty and reusable. */
+void dm_conf_errors_fini(struct dm_conf_errors *err);
+
+/*
+ * Parses "127.0.0.1:80", "[::1]:80", "localhost:80" (resolved numerically or via
+ * getaddrinfo), "*:80" / ":80" (any address). Returns 0 or -EINVAL.
+ */
+int dm_conf_parse_addr(const char *text, struct dm_conf_addr *out);
+
+/* "250ms", "5s", "2m", "1h", a bare number is milliseconds. 0 or -EINVAL. */
+int dm_conf_parse_duration_ms(const char *text, uint64_t *out);
+
+/* "512", "16k", "1m", "2g" (binary units, case-insensitive). 0 or -EINVAL. */
+int dm_conf_parse_size(const char *text, uint64_t *out);
+
+#endif

@@ -1,0 +1,33 @@
+/*
+ * Active health checks. Runs on the control thread's loop: for every server of
+ * every pool whose config has a health_check block, an HTTP/1.1 GET of the
+ * check path every interval; a 2xx or 3xx answer within the timeout is a
+ * success. `fall` consecutive failures mark the server down (struct
+ * dm_server.down = true), `rise` consecutive successes mark it up again; each
+ * change is logged. Servers start up.
+ */
+#ifndef DM_PROXY_HEALTH_H
+#define DM_PROXY_HEALTH_H
+
+#include <stddef.h>
+#include <uv.h>
+
+struct dm_conf;
+struct dm_servers;
+struct dm_health;
+
+/*
+ * Starts checks on loop for conf's pools; servers[i] is the live table of
+ * conf->pools[i] (same order as conf->pools[i].servers). Both are borrowed and
+ * must outlive the checker. Returns NULL on allocation failure.
+ */
+struct dm_health *dm_health_start(uv_loop_t *loop, const struct dm_conf *conf,
+                                  struct dm_servers *const *servers);
+
+/*
+ * Stops every check, closes its handles and frees the checker; done(arg) is
+ * called from the loop once everything is closed. NULL h calls nothing.
+ */
+void dm_health_stop(struct dm_health *h, void (*done)(void *arg), void *arg);
+
+#endif

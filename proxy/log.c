@@ -1,0 +1,68 @@
+#include "proxy/log.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static atomic_int log_fd = 2;
+static atomic_int log_level = DM_LOG_INFO;
+
+int
+dm_log_open(const char *path)
+{
+    if (path == NULL || strcmp(path, "-") == 0) {
+        atomic_store(&log_fd, 2);
+        return 0;
+    }
+    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        return -errno;
+    }
+    int old = atomic_exchange(&log_fd, fd);
+    if (old > 2) {
+        close(old);
+    }
+    return 0;
+}
+
+void
+dm_log_set_level(enum dm_log_level level)
+{
+    atomic_store(&log_level, (int)level);
+}
+
+void
+dm_log(enum dm_log_level level, const char *fmt, ...)
+{
+    static const char *const names[] = { "error", "warn", "info", "debug" };
+    if ((int)level > atomic_load_explicit(&log_level, memory_order_relaxed)) {
+        return;
+    }
+    char line[1024];
+    struct tm tm;
+    time_t t = time(NULL);
+    gmtime_r(&t, &tm);
+    size_t n = strftime(line, sizeof(line), "%Y-%m-%dT%H:%M:%SZ", &tm);
+    n += (size_t)snprintf(line + n, sizeof(line) - n, " dimmer[%d]: %s: ", (int)getpid(),
+                          names[level]);
+    va_list ap;
+    va_start(ap, fmt);
+    int m = vsnprintf(line + n, sizeof(line) - n, fmt, ap);
+    va_end(ap);
+    if (m < 0) {
+        m = 0;
+    }
+    n += (size_t)m;
+    if (n > sizeof(line) - 2) {
+        n = sizeof(line) - 2;
+    }
+    line[n++] = '\n';
+    int fd = atomic_load_explicit(&log_fd, memory_order_relaxed);
+    while (write(fd, line, n) < 0 && errno == EINTR) {
+    }
+}
