@@ -1,1 +1,46 @@
-/* placeholder: being written */
+#include "balancers/servers.h"
+
+#include <stdlib.h>
+
+bool
+dm_server_is_usable(const struct dm_server *s, uint64_t now_us)
+{
+    if (atomic_load_explicit(&s->down, memory_order_relaxed)) {
+        return false;
+    }
+    if (atomic_load_explicit(&s->power, memory_order_relaxed) != DM_POWER_AWAKE) {
+        return false;
+    }
+    return atomic_load_explicit(&s->down_until_us, memory_order_relaxed) <= now_us;
+}
+
+struct dm_servers *
+dm_servers_create(size_t n)
+{
+    struct dm_servers *sv = calloc(1, sizeof(*sv));
+    if (sv == NULL) {
+        return NULL;
+    }
+    sv->s = calloc(n > 0 ? n : 1, sizeof(*sv->s));
+    if (sv->s == NULL) {
+        free(sv);
+        return NULL;
+    }
+    sv->n = n;
+    for (size_t i = 0; i < n; i++) {
+        sv->s[i].index = (unsigned)i;
+        sv->s[i].weight = 1;
+        sv->s[i].capacity = 1;
+    }
+    return sv;
+}
+
+void
+dm_servers_destroy(struct dm_servers *sv)
+{
+    if (sv == NULL) {
+        return;
+    }
+    free(sv->s);
+    free(sv);
+}
