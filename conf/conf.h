@@ -43,7 +43,7 @@ struct dm_conf_passive {
 
 struct dm_conf_pool {
     char *name;
-    char *balance; /* policy name, default "roundrobin"; checked against the registry */
+    char *balance;  /* policy name, default "roundrobin"; checked against the registry */
     unsigned draws; /* for "random", default 2 */
     struct dm_conf_server *servers;
     size_t nservers;
@@ -68,17 +68,17 @@ struct dm_conf_timeouts {
 };
 
 struct dm_conf_limits {
-    size_t header_bytes;    /* default 16384: request or response head */
-    unsigned header_count;  /* default 100 */
-    uint64_t body_bytes;    /* default 0 = unlimited: request body */
-    unsigned max_conns;     /* default 10000 per worker */
+    size_t header_bytes;   /* default 16384: request or response head */
+    unsigned header_count; /* default 100 */
+    uint64_t body_bytes;   /* default 0 = unlimited: request body */
+    unsigned max_conns;    /* default 10000 per worker */
 };
 
 struct dm_conf {
     char *file; /* path it was read from, or NULL for the quick start */
     struct dm_conf_addr *listeners;
     size_t nlisteners;
-    unsigned workers; /* 0 = auto (one per CPU) */
+    unsigned workers;          /* 0 = auto (one per CPU), the default */
     struct dm_conf_addr admin; /* admin.text NULL when there is no admin listener */
     struct dm_conf_pool *pools;
     size_t npools;
@@ -92,7 +92,11 @@ struct dm_conf {
     char *error_log;         /* path, NULL = stderr */
 };
 
-/* Error sink: messages "file:line:column: text", in the order found. */
+/*
+ * Error sink: messages "file:line:column: text" in file order (messages with
+ * no position, such as "path: cannot open: ..." or "--backend: ...", in the
+ * order found). Zero it before first use; loads append to it.
+ */
 struct dm_conf_errors {
     char **msg;
     size_t n;
@@ -100,20 +104,27 @@ struct dm_conf_errors {
 
 /*
  * Loads and validates the YAML file at path. Returns the config, or NULL with
- * at least one message in err (which the caller frees with
- * dm_conf_errors_fini). Checks addresses, durations, sizes, unknown keys (with
- * the nearest known key suggested), duplicate names and unknown pools.
+ * at least one message appended to err (which the caller frees with
+ * dm_conf_errors_fini; err may be NULL to drop them, and when memory runs out
+ * even the message may be missing). Checks addresses, durations, sizes,
+ * unknown keys (with the nearest known key suggested), duplicate keys and
+ * names, and unknown pools. Resolves host names (getaddrinfo), so it may
+ * block; any thread may call it.
  */
 struct dm_conf *dm_conf_load(const char *path, struct dm_conf_errors *err);
 
-/* Same as dm_conf_load over a string; name stands for the file in messages. */
+/*
+ * Same as dm_conf_load over the len bytes at yaml (no terminator needed);
+ * name stands for the file in messages and in c->file.
+ */
 struct dm_conf *dm_conf_load_string(const char *yaml, size_t len, const char *name,
                                     struct dm_conf_errors *err);
 
 /*
  * The quick start: one listener, one pool "default" of the comma-separated
- * backends (named s1, s2, ...), defaults for everything else. Errors read
- * "--listen: ..." or "--backend: ...".
+ * backends (named s1, s2, ...; spaces around each are ignored), defaults for
+ * everything else and c->file NULL. Errors read "--listen: ..." or
+ * "--backend: ..."; NULL then, as for dm_conf_load.
  */
 struct dm_conf *dm_conf_from_args(const char *listen, const char *backends,
                                   struct dm_conf_errors *err);
@@ -126,14 +137,19 @@ void dm_conf_errors_fini(struct dm_conf_errors *err);
 
 /*
  * Parses "127.0.0.1:80", "[::1]:80", "localhost:80" (resolved numerically or via
- * getaddrinfo), "*:80" / ":80" (any address). Returns 0 or -EINVAL.
+ * getaddrinfo, first result), "*:80" / ":80" (any IPv4 address); the port is
+ * 1..65535. On success out->text is a malloc'd copy of text that the caller
+ * frees. Returns 0, -EINVAL (out zeroed) or -ENOMEM.
  */
 int dm_conf_parse_addr(const char *text, struct dm_conf_addr *out);
 
-/* "250ms", "5s", "2m", "1h", a bare number is milliseconds. 0 or -EINVAL. */
+/*
+ * "250ms", "5s", "2m", "1h" (lower case), a bare number is milliseconds. 0 or
+ * -EINVAL (also on overflow).
+ */
 int dm_conf_parse_duration_ms(const char *text, uint64_t *out);
 
-/* "512", "16k", "1m", "2g" (binary units, case-insensitive). 0 or -EINVAL. */
+/* "512", "16k", "1m", "2g" (binary units, case-insensitive). 0 or -EINVAL (also on overflow). */
 int dm_conf_parse_size(const char *text, uint64_t *out);
 
 #endif

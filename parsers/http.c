@@ -1,1 +1,742 @@
-/* placeholder: being written */
+#include "parsers/http.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* llhttp callbacks. A span split across two execute calls arrives in two
+ * pieces that are adjacent in the caller's contiguous buffer: extend it. */
+
+static struct dm_http_parser *
+self(llhttp_t *ll)
+{
+    return ll->data;
+}
+
+static void
+span_extend(struct dm_span *s, const char *at, size_t len)
+{
+    if (s->p == NULL) {
+        s->p = at;
+        s->len = len;
+    } else {
+        s->len = (size_t)(at + len - s->p);
+    }
+}
+
+static int
+on_message_begin(llhttp_t *ll)
+{
+    struct dm_http_parser *p = self(ll);
+    p->_in_head = true;
+    p->_last = 0;
+    p->body_bytes = 0;
+    if (p->msg != NULL) {
+        p->msg->method = (struct dm_span){ NULL, 0 };
+        p->msg->target = (struct dm_span){ NULL, 0 };
+        p->msg->nfields = 0;
+        p->msg->too_many_fields = false;
+    }
+    return 0;
+}
+
+static int
+on_method(llhttp_t *ll, const char *at, size_t len)
+{
+    struct dm_http_parser *p = self(ll);
+    if (p->msg != NULL) {
+        span_extend(&p->msg->method, at, len);
+    }
+    return 0;
+}
+
+static int
+on_url(llhttp_t *ll, const char *at, size_t len)
+{
+    struct dm_http_parser *p = self(ll);
+    if (p->msg != NULL) {
+        span_extend(&p->msg->target, at, len);
+    }
+    return 0;
+}
+
+static int
+on_header_field(llhttp_t *ll, const char *at, size_t len)
+{
+    struct dm_http_parser *p = self(ll);
+    struct dm_http_msg *m = p->msg;
+    if (m == NULL) {
+        return 0;
+    }
+    if (p->_last != 1) {
+        p->_last = 1;
+        if (m->nfields == m->max_fields) {
+            m->too_many_fields = true;
+            return 0;
+        }
+        m->fields[m->nfields++] = (struct dm_http_field){ { NULL, 0 }, { NULL, 0 } };
+    }
+    if (!m->too_many_fields) {
+        span_extend(&m->fields[m->nfields - 1].name, at, len);
+    }
+    return 0;
+}
+
+static int
+on_header_value(llhttp_t *ll, const char *at, size_t len)
+{
+    struct dm_http_parser *p = self(ll);
+    struct dm_http_msg *m = p->msg;
+    p->_last = 2;
+    if (m == NULL || m->too_many_fields || m->nfields == 0) {
+        return 0;
+    }
+    span_extend(&m->fields[m->nfields - 1].value, at, len);
+    return 0;
+}
+
+static int
+on_headers_complete(llhttp_t *ll)
+{
+    struct dm_http_parser *p = self(ll);
+    p->_in_head = false;
+    p->_ev = DM_HTTP_HEAD_DONE;
+    /* Responses to HEAD, and 1xx, 204 and 304 responses, have no body whatever
+     * their Content-Length says. */
+    unsigned st = ll->status_code;
+    if (ll->type == HTTP_RESPONSE &&
+        (p->_no_body || (st >= 100 && st < 200) || st == 204 || st == 304)) {
+        ll->flags |= F_SKIPBODY;
+    }
+    return HPE_PAUSED;
+}
+
+static int
+on_body(llhttp_t *ll, const char *at, size_t len)
+{
+    struct dm_http_parser *p = self(ll);
+    p->body_bytes += len;
+    if (p->on_body != NULL) {
+        p->on_body(p->body_arg, at, len);
+    }
+    return 0;
+}
+
+static int
+on_message_complete(llhttp_t *ll)
+{
+    self(ll)->_ev = DM_HTTP_MSG_DONE;
+    return HPE_PAUSED;
+}
+
+static const llhttp_settings_t settings = {
+    .on_message_begin = on_message_begin,
+    .on_method = on_method,
+    .on_url = on_url,
+    .on_header_field = on_header_field,
+    .on_header_value = on_header_value,
+    .on_headers_complete = on_headers_complete,
+    .on_body = on_body,
+    .on_message_complete = on_message_complete,
+};
+
+void
+dm_http_parser_init(struct dm_http_parser *p, bool is_request)
+{
+    struct dm_http_msg *msg = p->msg;
+    memset(p, 0, sizeof(*p));
+    p->msg = msg;
+    llhttp_init(&p->_ll, is_request ? HTTP_REQUEST : HTTP_RESPONSE, &settings);
+    p->_ll.data = p;
+}
+
+int
+dm_http_parse(struct dm_http_parser *p, const char *data, size_t len, size_t *consumed)
+{
+    p->_ev = DM_HTTP_AGAIN;
+    llhttp_errno_t e = llhttp_execute(&p->_ll, data, len);
+    if (e == HPE_OK) {
+        *consumed = len;
+        return DM_HTTP_AGAIN;
+    }
+    if (e == HPE_PAUSED || e == HPE_PAUSED_UPGRADE) {
+        const char *pos = llhttp_get_error_pos(&p->_ll);
+        *consumed = (size_t)(pos - data);
+        if (e == HPE_PAUSED_UPGRADE) {
+            return DM_HTTP_UPGRADE;
+        }
+        llhttp_resume(&p->_ll);
+        return p->_ev;
+    }
+    return -1;
+}
+
+void
+dm_http_parser_expect_no_body(struct dm_http_parser *p, bool no_body)
+{
+    p->_no_body = no_body;
+}
+
+int
+dm_http_parse_eof(struct dm_http_parser *p)
+{
+    if (!llhttp_message_needs_eof(&p->_ll) && p->_ll.finish != HTTP_FINISH_SAFE_WITH_CB) {
+        return DM_HTTP_AGAIN;
+    }
+    llhttp_errno_t e = llhttp_finish(&p->_ll);
+    if (e == HPE_OK || e == HPE_PAUSED) {
+        return DM_HTTP_MSG_DONE;
+    }
+    return -1;
+}
+
+void
+dm_http_parser_next(struct dm_http_parser *p)
+{
+    p->_last = 0;
+}
+
+const char *
+dm_http_parser_error(const struct dm_http_parser *p)
+{
+    const char *r = llhttp_get_error_reason(&p->_ll);
+    return r != NULL ? r : llhttp_errno_name(llhttp_get_errno(&p->_ll));
+}
+
+unsigned
+dm_http_parser_status(const struct dm_http_parser *p)
+{
+    return p->_ll.status_code;
+}
+
+unsigned
+dm_http_parser_version(const struct dm_http_parser *p)
+{
+    return p->_ll.http_major * 10u + p->_ll.http_minor;
+}
+
+bool
+dm_http_parser_needs_eof(const struct dm_http_parser *p)
+{
+    return llhttp_message_needs_eof(&p->_ll) != 0;
+}
+
+bool
+dm_http_parser_keep_alive(const struct dm_http_parser *p)
+{
+    return llhttp_should_keep_alive(&p->_ll) != 0;
+}
+
+/* ---- checks ---- */
+
+bool
+dm_span_ieq(struct dm_span s, const char *lower)
+{
+    size_t n = strlen(lower);
+    if (s.len != n) {
+        return false;
+    }
+    for (size_t i = 0; i < n; i++) {
+        char c = s.p[i];
+        if (c >= 'A' && c <= 'Z') {
+            c = (char)(c + 32);
+        }
+        if (c != lower[i]) {
+            return false;
+        }
+    }
+    return true;
+}
+
+static bool
+is_tchar(unsigned char c)
+{
+    /* RFC 9110 token characters. */
+    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')) {
+        return true;
+    }
+    return c != 0 && strchr("!#$%&'*+-.^_`|~", c) != NULL;
+}
+
+static bool
+is_token(struct dm_span s)
+{
+    if (s.len == 0) {
+        return false;
+    }
+    for (size_t i = 0; i < s.len; i++) {
+        if (!is_tchar((unsigned char)s.p[i])) {
+            return false;
+        }
+    }
+    return true;
+}
+
+static bool
+value_ok(struct dm_span s)
+{
+    for (size_t i = 0; i < s.len; i++) {
+        unsigned char c = (unsigned char)s.p[i];
+        if ((c < 0x20 && c != '\t') || c == 0x7f) {
+            return false;
+        }
+    }
+    return true;
+}
+
+static struct dm_span
+trim(struct dm_span s)
+{
+    while (s.len > 0 && (s.p[0] == ' ' || s.p[0] == '\t')) {
+        s.p++;
+        s.len--;
+    }
+    while (s.len > 0 && (s.p[s.len - 1] == ' ' || s.p[s.len - 1] == '\t')) {
+        s.len--;
+    }
+    return s;
+}
+
+/* Calls fn on each comma-separated, trimmed, non-empty element of v. */
+static void
+each_token(struct dm_span v, void (*fn)(void *arg, struct dm_span tok), void *arg)
+{
+    const char *p = v.p;
+    const char *end = v.p + v.len;
+    while (p < end) {
+        const char *c = memchr(p, ',', (size_t)(end - p));
+        if (c == NULL) {
+            c = end;
+        }
+        struct dm_span t = trim((struct dm_span){ p, (size_t)(c - p) });
+        if (t.len > 0) {
+            fn(arg, t);
+        }
+        p = c + 1;
+    }
+}
+
+/* Every LF is preceded by CR, every CR followed by LF, and no line folds. */
+static const char *
+check_raw_head(const char *head, size_t len)
+{
+    for (size_t i = 0; i < len; i++) {
+        char c = head[i];
+        if (c == '\r') {
+            if (i + 1 >= len || head[i + 1] != '\n') {
+                return "bare CR in head";
+            }
+        } else if (c == '\n') {
+            if (i == 0 || head[i - 1] != '\r') {
+                return "bare LF in head";
+            }
+            if (i + 1 < len && (head[i + 1] == ' ' || head[i + 1] == '\t')) {
+                return "obs-fold (folded header line)";
+            }
+        } else if (c == 0) {
+            return "NUL in head";
+        }
+    }
+    return NULL;
+}
+
+struct conn_tokens {
+    const struct dm_http_msg *msg;
+    struct dm_http_info *info;
+    bool close, keep_alive, upgrade;
+};
+
+static void
+connection_token(void *arg, struct dm_span t)
+{
+    struct conn_tokens *ct = arg;
+    if (dm_span_ieq(t, "close")) {
+        ct->close = true;
+    } else if (dm_span_ieq(t, "keep-alive")) {
+        ct->keep_alive = true;
+    } else if (dm_span_ieq(t, "upgrade")) {
+        ct->upgrade = true;
+    } else {
+        /* A field named here is hop-by-hop too: drop it when forwarding. */
+        for (unsigned i = 0; i < ct->msg->nfields && i < 32; i++) {
+            struct dm_span n = ct->msg->fields[i].name;
+            if (n.len == t.len && strncasecmp(n.p, t.p, t.len) == 0) {
+                ct->info->drop |= 1u << i;
+            }
+        }
+    }
+}
+
+struct te_state {
+    unsigned count;
+    unsigned chunked_at; /* 1-based index of "chunked", 0 = none */
+    bool bad;
+};
+
+static void
+te_token(void *arg, struct dm_span t)
+{
+    struct te_state *te = arg;
+    te->count++;
+    if (!is_token(t)) {
+        te->bad = true;
+    }
+    if (dm_span_ieq(t, "chunked")) {
+        if (te->chunked_at != 0) {
+            te->bad = true;
+        }
+        te->chunked_at = te->count;
+    }
+}
+
+static bool
+parse_length(struct dm_span v, uint64_t *out)
+{
+    v = trim(v);
+    if (v.len == 0 || v.len > 19) {
+        return false;
+    }
+    uint64_t n = 0;
+    for (size_t i = 0; i < v.len; i++) {
+        if (v.p[i] < '0' || v.p[i] > '9') {
+            return false;
+        }
+        n = n * 10 + (uint64_t)(v.p[i] - '0');
+    }
+    *out = n;
+    return true;
+}
+
+/* The checks common to requests and responses. */
+static int
+check_fields(const char *head, size_t head_len, const struct dm_http_msg *msg,
+             struct dm_http_info *info, struct te_state *te, unsigned *nlength,
+             struct conn_tokens *ct, const char **reason)
+{
+    if (msg->too_many_fields) {
+        *reason = "too many header fields";
+        return 431;
+    }
+    const char *raw = check_raw_head(head, head_len);
+    if (raw != NULL) {
+        *reason = raw;
+        return 400;
+    }
+    for (unsigned i = 0; i < msg->nfields; i++) {
+        const struct dm_http_field *f = &msg->fields[i];
+        if (!is_token(f->name)) {
+            *reason = "invalid header field name (whitespace before the colon?)";
+            return 400;
+        }
+        if (!value_ok(f->value)) {
+            *reason = "invalid character in a header field value";
+            return 400;
+        }
+        if (dm_span_ieq(f->name, "content-length")) {
+            (*nlength)++;
+            if (!parse_length(f->value, &info->content_length)) {
+                *reason = "malformed Content-Length";
+                return 400;
+            }
+            info->has_length = true;
+        } else if (dm_span_ieq(f->name, "transfer-encoding")) {
+            each_token(f->value, te_token, te);
+            if (trim(f->value).len == 0) {
+                te->bad = true;
+            }
+        } else if (dm_span_ieq(f->name, "connection")) {
+            each_token(f->value, connection_token, ct);
+        }
+    }
+    if (*nlength > 1) {
+        *reason = "more than one Content-Length";
+        return 400;
+    }
+    if (te->count > 0) {
+        if (te->bad || te->chunked_at != te->count) {
+            *reason = "Transfer-Encoding other than a final chunked";
+            return 400;
+        }
+        if (info->has_length) {
+            *reason = "both Content-Length and Transfer-Encoding";
+            return 400;
+        }
+        info->chunked = true;
+    }
+    return 0;
+}
+
+int
+dm_http_check_request(const char *head, size_t head_len, const struct dm_http_msg *msg,
+                      unsigned version, struct dm_http_info *info, const char **reason)
+{
+    memset(info, 0, sizeof(*info));
+    info->version = version;
+    if (version != 10 && version != 11) {
+        *reason = "HTTP version not supported";
+        return 505;
+    }
+    if (dm_span_ieq(msg->method, "connect")) {
+        *reason = "CONNECT is not supported";
+        return 405;
+    }
+    struct te_state te = { 0 };
+    struct conn_tokens ct = { .msg = msg, .info = info };
+    unsigned nlength = 0;
+    int st = check_fields(head, head_len, msg, info, &te, &nlength, &ct, reason);
+    if (st != 0) {
+        return st;
+    }
+    if (te.count > 0 && version == 10) {
+        *reason = "Transfer-Encoding in an HTTP/1.0 request";
+        return 400;
+    }
+    unsigned nhost = 0;
+    bool has_upgrade = false;
+    for (unsigned i = 0; i < msg->nfields; i++) {
+        const struct dm_http_field *f = &msg->fields[i];
+        if (dm_span_ieq(f->name, "host")) {
+            nhost++;
+            info->host = trim(f->value);
+        } else if (dm_span_ieq(f->name, "upgrade")) {
+            has_upgrade = true;
+        } else if (dm_span_ieq(f->name, "expect")) {
+            if (dm_span_ieq(trim(f->value), "100-continue")) {
+                info->expect_continue = true;
+            }
+        }
+    }
+    if (nhost > 1) {
+        *reason = "more than one Host";
+        return 400;
+    }
+    if (nhost == 0 && version == 11) {
+        *reason = "missing Host in an HTTP/1.1 request";
+        return 400;
+    }
+    for (size_t i = 0; i < info->host.len; i++) {
+        unsigned char c = (unsigned char)info->host.p[i];
+        if (c <= ' ' || c == '/' || c == '\\' || c == '@' || c == 0x7f) {
+            *reason = "invalid Host";
+            return 400;
+        }
+    }
+    struct dm_span t = msg->target;
+    if (t.len == 0) {
+        *reason = "empty request target";
+        return 400;
+    }
+    if (t.p[0] == '/') {
+        info->path = t;
+    } else if (t.len == 1 && t.p[0] == '*') {
+        info->path = t;
+    } else if (t.len > 7 && strncasecmp(t.p, "http://", 7) == 0) {
+        /* Absolute form: route and forward by its path. */
+        const char *slash = memchr(t.p + 7, '/', t.len - 7);
+        info->path = slash != NULL ? (struct dm_span){ slash, (size_t)(t.p + t.len - slash) }
+                                   : (struct dm_span){ "/", 1 };
+    } else {
+        *reason = "bad request target";
+        return 400;
+    }
+    info->upgrade = ct.upgrade && has_upgrade;
+    info->keep_alive = version == 11 ? !ct.close : (ct.keep_alive && !ct.close);
+    return 0;
+}
+
+int
+dm_http_check_response(const char *head, size_t head_len, const struct dm_http_msg *msg,
+                       unsigned version, struct dm_http_info *info, const char **reason)
+{
+    memset(info, 0, sizeof(*info));
+    info->version = version;
+    if (version != 10 && version != 11) {
+        *reason = "server answered with an unsupported HTTP version";
+        return 502;
+    }
+    struct te_state te = { 0 };
+    struct conn_tokens ct = { .msg = msg, .info = info };
+    unsigned nlength = 0;
+    int st = check_fields(head, head_len, msg, info, &te, &nlength, &ct, reason);
+    if (st != 0) {
+        return 502;
+    }
+    info->upgrade = ct.upgrade;
+    info->keep_alive = version == 11 ? !ct.close : (ct.keep_alive && !ct.close);
+    return 0;
+}
+
+/* ---- rewriting ---- */
+
+struct out {
+    char *p;
+    size_t len, cap;
+    bool full;
+};
+
+static void
+put(struct out *o, const char *s, size_t n)
+{
+    if (o->full || o->cap - o->len < n) {
+        o->full = true;
+        return;
+    }
+    memcpy(o->p + o->len, s, n);
+    o->len += n;
+}
+
+static void
+puts_(struct out *o, const char *s)
+{
+    put(o, s, strlen(s));
+}
+
+static void
+put_field(struct out *o, struct dm_span name, struct dm_span value)
+{
+    put(o, name.p, name.len);
+    put(o, ": ", 2);
+    put(o, value.p, value.len);
+    put(o, "\r\n", 2);
+}
+
+static bool
+is_hop_by_hop(struct dm_span n)
+{
+    static const char *const names[] = { "connection", "keep-alive", "proxy-connection", "te",
+                                         "trailer",    "upgrade" };
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        if (dm_span_ieq(n, names[i])) {
+            return true;
+        }
+    }
+    return false;
+}
+
+static bool
+dropped(const struct dm_http_info *info, unsigned i)
+{
+    return i < 32 && (info->drop >> i & 1) != 0;
+}
+
+size_t
+dm_http_write_request(char *out, size_t cap, const struct dm_http_msg *msg,
+                      const struct dm_http_info *info, const struct dm_http_forward *fw)
+{
+    struct out o = { out, 0, cap, false };
+    put(&o, msg->method.p, msg->method.len);
+    put(&o, " ", 1);
+    put(&o, info->path.p, info->path.len);
+    puts_(&o, " HTTP/1.1\r\n");
+    bool xff = false;
+    bool via = false;
+    bool host = false;
+    for (unsigned i = 0; i < msg->nfields; i++) {
+        const struct dm_http_field *f = &msg->fields[i];
+        if (dropped(info, i)) {
+            continue;
+        }
+        if (is_hop_by_hop(f->name)) {
+            if (info->upgrade && dm_span_ieq(f->name, "upgrade")) {
+                put_field(&o, f->name, f->value);
+            }
+            continue;
+        }
+        if (dm_span_ieq(f->name, "x-forwarded-proto")) {
+            continue;
+        }
+        if (dm_span_ieq(f->name, "host")) {
+            host = true;
+        }
+        put(&o, f->name.p, f->name.len);
+        put(&o, ": ", 2);
+        put(&o, f->value.p, f->value.len);
+        if (!xff && fw->client_addr != NULL && dm_span_ieq(f->name, "x-forwarded-for")) {
+            /* Several X-Forwarded-For fields form one list: append to the last. */
+            bool later = false;
+            for (unsigned j = i + 1; j < msg->nfields; j++) {
+                later = later || dm_span_ieq(msg->fields[j].name, "x-forwarded-for");
+            }
+            if (!later) {
+                puts_(&o, ", ");
+                puts_(&o, fw->client_addr);
+                xff = true;
+            }
+        } else if (!via && fw->via != NULL && dm_span_ieq(f->name, "via")) {
+            bool later = false;
+            for (unsigned j = i + 1; j < msg->nfields; j++) {
+                later = later || dm_span_ieq(msg->fields[j].name, "via");
+            }
+            if (!later) {
+                puts_(&o, ", ");
+                puts_(&o, fw->via);
+                via = true;
+            }
+        }
+        put(&o, "\r\n", 2);
+    }
+    if (!host && fw->default_host != NULL) {
+        puts_(&o, "Host: ");
+        puts_(&o, fw->default_host);
+        puts_(&o, "\r\n");
+    }
+    if (!xff && fw->client_addr != NULL) {
+        puts_(&o, "X-Forwarded-For: ");
+        puts_(&o, fw->client_addr);
+        puts_(&o, "\r\n");
+    }
+    if (fw->proto != NULL) {
+        puts_(&o, "X-Forwarded-Proto: ");
+        puts_(&o, fw->proto);
+        puts_(&o, "\r\n");
+    }
+    if (!via && fw->via != NULL) {
+        puts_(&o, "Via: ");
+        puts_(&o, fw->via);
+        puts_(&o, "\r\n");
+    }
+    if (info->upgrade) {
+        puts_(&o, "Connection: upgrade\r\n");
+    }
+    put(&o, "\r\n", 2);
+    return o.full ? 0 : o.len;
+}
+
+size_t
+dm_http_write_response(char *out, size_t cap, const char *head, size_t head_len,
+                       const struct dm_http_msg *msg, const struct dm_http_info *info,
+                       unsigned client_version, bool close)
+{
+    struct out o = { out, 0, cap, false };
+    /* Status line: our version, the server's code and reason. */
+    const char *eol = memchr(head, '\r', head_len);
+    const char *sp = memchr(head, ' ', head_len);
+    if (eol == NULL || sp == NULL || sp > eol) {
+        return 0;
+    }
+    puts_(&o, "HTTP/1.1");
+    put(&o, sp, (size_t)(eol - sp));
+    put(&o, "\r\n", 2);
+    bool is101 = eol - sp >= 4 && memcmp(sp, " 101", 4) == 0;
+    for (unsigned i = 0; i < msg->nfields; i++) {
+        const struct dm_http_field *f = &msg->fields[i];
+        if (dropped(info, i)) {
+            continue;
+        }
+        if (is_hop_by_hop(f->name)) {
+            if (is101 && dm_span_ieq(f->name, "upgrade")) {
+                put_field(&o, f->name, f->value);
+            }
+            continue;
+        }
+        put_field(&o, f->name, f->value);
+    }
+    if (is101) {
+        puts_(&o, "Connection: upgrade\r\n");
+    } else if (close) {
+        puts_(&o, "Connection: close\r\n");
+    } else if (client_version == 10) {
+        puts_(&o, "Connection: keep-alive\r\n");
+    }
+    put(&o, "\r\n", 2);
+    return o.full ? 0 : o.len;
+}

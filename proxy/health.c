@@ -1,1 +1,485 @@
-/* placeholder: being written */
+/*
+ * Active health checks.
+ *
+ * Each checked server has one struct health_check with two handles: a timer
+ * and, while a check is in flight, a TCP handle. The timer does double duty:
+ * while the check is idle it waits for the next check, and while a check is
+ * in flight it is that check's deadline. A check runs
+ *
+ *   IDLE --timer--> CONNECTING --connect--> READING --status line--> CLOSING
+ *
+ * and any failure (connect error, reset, EOF, bad status line, deadline) also
+ * goes to CLOSING. The verdict is applied when entering CLOSING; the next check
+ * is scheduled only from the TCP close callback, so two checks of one server
+ * never overlap, and requests libuv cancels while closing (the connect or the
+ * write, with UV_ECANCELED) find the state CLOSING and are ignored. The next
+ * check starts interval_ms after the previous one started, or at once when
+ * the previous one took longer than that.
+ *
+ * Memory is one block for the checker and its checks plus one request string
+ * per check, built at start; the status line is read into a fixed buffer in
+ * the check. dm_health_stop closes every handle and the last close callback
+ * frees the block. An extra, never started timer ("anchor") exists so that
+ * done() is called from the loop even when no pool has checks.
+ */
+#include "proxy/health.h"
+
+#include <arpa/inet.h>
+#include <assert.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "balancers/servers.h"
+#include "conf/conf.h"
+#include "proxy/log.h"
+
+/* The longest status line accepted; a longer one is a failed check. */
+#define HEALTH_LINE_MAX 512
+/* The first checks of all servers are spread over at most this long. */
+#define HEALTH_STAGGER_MAX_MS 1000
+
+enum health_state {
+    HEALTH_IDLE = 0,
+    HEALTH_CONNECTING,
+    HEALTH_READING,
+    HEALTH_CLOSING,
+};
+
+struct health_check {
+    struct dm_health *h;
+    const struct dm_conf_pool *pool;
+    const struct dm_conf_server *cs;
+    struct dm_server *srv;
+    uint64_t interval_ms;
+    uint64_t timeout_ms;
+    unsigned rise;
+    unsigned fall;
+
+    uv_timer_t timer; /* next check while idle, deadline while in flight */
+    uv_tcp_t tcp;     /* open only while a check is in flight or closing */
+    uv_connect_t connect;
+    uv_write_t write;
+    char *req; /* the GET request, built once */
+    size_t req_len;
+    char line[HEALTH_LINE_MAX]; /* the response so far, up to the status line */
+    size_t line_len;
+
+    enum health_state state;
+    uint64_t started_ms; /* uv_now() when the current or last check began */
+    unsigned oks;        /* consecutive successes while down */
+    unsigned fails;      /* consecutive failures */
+};
+
+struct dm_health {
+    uv_loop_t *loop;
+    uv_timer_t anchor;
+    size_t nhandles; /* initialized and not yet closed */
+    bool stopping;
+    void (*done)(void *arg);
+    void *done_arg;
+    size_t nchecks;
+    struct health_check checks[];
+};
+
+static void health_timer_cb(uv_timer_t *t);
+
+/*
+ * Checks the start of a response. Returns 1 with *status set once a whole
+ * status line "HTTP/1.x DDD reason\r\n" is in, 0 when it may still become one,
+ * -1 as soon as it cannot (RFC 9112 section 4).
+ */
+static int
+health_status_line_parse(const char *p, size_t len, int *status)
+{
+    static const char prefix[] = "HTTP/1.";
+    for (size_t i = 0; i < len && i < sizeof(prefix) - 1; i++) {
+        if (p[i] != prefix[i]) {
+            return -1;
+        }
+    }
+    if (len < 8) {
+        return 0;
+    }
+    if (p[7] != '0' && p[7] != '1') {
+        return -1;
+    }
+    if (len < 9) {
+        return 0;
+    }
+    if (p[8] != ' ') {
+        return -1;
+    }
+    int code = 0;
+    for (size_t i = 9; i < 12; i++) {
+        if (i >= len) {
+            return 0;
+        }
+        if (p[i] < '0' || p[i] > '9') {
+            return -1;
+        }
+        code = code * 10 + (p[i] - '0');
+    }
+    if (len < 13) {
+        return 0;
+    }
+    /* An empty reason phrase may also lose its space. */
+    if (p[12] != ' ' && p[12] != '\r') {
+        return -1;
+    }
+    for (size_t i = 12; i < len; i++) {
+        unsigned char ch = (unsigned char)p[i];
+        if (ch == '\r') {
+            if (i + 1 >= len) {
+                return 0;
+            }
+            if (p[i + 1] != '\n') {
+                return -1;
+            }
+            *status = code;
+            return 1;
+        }
+        if (ch != '\t' && (ch < 0x20 || ch == 0x7f)) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static const char *
+health_name(const char *s)
+{
+    return s != NULL ? s : "?";
+}
+
+/* Counts one check's result and marks the server down or up when a run is long enough. */
+static void
+health_verdict(struct health_check *c, bool ok, const char *reason)
+{
+    bool down = atomic_load(&c->srv->down);
+    if (ok) {
+        c->fails = 0;
+        if (down && ++c->oks >= c->rise) {
+            atomic_store(&c->srv->down, false);
+            dm_log_info("server %s/%s is UP (health check: %u successes)",
+                        health_name(c->pool->name), health_name(c->cs->name), c->oks);
+            c->oks = 0;
+        }
+        return;
+    }
+    c->oks = 0;
+    if (c->fails < UINT_MAX) {
+        c->fails++;
+    }
+    dm_log_debug("server %s/%s: health check failed: %s", health_name(c->pool->name),
+                 health_name(c->cs->name), reason);
+    if (!down && c->fails >= c->fall) {
+        atomic_store(&c->srv->down, true);
+        dm_log_warn("server %s/%s is DOWN (health check: %s, %u failures)",
+                    health_name(c->pool->name), health_name(c->cs->name), reason, c->fails);
+    }
+}
+
+static void
+health_free_if_closed(struct dm_health *h)
+{
+    if (!h->stopping || h->nhandles > 0) {
+        return;
+    }
+    void (*done)(void *arg) = h->done;
+    void *arg = h->done_arg;
+    for (size_t i = 0; i < h->nchecks; i++) {
+        free(h->checks[i].req);
+        h->checks[i].req = NULL;
+    }
+    free(h);
+    if (done != NULL) {
+        done(arg);
+    }
+}
+
+static void
+health_handle_close_cb(uv_handle_t *handle)
+{
+    struct dm_health *h = handle->data;
+    assert(h->nhandles > 0);
+    h->nhandles--;
+    health_free_if_closed(h);
+}
+
+static void
+health_schedule(struct health_check *c)
+{
+    uint64_t elapsed = uv_now(c->h->loop) - c->started_ms;
+    uint64_t delay = elapsed < c->interval_ms ? c->interval_ms - elapsed : 0;
+    uv_timer_start(&c->timer, health_timer_cb, delay, 0);
+}
+
+static void
+health_tcp_close_cb(uv_handle_t *handle)
+{
+    struct health_check *c = handle->data;
+    struct dm_health *h = c->h;
+    c->state = HEALTH_IDLE;
+    assert(h->nhandles > 0);
+    h->nhandles--;
+    if (h->stopping) {
+        health_free_if_closed(h);
+        return;
+    }
+    health_schedule(c);
+}
+
+/* Ends the check in flight with a verdict and closes its connection. */
+static void
+health_finish(struct health_check *c, bool ok, const char *reason)
+{
+    assert(c->state == HEALTH_CONNECTING || c->state == HEALTH_READING);
+    c->state = HEALTH_CLOSING;
+    uv_timer_stop(&c->timer);
+    health_verdict(c, ok, reason);
+    uv_close((uv_handle_t *)&c->tcp, health_tcp_close_cb);
+}
+
+static void
+health_alloc_cb(uv_handle_t *handle, size_t suggested, uv_buf_t *buf)
+{
+    struct health_check *c = handle->data;
+    (void)suggested;
+    /* health_read_cb ends the check when the buffer is full, so there is room here. */
+    *buf = uv_buf_init(c->line + c->line_len, (unsigned)(sizeof(c->line) - c->line_len));
+}
+
+static void
+health_read_cb(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
+{
+    struct health_check *c = stream->data;
+    (void)buf;
+    if (c->state != HEALTH_READING || nread == 0) {
+        return;
+    }
+    if (nread == UV_EOF) {
+        health_finish(c, false, "connection closed before the status line");
+        return;
+    }
+    if (nread < 0) {
+        health_finish(c, false, uv_strerror((int)nread));
+        return;
+    }
+    c->line_len += (size_t)nread;
+    int status = 0;
+    int rc = health_status_line_parse(c->line, c->line_len, &status);
+    if (rc < 0) {
+        health_finish(c, false, "malformed status line");
+    } else if (rc > 0) {
+        char reason[32];
+        snprintf(reason, sizeof(reason), "HTTP status %d", status);
+        health_finish(c, status >= 200 && status < 400, reason);
+    } else if (c->line_len == sizeof(c->line)) {
+        health_finish(c, false, "status line too long");
+    }
+}
+
+static void
+health_write_cb(uv_write_t *req, int status)
+{
+    struct health_check *c = req->data;
+    if (status < 0 && c->state == HEALTH_READING) {
+        health_finish(c, false, uv_strerror(status));
+    }
+}
+
+static void
+health_connect_cb(uv_connect_t *req, int status)
+{
+    struct health_check *c = req->data;
+    if (c->state != HEALTH_CONNECTING) {
+        return; /* closed meanwhile: timed out or stopped */
+    }
+    if (status < 0) {
+        health_finish(c, false, uv_strerror(status));
+        return;
+    }
+    c->state = HEALTH_READING;
+    /* Read at once: a server may answer (or refuse) before the request is all written. */
+    int rc = uv_read_start((uv_stream_t *)&c->tcp, health_alloc_cb, health_read_cb);
+    if (rc < 0) {
+        health_finish(c, false, uv_strerror(rc));
+        return;
+    }
+    uv_buf_t b = uv_buf_init(c->req, (unsigned)c->req_len);
+    rc = uv_write(&c->write, (uv_stream_t *)&c->tcp, &b, 1, health_write_cb);
+    if (rc < 0) {
+        health_finish(c, false, uv_strerror(rc));
+    }
+}
+
+static void
+health_begin(struct health_check *c)
+{
+    struct dm_health *h = c->h;
+    c->started_ms = uv_now(h->loop);
+    c->line_len = 0;
+    int rc = uv_tcp_init(h->loop, &c->tcp);
+    if (rc < 0) {
+        health_verdict(c, false, uv_strerror(rc));
+        health_schedule(c);
+        return;
+    }
+    h->nhandles++;
+    c->tcp.data = c;
+    c->connect.data = c;
+    c->write.data = c;
+    c->state = HEALTH_CONNECTING;
+    uv_timer_start(&c->timer, health_timer_cb, c->timeout_ms, 0);
+    rc = uv_tcp_connect(&c->connect, &c->tcp, (const struct sockaddr *)&c->cs->addr.sa,
+                        health_connect_cb);
+    if (rc < 0) {
+        health_finish(c, false, uv_strerror(rc));
+    }
+}
+
+static void
+health_timer_cb(uv_timer_t *t)
+{
+    struct health_check *c = t->data;
+    if (c->state == HEALTH_IDLE) {
+        health_begin(c);
+    } else if (c->state == HEALTH_CONNECTING || c->state == HEALTH_READING) {
+        char reason[48];
+        snprintf(reason, sizeof(reason), "timed out after %llu ms",
+                 (unsigned long long)c->timeout_ms);
+        health_finish(c, false, reason);
+    }
+}
+
+/*
+ * Builds the check request into a new string. The Host is the address as
+ * written in the config, or the numeric address when there is no text.
+ */
+static char *
+health_request_build(const struct dm_conf_pool *pool, const struct dm_conf_server *cs, size_t *len)
+{
+    char host[INET6_ADDRSTRLEN + 8];
+    const char *host_text = cs->addr.text;
+    if (host_text == NULL) {
+        char ip[INET6_ADDRSTRLEN] = "";
+        if (cs->addr.sa.ss_family == AF_INET6) {
+            const struct sockaddr_in6 *sin6 = (const struct sockaddr_in6 *)&cs->addr.sa;
+            uv_ip6_name(sin6, ip, sizeof(ip));
+            snprintf(host, sizeof(host), "[%s]:%u", ip, (unsigned)ntohs(sin6->sin6_port));
+        } else {
+            const struct sockaddr_in *sin = (const struct sockaddr_in *)&cs->addr.sa;
+            uv_ip4_name(sin, ip, sizeof(ip));
+            snprintf(host, sizeof(host), "%s:%u", ip, (unsigned)ntohs(sin->sin_port));
+        }
+        host_text = host;
+    }
+    const char *path = pool->health.path != NULL ? pool->health.path : "/healthz";
+    static const char fmt[] = "GET %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n"
+                              "User-Agent: dimmer-health\r\n\r\n";
+    int n = snprintf(NULL, 0, fmt, path, host_text);
+    if (n < 0) {
+        return NULL;
+    }
+    char *req = malloc((size_t)n + 1);
+    if (req == NULL) {
+        return NULL;
+    }
+    snprintf(req, (size_t)n + 1, fmt, path, host_text);
+    *len = (size_t)n;
+    return req;
+}
+
+struct dm_health *
+dm_health_start(uv_loop_t *loop, const struct dm_conf *conf, struct dm_servers *const *servers)
+{
+    size_t n = 0;
+    for (size_t p = 0; p < conf->npools; p++) {
+        if (conf->pools[p].health.enabled) {
+            assert(servers[p]->n == conf->pools[p].nservers);
+            n += conf->pools[p].nservers;
+        }
+    }
+    struct dm_health *h = calloc(1, sizeof(*h) + n * sizeof(h->checks[0]));
+    if (h == NULL) {
+        return NULL;
+    }
+    h->loop = loop;
+    h->nchecks = n;
+
+    /* Everything that can fail comes before the first handle is initialized. */
+    size_t k = 0;
+    for (size_t p = 0; p < conf->npools; p++) {
+        const struct dm_conf_pool *pool = &conf->pools[p];
+        if (!pool->health.enabled) {
+            continue;
+        }
+        for (size_t i = 0; i < pool->nservers; i++, k++) {
+            struct health_check *c = &h->checks[k];
+            c->h = h;
+            c->pool = pool;
+            c->cs = &pool->servers[i];
+            c->srv = &servers[p]->s[i];
+            c->interval_ms = pool->health.interval_ms > 0 ? pool->health.interval_ms : 1;
+            c->timeout_ms = pool->health.timeout_ms > 0 ? pool->health.timeout_ms : 1;
+            c->rise = pool->health.rise > 0 ? pool->health.rise : 1;
+            c->fall = pool->health.fall > 0 ? pool->health.fall : 1;
+            c->req = health_request_build(pool, c->cs, &c->req_len);
+            if (c->req == NULL) {
+                goto free_requests;
+            }
+        }
+    }
+
+    uv_timer_init(loop, &h->anchor);
+    h->anchor.data = h;
+    h->nhandles++;
+    for (k = 0; k < n; k++) {
+        struct health_check *c = &h->checks[k];
+        atomic_store(&c->srv->down, false);
+        uv_timer_init(loop, &c->timer);
+        c->timer.data = c;
+        h->nhandles++;
+        /* The first checks come soon, spread so that servers are not all hit at once. */
+        uint64_t spread =
+            c->interval_ms < HEALTH_STAGGER_MAX_MS ? c->interval_ms : HEALTH_STAGGER_MAX_MS;
+        uint64_t first = 1 + k * spread / n;
+        uv_timer_start(&c->timer, health_timer_cb, first, 0);
+    }
+    return h;
+
+free_requests:
+    for (size_t i = 0; i < n; i++) {
+        free(h->checks[i].req);
+    }
+    free(h);
+    return NULL;
+}
+
+void
+dm_health_stop(struct dm_health *h, void (*done)(void *arg), void *arg)
+{
+    if (h == NULL) {
+        return;
+    }
+    assert(!h->stopping);
+    h->stopping = true;
+    h->done = done;
+    h->done_arg = arg;
+    for (size_t k = 0; k < h->nchecks; k++) {
+        struct health_check *c = &h->checks[k];
+        /* The tcp close callback only counts down while stopping, so c->timer may go first. */
+        c->timer.data = h;
+        uv_close((uv_handle_t *)&c->timer, health_handle_close_cb);
+        if (c->state == HEALTH_CONNECTING || c->state == HEALTH_READING) {
+            c->state = HEALTH_CLOSING;
+            uv_close((uv_handle_t *)&c->tcp, health_tcp_close_cb);
+        }
+    }
+    uv_close((uv_handle_t *)&h->anchor, health_handle_close_cb);
+}

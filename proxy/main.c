@@ -1,1 +1,313 @@
-int main(void) { return 0; }
+/*
+ * dimmer: the proxy's main(). The main thread is the control thread: it loads
+ * the config, starts the workers, and runs a loop with the signal handlers
+ * (SIGHUP reloads, SIGTERM/SIGINT drain and stop), the health checks and the
+ * admin listener.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <uv.h>
+
+#include "conf/conf.h"
+#include "proxy/health.h"
+#include "proxy/internal.h"
+#include "proxy/log.h"
+#include "proxy/worker.h"
+
+#define DM_VERSION "0.1.0"
+
+struct control {
+    uv_loop_t *loop;
+    uv_signal_t sigterm, sigint, sighup;
+    struct dm_runtime *rt;   /* live runtime (our reference) */
+    struct dm_runtime *prev; /* the one before, kept until the next reload */
+    struct dm_servers **servers;
+    struct dm_servers **old_servers;
+    struct dm_health *health;
+    struct dm_admin *admin;
+    struct dm_worker *workers;
+    unsigned nworkers;
+    const char *conf_path;
+    bool stopping;
+};
+
+static void
+usage(FILE *f)
+{
+    fprintf(f, "usage: dimmer -c FILE          run with a YAML configuration\n"
+               "       dimmer -t -c FILE       check a configuration and exit\n"
+               "       dimmer --listen ADDR --backend ADDR[,ADDR...] [--workers N]\n"
+               "                               quick start: one pool, round robin, defaults\n"
+               "options:\n"
+               "  -c, --config FILE   configuration file (see conf/README.md)\n"
+               "  -t, --test          check the configuration, print \"configuration ok\"\n"
+               "  --listen ADDR       quick start listener, e.g. 127.0.0.1:8080\n"
+               "  --backend LIST      quick start servers, e.g. 127.0.0.1:9001,127.0.0.1:9002\n"
+               "  --workers N         worker threads (overrides the config; default auto)\n"
+               "  -v, --version       print the version\n"
+               "signals: SIGHUP reloads the configuration, SIGTERM drains and stops\n");
+}
+
+static void
+print_errors(struct dm_conf_errors *err)
+{
+    for (size_t i = 0; i < err->n; i++) {
+        fprintf(stderr, "%s\n", err->msg[i]);
+    }
+}
+
+static struct dm_servers **
+servers_of(struct dm_runtime *rt)
+{
+    struct dm_servers **sv = calloc(rt->npools > 0 ? rt->npools : 1, sizeof(*sv));
+    for (size_t i = 0; sv != NULL && i < rt->npools; i++) {
+        sv[i] = rt->pools[i].sv;
+    }
+    return sv;
+}
+
+static void
+health_stopped(void *arg)
+{
+    struct dm_servers **old = arg;
+    free(old);
+}
+
+static bool
+same_listeners(const struct dm_conf *a, const struct dm_conf *b)
+{
+    if (a->nlisteners != b->nlisteners) {
+        return false;
+    }
+    for (size_t i = 0; i < a->nlisteners; i++) {
+        if (strcmp(a->listeners[i].text, b->listeners[i].text) != 0) {
+            return false;
+        }
+    }
+    return true;
+}
+
+static void
+reload(struct control *ctl)
+{
+    if (ctl->conf_path == NULL) {
+        dm_log_warn("reload: no configuration file (quick start): nothing to reload");
+        return;
+    }
+    struct dm_conf_errors err = { 0 };
+    struct dm_conf *conf = dm_conf_load(ctl->conf_path, &err);
+    if (conf == NULL) {
+        dm_log_error("reload failed, keeping the running configuration:");
+        for (size_t i = 0; i < err.n; i++) {
+            dm_log_error("%s", err.msg[i]);
+        }
+        dm_conf_errors_fini(&err);
+        return;
+    }
+    dm_conf_errors_fini(&err);
+    if (!same_listeners(conf, ctl->rt->conf)) {
+        dm_log_warn("reload: listener changes take effect at the next restart");
+    }
+    if (conf->admin.text != NULL && ctl->rt->conf->admin.text != NULL &&
+        strcmp(conf->admin.text, ctl->rt->conf->admin.text) != 0) {
+        dm_log_warn("reload: admin listener changes take effect at the next restart");
+    }
+    const char *why = NULL;
+    struct dm_runtime *rt = dm_runtime_create(conf, ctl->nworkers, ctl->rt, &why);
+    if (rt == NULL) {
+        dm_log_error("reload failed (%s), keeping the running configuration", why);
+        return;
+    }
+    dm_runtime_publish(rt);
+    dm_workers_reload(ctl->workers, ctl->nworkers);
+    struct dm_servers **sv = servers_of(rt);
+    dm_health_stop(ctl->health, health_stopped, ctl->servers);
+    ctl->servers = sv;
+    ctl->health = dm_health_start(ctl->loop, rt->conf, (struct dm_servers *const *)sv);
+    dm_runtime_unref(ctl->prev);
+    ctl->prev = ctl->rt;
+    ctl->rt = rt;
+    dm_log_info("configuration reloaded from %s (generation %llu)", ctl->conf_path,
+                (unsigned long long)rt->generation);
+}
+
+static void
+stop(struct control *ctl)
+{
+    if (ctl->stopping) {
+        return;
+    }
+    ctl->stopping = true;
+    dm_log_info("stopping: draining connections (at most %llu ms)",
+                (unsigned long long)ctl->rt->conf->timeouts.shutdown_ms);
+    dm_admin_stop(ctl->admin);
+    ctl->admin = NULL;
+    dm_health_stop(ctl->health, health_stopped, ctl->servers);
+    ctl->health = NULL;
+    ctl->servers = NULL;
+    uv_close((uv_handle_t *)&ctl->sigterm, NULL);
+    uv_close((uv_handle_t *)&ctl->sigint, NULL);
+    uv_close((uv_handle_t *)&ctl->sighup, NULL);
+}
+
+static void
+on_signal(uv_signal_t *h, int signum)
+{
+    struct control *ctl = h->data;
+    if (signum == SIGHUP) {
+        reload(ctl);
+    } else {
+        stop(ctl);
+    }
+}
+
+static int
+open_access_log(const struct dm_conf *c)
+{
+    if (c->access_log == NULL) {
+        return -1;
+    }
+    if (strcmp(c->access_log, "-") == 0) {
+        return 1;
+    }
+    int fd = open(c->access_log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        fprintf(stderr, "dimmer: cannot open access log %s: %s\n", c->access_log,
+                strerror(errno));
+    }
+    return fd < 0 ? -2 : fd;
+}
+
+int
+main(int argc, char **argv)
+{
+    const char *conf_path = NULL;
+    const char *listen = NULL;
+    const char *backends = NULL;
+    long workers_arg = -1;
+    bool test_only = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        bool has_next = i + 1 < argc;
+        if ((strcmp(a, "-c") == 0 || strcmp(a, "--config") == 0) && has_next) {
+            conf_path = argv[++i];
+        } else if (strcmp(a, "-t") == 0 || strcmp(a, "--test") == 0) {
+            test_only = true;
+        } else if (strcmp(a, "--listen") == 0 && has_next) {
+            listen = argv[++i];
+        } else if (strcmp(a, "--backend") == 0 && has_next) {
+            backends = argv[++i];
+        } else if (strcmp(a, "--workers") == 0 && has_next) {
+            char *end = NULL;
+            workers_arg = strtol(argv[++i], &end, 10);
+            if (*end != 0 || workers_arg < 1 || workers_arg > 256) {
+                fprintf(stderr, "dimmer: --workers: expected 1..256, got \"%s\"\n", argv[i]);
+                return 2;
+            }
+        } else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            usage(stdout);
+            return 0;
+        } else if (strcmp(a, "-v") == 0 || strcmp(a, "--version") == 0) {
+            printf("dimmer %s\n", DM_VERSION);
+            return 0;
+        } else {
+            fprintf(stderr, "dimmer: unknown or incomplete option \"%s\"\n", a);
+            usage(stderr);
+            return 2;
+        }
+    }
+    struct dm_conf_errors err = { 0 };
+    struct dm_conf *conf = NULL;
+    if (conf_path != NULL) {
+        conf = dm_conf_load(conf_path, &err);
+    } else if (listen != NULL && backends != NULL) {
+        conf = dm_conf_from_args(listen, backends, &err);
+    } else {
+        usage(stderr);
+        return 2;
+    }
+    if (conf == NULL) {
+        print_errors(&err);
+        dm_conf_errors_fini(&err);
+        return 1;
+    }
+    dm_conf_errors_fini(&err);
+    if (test_only) {
+        printf("configuration ok\n");
+        dm_conf_destroy(conf);
+        return 0;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    if (dm_log_open(conf->error_log) < 0) {
+        fprintf(stderr, "dimmer: cannot open error log %s: %s\n", conf->error_log,
+                strerror(errno));
+        dm_conf_destroy(conf);
+        return 1;
+    }
+    int access_fd = open_access_log(conf);
+    if (access_fd == -2) {
+        dm_conf_destroy(conf);
+        return 1;
+    }
+    int json = conf->access_log_format != NULL && strcmp(conf->access_log_format, "json") == 0;
+    unsigned nworkers = workers_arg > 0 ? (unsigned)workers_arg : conf->workers;
+    if (nworkers == 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        nworkers = n > 0 ? (unsigned)n : 1;
+    }
+
+    struct control ctl = { .loop = uv_default_loop(), .nworkers = nworkers,
+                           .conf_path = conf_path };
+    const char *why = NULL;
+    ctl.rt = dm_runtime_create(conf, nworkers, NULL, &why);
+    if (ctl.rt == NULL) {
+        fprintf(stderr, "dimmer: %s\n", why);
+        return 1;
+    }
+    dm_runtime_publish(ctl.rt);
+    int r = 0;
+    if (ctl.rt->conf->admin.text != NULL) {
+        ctl.admin = dm_admin_start(ctl.loop, &ctl.rt->conf->admin, &r);
+        if (ctl.admin == NULL) {
+            fprintf(stderr, "dimmer: cannot listen on admin address %s: %s\n",
+                    ctl.rt->conf->admin.text, r < -1000 ? uv_strerror(r) : strerror(-r));
+            return 1;
+        }
+    }
+    ctl.workers = dm_workers_start(nworkers, ctl.rt, access_fd, json, &r);
+    if (ctl.workers == NULL) {
+        fprintf(stderr, "dimmer: cannot start: %s\n",
+                r < -1000 ? uv_strerror(r) : strerror(-r));
+        return 1;
+    }
+    ctl.servers = servers_of(ctl.rt);
+    ctl.health = dm_health_start(ctl.loop, ctl.rt->conf, (struct dm_servers *const *)ctl.servers);
+    uv_signal_init(ctl.loop, &ctl.sigterm);
+    uv_signal_init(ctl.loop, &ctl.sigint);
+    uv_signal_init(ctl.loop, &ctl.sighup);
+    ctl.sigterm.data = ctl.sigint.data = ctl.sighup.data = &ctl;
+    uv_signal_start(&ctl.sigterm, on_signal, SIGTERM);
+    uv_signal_start(&ctl.sigint, on_signal, SIGINT);
+    uv_signal_start(&ctl.sighup, on_signal, SIGHUP);
+    for (size_t i = 0; i < ctl.rt->conf->nlisteners; i++) {
+        dm_log_info("listening on %s (%u workers)", ctl.rt->conf->listeners[i].text, nworkers);
+    }
+    uv_run(ctl.loop, UV_RUN_DEFAULT);
+
+    /* The control loop ran out: signals, admin and health checks are closed. */
+    dm_workers_stop(ctl.workers, ctl.nworkers, ctl.rt->conf->timeouts.shutdown_ms);
+    dm_runtime_publish(NULL);
+    dm_runtime_unref(ctl.prev);
+    dm_runtime_unref(ctl.rt);
+    uv_loop_close(ctl.loop);
+    if (access_fd > 2) {
+        close(access_fd);
+    }
+    dm_log_info("stopped");
+    return 0;
+}

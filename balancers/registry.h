@@ -1,0 +1,18 @@
+/*
+ * The policies known to dimmer. Each policy file exports exactly one of these
+ * tables; balancers/registry.c lists them all in dm_balancer_registry[], so a
+ * new policy is one file, one line here and one line there. Callers normally
+ * go through dm_balancer_find() by config name; tests may name a table.
+ */
+#ifndef DM_BALANCERS_REGISTRY_H
+#define DM_BALANCERS_REGISTRY_H
+
+#include "balancers/balancer.h"
+
+/* "roundrobin": smooth weighted round robin (balancers/roundrobin.c). */
+extern const struct dm_balancer_ops dm_bal_roundrobin;
+
+/* "leastconn": weighted least connections (balancers/leastconn.c). */
+extern const struct dm_balancer_ops dm_bal_leastconn;
+
+#endif

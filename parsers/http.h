@@ -1,0 +1,149 @@
+/*
+ * HTTP/1.1 message heads on top of llhttp. A struct dm_http_parser wraps one
+ * llhttp parser and records the head of the message being parsed as spans
+ * into the caller's buffer, which must stay contiguous (and unmoved) from the
+ * first byte of the head to its end. It pauses at the end of the head and at
+ * the end of the message so the caller can forward raw bytes in between.
+ *
+ * llhttp in strict mode accepts a few things a proxy must refuse (obs-fold, a
+ * space before the colon, Transfer-Encoding in HTTP/1.0, a missing Host, an
+ * HTTP/2.0 request line, a Transfer-Encoding that does not end in chunked is
+ * only refused after the head): dm_http_check_request() refuses those before
+ * anything is forwarded. Parsers own nothing and never allocate.
+ */
+#ifndef DM_PARSERS_HTTP_H
+#define DM_PARSERS_HTTP_H
+
+#include <llhttp.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct dm_span {
+    const char *p;
+    size_t len;
+};
+
+struct dm_http_field {
+    struct dm_span name;
+    struct dm_span value;
+};
+
+/* A parsed head. fields is caller-owned storage for up to max_fields fields. */
+struct dm_http_msg {
+    struct dm_span method; /* requests */
+    struct dm_span target; /* requests */
+    struct dm_http_field *fields;
+    unsigned nfields;
+    unsigned max_fields;
+    bool too_many_fields; /* more than max_fields were seen */
+};
+
+enum dm_http_event {
+    DM_HTTP_AGAIN = 0,     /* all input consumed, nothing ended */
+    DM_HTTP_HEAD_DONE = 1, /* the head ended at *consumed */
+    DM_HTTP_MSG_DONE = 2,  /* the message (body included) ended at *consumed */
+    DM_HTTP_UPGRADE = 3,   /* the message ended and the connection changes protocol */
+};
+
+/* Called with decoded body bytes (chunk framing removed), when set. */
+typedef void (*dm_http_body_cb)(void *arg, const char *p, size_t len);
+
+struct dm_http_parser {
+    llhttp_t _ll;
+    struct dm_http_msg *msg; /* where the head goes; set before the head starts */
+    dm_http_body_cb on_body; /* optional */
+    void *body_arg;
+    uint64_t body_bytes; /* decoded body bytes of the current message */
+    uint8_t _last;       /* 0 none, 1 field name, 2 field value, 3 url, 4 method */
+    bool _in_head;
+    bool _no_body; /* response to HEAD */
+    uint8_t _ev;   /* event the last pause stands for */
+};
+
+/* Initialises p for requests (is_request) or responses; p is caller memory. */
+void dm_http_parser_init(struct dm_http_parser *p, bool is_request);
+
+/*
+ * Feeds len bytes. Returns an enum dm_http_event with *consumed = the bytes up
+ * to that event (all of them for DM_HTTP_AGAIN), or a negative value on
+ * malformed input (dm_http_parser_error() says why). After HEAD_DONE or
+ * MSG_DONE, call again with the rest. After UPGRADE, the rest is not HTTP.
+ */
+int dm_http_parse(struct dm_http_parser *p, const char *data, size_t len, size_t *consumed);
+
+/* For a response parser: the request was HEAD, so the response has no body. */
+void dm_http_parser_expect_no_body(struct dm_http_parser *p, bool no_body);
+
+/* Signals EOF (close-delimited bodies). Returns MSG_DONE, AGAIN (no message open) or <0. */
+int dm_http_parse_eof(struct dm_http_parser *p);
+
+/* After MSG_DONE: be ready for the next message on the same connection. */
+void dm_http_parser_next(struct dm_http_parser *p);
+
+const char *dm_http_parser_error(const struct dm_http_parser *p);
+unsigned dm_http_parser_status(const struct dm_http_parser *p); /* responses */
+unsigned dm_http_parser_version(const struct dm_http_parser *p); /* 10, 11, 20, ... */
+bool dm_http_parser_needs_eof(const struct dm_http_parser *p);
+bool dm_http_parser_keep_alive(const struct dm_http_parser *p);
+
+/* What dm_http_check_request() or _response() learnt about a head. */
+struct dm_http_info {
+    unsigned version;        /* 10 or 11 */
+    bool keep_alive;         /* the peer wants the connection kept */
+    bool chunked;            /* Transfer-Encoding ends in chunked */
+    bool has_length;         /* Content-Length present */
+    uint64_t content_length;
+    bool upgrade;            /* Connection: upgrade with an Upgrade field */
+    bool expect_continue;    /* Expect: 100-continue */
+    struct dm_span host;     /* Host value, or empty */
+    struct dm_span path;     /* origin-form target (absolute-form is reduced to its path) */
+    uint32_t drop;           /* bitmap: fields (up to 32) to drop, named in Connection */
+};
+
+/*
+ * Checks a complete request head (head, head_len: its raw bytes; msg: as parsed
+ * by dm_http_parse on those bytes) against everything that could be read two
+ * ways. Returns 0 and fills info, or the status to answer (400, 405, 431, 505)
+ * with *reason set to a static string.
+ */
+int dm_http_check_request(const char *head, size_t head_len, const struct dm_http_msg *msg,
+                          unsigned version, struct dm_http_info *info, const char **reason);
+
+/* Checks a response head the same way (502 when it is unusable). */
+int dm_http_check_response(const char *head, size_t head_len, const struct dm_http_msg *msg,
+                           unsigned version, struct dm_http_info *info, const char **reason);
+
+/* What the proxy adds to a forwarded request. */
+struct dm_http_forward {
+    const char *client_addr; /* X-Forwarded-For */
+    const char *proto;       /* X-Forwarded-Proto: "http" */
+    const char *via;         /* Via: "1.1 dimmer" */
+    const char *default_host; /* Host to send when an HTTP/1.0 request had none */
+};
+
+/*
+ * Writes the request head to send to a server into out (cap bytes): request
+ * line with the origin-form target and HTTP/1.1, fields without the hop-by-hop
+ * ones (and those named in Connection), X-Forwarded-For appended to an existing
+ * one, X-Forwarded-Proto replaced, Via appended, Connection kept only for an
+ * upgrade. Returns the length, or 0 when cap is too small.
+ */
+size_t dm_http_write_request(char *out, size_t cap, const struct dm_http_msg *msg,
+                             const struct dm_http_info *info, const struct dm_http_forward *fw);
+
+/*
+ * Writes the response head to send to a client: status line as received (with
+ * the client's version), fields without the hop-by-hop ones, then
+ * "Connection: close" when close is set, "Connection: keep-alive" for an
+ * HTTP/1.0 client that keeps the connection, the upgrade fields for a 101.
+ * Returns the length, or 0 when cap is too small.
+ */
+size_t dm_http_write_response(char *out, size_t cap, const char *head, size_t head_len,
+                              const struct dm_http_msg *msg, const struct dm_http_info *info,
+                              unsigned client_version, bool close);
+
+/* Case-insensitive compare of a span with a NUL-terminated lowercase string. */
+bool dm_span_ieq(struct dm_span s, const char *lower);
+
+#endif

@@ -1,0 +1,226 @@
+/*
+ * The admin listener, on the control thread's loop: GET /stats answers the
+ * live server tables as JSON, GET / a short index. One request per connection.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "proxy/internal.h"
+#include "proxy/log.h"
+#include "proxy/worker.h"
+
+#define ADMIN_REQ_MAX 8192
+
+struct dm_admin {
+    uv_tcp_t tcp;
+};
+
+struct admin_conn {
+    uv_tcp_t tcp;
+    uv_write_t wreq;
+    size_t len;
+    char *out;
+    bool answered;
+    char req[ADMIN_REQ_MAX];
+};
+
+struct sbuf {
+    char *p;
+    size_t len, cap;
+};
+
+static void __attribute__((format(printf, 2, 3)))
+sb_printf(struct sbuf *b, const char *fmt, ...)
+{
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
+        va_end(ap);
+        if (n < 0) {
+            return;
+        }
+        if ((size_t)n < b->cap - b->len) {
+            b->len += (size_t)n;
+            return;
+        }
+        size_t cap = (b->cap + (size_t)n + 1) * 2;
+        char *p = realloc(b->p, cap);
+        if (p == NULL) {
+            return;
+        }
+        b->p = p;
+        b->cap = cap;
+    }
+}
+
+/* JSON of every pool and server of the current runtime. */
+static void
+stats_json(struct sbuf *b)
+{
+    struct dm_runtime *rt = dm_runtime_current();
+    sb_printf(b, "{\"generation\":%llu,\"pools\":[",
+              (unsigned long long)(rt != NULL ? rt->generation : 0));
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    uint64_t now = (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
+    for (size_t i = 0; rt != NULL && i < rt->npools; i++) {
+        struct dm_rpool *p = &rt->pools[i];
+        sb_printf(b, "%s{\"name\":\"%s\",\"balance\":\"%s\",\"servers\":[", i ? "," : "",
+                  p->cf->name, p->cf->balance);
+        for (size_t j = 0; j < p->sv->n; j++) {
+            struct dm_server *s = &p->sv->s[j];
+            const char *state = "up";
+            if (atomic_load(&s->down)) {
+                state = "down";
+            } else if (atomic_load(&s->down_until_us) > now) {
+                state = "failing";
+            }
+            sb_printf(b,
+                      "%s{\"name\":\"%s\",\"address\":\"%s\",\"state\":\"%s\",\"weight\":%u,"
+                      "\"capacity\":%u,\"connections\":%llu,\"inflight\":%llu,\"picks\":%llu,"
+                      "\"requests\":%llu,\"failures\":%llu}",
+                      j ? "," : "", s->name, p->cf->servers[j].addr.text, state, s->weight,
+                      s->capacity, (unsigned long long)dm_counter_get(&s->conns),
+                      (unsigned long long)dm_counter_get(&s->inflight),
+                      (unsigned long long)dm_counter_get(&s->picks),
+                      (unsigned long long)dm_counter_get(&s->requests),
+                      (unsigned long long)dm_counter_get(&s->failures));
+        }
+        sb_printf(b, "]}");
+    }
+    sb_printf(b, "]}\n");
+    dm_runtime_unref(rt);
+}
+
+static void
+conn_closed(uv_handle_t *h)
+{
+    struct admin_conn *ac = h->data;
+    free(ac->out);
+    free(ac);
+}
+
+static void
+written(uv_write_t *w, int status)
+{
+    (void)status;
+    struct admin_conn *ac = w->data;
+    uv_close((uv_handle_t *)&ac->tcp, conn_closed);
+}
+
+static void
+alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+    (void)suggested;
+    struct admin_conn *ac = h->data;
+    *buf = uv_buf_init(ac->req + ac->len, (unsigned)(ADMIN_REQ_MAX - 1 - ac->len));
+}
+
+static void
+answer(struct admin_conn *ac)
+{
+    ac->answered = true;
+    uv_read_stop((uv_stream_t *)&ac->tcp);
+    ac->req[ac->len] = 0;
+    struct sbuf body = { 0 };
+    const char *status = "200 OK";
+    const char *type = "application/json";
+    if (strncmp(ac->req, "GET /stats ", 11) == 0 || strncmp(ac->req, "GET /stats?", 11) == 0) {
+        stats_json(&body);
+    } else if (strncmp(ac->req, "GET / ", 6) == 0) {
+        type = "text/plain";
+        sb_printf(&body, "dimmer admin\n  GET /stats  server tables as JSON\n");
+    } else {
+        status = "404 Not Found";
+        type = "text/plain";
+        sb_printf(&body, "not found\n");
+    }
+    struct sbuf out = { 0 };
+    sb_printf(&out,
+              "HTTP/1.1 %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\nConnection: close\r\n"
+              "Cache-Control: no-store\r\n\r\n%.*s",
+              status, type, body.len, (int)body.len, body.p ? body.p : "");
+    free(body.p);
+    ac->out = out.p;
+    uv_buf_t b = uv_buf_init(out.p, (unsigned)out.len);
+    ac->wreq.data = ac;
+    if (out.p == NULL || uv_write(&ac->wreq, (uv_stream_t *)&ac->tcp, &b, 1, written) < 0) {
+        uv_close((uv_handle_t *)&ac->tcp, conn_closed);
+    }
+}
+
+static void
+read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
+{
+    (void)buf;
+    struct admin_conn *ac = s->data;
+    if (ac->answered) {
+        return;
+    }
+    if (nread < 0) {
+        uv_close((uv_handle_t *)&ac->tcp, conn_closed);
+        return;
+    }
+    ac->len += (size_t)nread;
+    ac->req[ac->len] = 0;
+    if (strstr(ac->req, "\r\n\r\n") != NULL || strstr(ac->req, "\n\n") != NULL) {
+        answer(ac);
+    } else if (ac->len >= ADMIN_REQ_MAX - 1) {
+        uv_close((uv_handle_t *)&ac->tcp, conn_closed);
+    }
+}
+
+static void
+on_conn(uv_stream_t *server, int status)
+{
+    if (status < 0) {
+        return;
+    }
+    struct admin_conn *ac = calloc(1, sizeof(*ac));
+    if (ac == NULL) {
+        return;
+    }
+    uv_tcp_init(server->loop, &ac->tcp);
+    ac->tcp.data = ac;
+    if (uv_accept(server, (uv_stream_t *)&ac->tcp) < 0 ||
+        uv_read_start((uv_stream_t *)&ac->tcp, alloc_cb, read_cb) < 0) {
+        uv_close((uv_handle_t *)&ac->tcp, conn_closed);
+    }
+}
+
+struct dm_admin *
+dm_admin_start(uv_loop_t *loop, const struct dm_conf_addr *addr, int *err)
+{
+    struct dm_admin *a = calloc(1, sizeof(*a));
+    if (a == NULL) {
+        *err = UV_ENOMEM;
+        return NULL;
+    }
+    int fd = dm_listen_socket((const struct sockaddr *)&addr->sa, 128);
+    if (fd < 0) {
+        *err = fd;
+        free(a);
+        return NULL;
+    }
+    uv_tcp_init(loop, &a->tcp);
+    a->tcp.data = a;
+    uv_tcp_open(&a->tcp, fd);
+    int r = uv_listen((uv_stream_t *)&a->tcp, 128, on_conn);
+    if (r < 0) {
+        *err = r;
+        uv_close((uv_handle_t *)&a->tcp, (uv_close_cb)free);
+        return NULL;
+    }
+    return a;
+}
+
+void
+dm_admin_stop(struct dm_admin *a)
+{
+    if (a != NULL) {
+        uv_close((uv_handle_t *)&a->tcp, (uv_close_cb)free);
+    }
+}

@@ -1,0 +1,1486 @@
+/*
+ * The request path of one worker: client connections, requests and server
+ * connections. Everything here runs on the worker's own thread; the only
+ * shared memory it touches is the runtime's server table (relaxed atomics).
+ *
+ * A request goes through the client states of enum dm_client_state:
+ *   IDLE -> HEAD (bytes of a request head arrive)
+ *        -> CONNECT (head checked, a server picked, its connection coming)
+ *        -> BODY (head written to the server, body bytes forwarded as they come)
+ *        -> WAIT (request complete, response under way)
+ *        -> IDLE again when the response is complete, or TUNNEL after a 101.
+ * Pipelined requests wait in the read buffer until the response before them
+ * is complete, so responses go out in order.
+ */
+#include "proxy/conn.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "proxy/log.h"
+#include "proxy/route.h"
+
+static void client_process(struct dm_client *c);
+static void client_close(struct dm_client *c);
+static void client_respond_error(struct dm_client *c, unsigned status, const char *reason);
+static void req_pick_and_connect(struct dm_req *req);
+static void up_process(struct dm_upstream *up);
+static void up_start_read(struct dm_upstream *up);
+static void req_finish(struct dm_req *req);
+
+static const char *
+status_text(unsigned status)
+{
+    switch (status) {
+    case 400:
+        return "Bad Request";
+    case 405:
+        return "Method Not Allowed";
+    case 408:
+        return "Request Timeout";
+    case 413:
+        return "Content Too Large";
+    case 431:
+        return "Request Header Fields Too Large";
+    case 502:
+        return "Bad Gateway";
+    case 503:
+        return "Service Unavailable";
+    case 504:
+        return "Gateway Timeout";
+    case 505:
+        return "HTTP Version Not Supported";
+    default:
+        return "Error";
+    }
+}
+
+static const struct dm_conf_server *
+server_conf(const struct dm_runtime *rt, size_t pool, int server)
+{
+    return &rt->conf->pools[pool].servers[server];
+}
+
+static struct dm_server *
+server_of(const struct dm_runtime *rt, size_t pool, int server)
+{
+    return &rt->pools[pool].sv->s[server];
+}
+
+static void
+peer_text(const struct dm_client *c, char *out, size_t cap)
+{
+    if (c->peer.sa.sa_family == AF_INET6) {
+        inet_ntop(AF_INET6, &c->peer.in6.sin6_addr, out, (socklen_t)cap);
+    } else {
+        inet_ntop(AF_INET, &c->peer.in4.sin_addr, out, (socklen_t)cap);
+    }
+}
+
+/* ---- requests ---- */
+
+static struct dm_req *
+req_get(struct dm_client *c)
+{
+    struct dm_runtime *rt = c->rt;
+    uint32_t max_fields = rt->conf->limits.header_count;
+    uint32_t tried_bytes = 1;
+    for (size_t i = 0; i < rt->npools; i++) {
+        uint32_t b = (uint32_t)((rt->pools[i].sv->n + 7) / 8);
+        tried_bytes = b > tried_bytes ? b : tried_bytes;
+    }
+    size_t size = sizeof(struct dm_req) + 2 * (size_t)max_fields * sizeof(struct dm_http_field) +
+                  tried_bytes;
+    struct dm_req *req = malloc(size);
+    if (req == NULL) {
+        return NULL;
+    }
+    memset(req, 0, sizeof(*req));
+    req->max_fields = max_fields;
+    req->tried_bytes = tried_bytes;
+    req->c = c;
+    req->msg.fields = req->fields;
+    req->msg.max_fields = max_fields;
+    req->rmsg.fields = req->fields + max_fields;
+    req->rmsg.max_fields = max_fields;
+    req->tried = (uint8_t *)(req->fields + 2 * (size_t)max_fields);
+    memset(req->tried, 0, tried_bytes);
+    req->server = DM_NO_SERVER;
+    req->start_us = dm_worker_now_us(c->w);
+    return req;
+}
+
+static void
+req_free(struct dm_worker *w, struct dm_req *req)
+{
+    dm_buf_unref(w, req->head_buf);
+    dm_buf_unref(w, req->out_head);
+    free(req);
+}
+
+/* ---- client connections ---- */
+
+static void client_timer_cb(uv_timer_t *t);
+
+static void
+client_timer_start(struct dm_client *c, uint64_t ms)
+{
+    if (ms > 0) {
+        uv_timer_start(&c->timer, client_timer_cb, ms, 0);
+    } else {
+        uv_timer_stop(&c->timer);
+    }
+}
+
+static void
+client_alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+    (void)suggested;
+    struct dm_client *c = h->data;
+    if (c->in == NULL) {
+        c->in = dm_buf_get(c->w, c->rt->buf_cap);
+    }
+    if (c->in == NULL) {
+        *buf = uv_buf_init(NULL, 0);
+        return;
+    }
+    *buf = uv_buf_init(c->in->data + c->in->len, c->in->cap - c->in->len);
+}
+
+static void client_read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
+
+static void
+client_read_start(struct dm_client *c)
+{
+    if (!c->reading && !c->closing && !c->eof) {
+        if (uv_read_start((uv_stream_t *)&c->tcp, client_alloc_cb, client_read_cb) == 0) {
+            c->reading = true;
+        }
+    }
+}
+
+static void
+client_read_stop(struct dm_client *c)
+{
+    if (c->reading) {
+        uv_read_stop((uv_stream_t *)&c->tcp);
+        c->reading = false;
+    }
+}
+
+static void
+client_free_cb(uv_handle_t *h)
+{
+    struct dm_client *c = h->data;
+    struct dm_worker *w = c->w;
+    dm_runtime_unref(c->rt);
+    free(c);
+    (void)w;
+}
+
+static void
+client_timer_closed(uv_handle_t *h)
+{
+    struct dm_client *c = h->data;
+    uv_close((uv_handle_t *)&c->tcp, client_free_cb);
+}
+
+/* Closes the client and abandons its request (and that request's server connection). */
+static void
+client_close(struct dm_client *c)
+{
+    if (c->closing) {
+        return;
+    }
+    c->closing = true;
+    struct dm_worker *w = c->w;
+    struct dm_req *req = c->req;
+    if (req != NULL) {
+        if (req->up != NULL) {
+            struct dm_upstream *up = req->up;
+            req->up = NULL;
+            up->req = NULL;
+            dm_upstream_close(up);
+        }
+        if (req->server != DM_NO_SERVER && req->attempts > 0) {
+            /* A request that was counted against its server ends here. */
+            struct dm_server *s = server_of(c->rt, req->pool, req->server);
+            dm_counter_sub(&s->conns, 1);
+            dm_counter_sub(&s->inflight, 1);
+            req->server = DM_NO_SERVER;
+        }
+        req_free(w, req);
+        c->req = NULL;
+    }
+    dm_buf_unref(w, c->in);
+    c->in = NULL;
+    if (c->prev != NULL) {
+        c->prev->next = c->next;
+    } else {
+        w->clients = c->next;
+    }
+    if (c->next != NULL) {
+        c->next->prev = c->prev;
+    }
+    w->nclients--;
+    uv_close((uv_handle_t *)&c->timer, client_timer_closed);
+}
+
+/* Called when writes to the client complete. */
+static void
+client_write_done(void *arg, int status)
+{
+    struct dm_client *c = arg;
+    c->writes--;
+    if (c->closing) {
+        return;
+    }
+    if (status < 0) {
+        client_close(c);
+        return;
+    }
+    if (c->close_after && c->writes == 0) {
+        client_close(c);
+        return;
+    }
+    /* Back-pressure: the server side paused while this queue was full. */
+    struct dm_upstream *up = c->req != NULL ? c->req->up : NULL;
+    if (up != NULL && up->paused &&
+        uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp) < DM_WRITE_HIGH) {
+        up->paused = false;
+        up_start_read(up);
+    }
+}
+
+/* Writes to the client; bufs reference hold[] (kept until written). */
+static void
+client_write(struct dm_client *c, uv_buf_t *bufs, unsigned n, struct dm_buf **hold,
+             unsigned nhold)
+{
+    int r = dm_stream_write(c->w, (uv_stream_t *)&c->tcp, bufs, n, hold, nhold, client_write_done,
+                            c);
+    if (r == 0) {
+        c->writes++;
+    } else if (r < 0) {
+        c->close_after = true;
+        if (c->writes == 0) {
+            client_close(c);
+        }
+    }
+}
+
+/* Closes the client now if nothing is in flight, else after the last write. */
+static void
+client_close_when_written(struct dm_client *c)
+{
+    c->close_after = true;
+    if (c->writes == 0) {
+        client_close(c);
+    }
+}
+
+static void
+log_access(struct dm_req *req)
+{
+    struct dm_client *c = req->c;
+    struct dm_worker *w = c->w;
+    if (w->log_fd < 0) {
+        return;
+    }
+    char addr[INET6_ADDRSTRLEN];
+    peer_text(c, addr, sizeof(addr));
+    uint64_t now = dm_worker_now_us(w);
+    const char *server = "-";
+    if (req->server != DM_NO_SERVER) {
+        server = server_conf(c->rt, req->pool, req->server)->name;
+    }
+    double up_ms = req->up_start_us > 0 ? (double)(now - req->up_start_us) / 1000.0 : 0.0;
+    double total_ms = (double)(now - req->start_us) / 1000.0;
+    char line[2048];
+    int tlen = req->msg.target.len > 1024 ? 1024 : (int)req->msg.target.len;
+    int mlen = req->msg.method.len > 32 ? 32 : (int)req->msg.method.len;
+    int n;
+    if (w->json_log) {
+        n = snprintf(line, sizeof(line),
+                     "{\"client\":\"%s\",\"method\":\"%.*s\",\"target\":\"%.*s\",\"status\":%u,"
+                     "\"bytes\":%llu,\"upstream\":\"%s\",\"upstream_ms\":%.3f,\"total_ms\":%.3f}",
+                     addr, mlen, req->msg.method.p ? req->msg.method.p : "", tlen,
+                     req->msg.target.p ? req->msg.target.p : "", req->status,
+                     (unsigned long long)req->resp_bytes, server, up_ms, total_ms);
+    } else {
+        n = snprintf(line, sizeof(line), "%s \"%.*s %.*s\" %u %llu %s %.3f %.3f", addr, mlen,
+                     req->msg.method.p ? req->msg.method.p : "-", tlen,
+                     req->msg.target.p ? req->msg.target.p : "-", req->status,
+                     (unsigned long long)req->resp_bytes, server, up_ms, total_ms);
+    }
+    if (n > 0) {
+        if (w->json_log) {
+            /* Targets with quotes or control bytes must not break the JSON line. */
+            for (int i = 0; i < n && i < (int)sizeof(line); i++) {
+                unsigned char ch = (unsigned char)line[i];
+                if (ch < 0x20 || (ch == '\\')) {
+                    line[i] = '?';
+                }
+            }
+        }
+        dm_worker_log_access(w, line, (size_t)(n < (int)sizeof(line) ? n : (int)sizeof(line) - 1));
+    }
+}
+
+/* Answers the current request with an error and closes the connection. */
+static void
+client_respond_error(struct dm_client *c, unsigned status, const char *reason)
+{
+    struct dm_req *req = c->req;
+    char addr[INET6_ADDRSTRLEN];
+    peer_text(c, addr, sizeof(addr));
+    dm_log_warn("client %s: %u %s", addr, status, reason);
+    if (req != NULL && req->up != NULL) {
+        struct dm_upstream *up = req->up;
+        req->up = NULL;
+        up->req = NULL;
+        dm_upstream_close(up);
+    }
+    client_read_stop(c);
+    uv_timer_stop(&c->timer);
+    if (req != NULL && req->resp_started) {
+        /* Part of a response went out already: all we can do is close. */
+        client_close(c);
+        return;
+    }
+    struct dm_buf *b = dm_buf_get(c->w, DM_ERRBUF);
+    if (b == NULL) {
+        client_close(c);
+        return;
+    }
+    char body[256];
+    int blen = snprintf(body, sizeof(body), "%u %s: %s\n", status, status_text(status), reason);
+    int n = snprintf(b->data, b->cap,
+                     "HTTP/1.1 %u %s\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n"
+                     "Connection: close\r\n\r\n%s",
+                     status, status_text(status), blen, body);
+    if (n < 0 || (uint32_t)n >= b->cap) {
+        n = 0;
+    }
+    b->len = (uint32_t)n;
+    if (req != NULL) {
+        req->status = status;
+        req->resp_bytes = (uint64_t)n;
+        req->resp_started = true;
+        log_access(req);
+    }
+    uv_buf_t out = uv_buf_init(b->data, b->len);
+    c->close_after = true;
+    client_write(c, &out, 1, &b, 1);
+    dm_buf_unref(c->w, b);
+    if (!c->closing && c->writes == 0) {
+        client_close(c);
+    }
+}
+
+static void
+client_timer_cb(uv_timer_t *t)
+{
+    struct dm_client *c = t->data;
+    switch (c->state) {
+    case DM_C_IDLE:
+        client_close(c);
+        break;
+    case DM_C_HEAD:
+        if (c->in != NULL && c->in->len > c->head_start) {
+            client_respond_error(c, 408, "request head not received in time");
+        } else {
+            client_close(c);
+        }
+        break;
+    default:
+        /* The whole-request bound (timeouts.request). */
+        client_respond_error(c, 504, "request took longer than timeouts.request");
+        break;
+    }
+}
+
+/*
+ * Makes sure the read buffer has room for a whole head from `off` on: compact it
+ * when we are its only user, else move the unparsed bytes to a fresh buffer.
+ */
+static int
+client_make_room(struct dm_client *c)
+{
+    struct dm_buf *in = c->in;
+    uint32_t need = (uint32_t)c->rt->conf->limits.header_bytes + 1024;
+    if (in == NULL) {
+        return 0;
+    }
+    if (in->cap - in->off >= need && in->cap - in->len > 0) {
+        return 0;
+    }
+    uint32_t rest = in->len - in->off;
+    if (in->refs == 1) {
+        memmove(in->data, in->data + in->off, rest);
+        in->off = 0;
+        in->len = rest;
+        return 0;
+    }
+    struct dm_buf *nb = dm_buf_get(c->w, c->rt->buf_cap);
+    if (nb == NULL) {
+        return -ENOMEM;
+    }
+    memcpy(nb->data, in->data + in->off, rest);
+    nb->len = rest;
+    dm_buf_unref(c->w, in);
+    c->in = nb;
+    return 0;
+}
+
+static bool
+client_start_request(struct dm_client *c)
+{
+    if (client_make_room(c) < 0) {
+        client_close(c);
+        return false;
+    }
+    c->req = req_get(c);
+    if (c->req == NULL) {
+        client_close(c);
+        return false;
+    }
+    c->parser.msg = &c->req->msg;
+    c->parser.on_body = NULL;
+    c->head_start = c->in->off;
+    c->state = DM_C_HEAD;
+    client_timer_start(c, c->rt->conf->timeouts.client_header_ms);
+    return true;
+}
+
+/* Sends bytes [from, to) of the client's read buffer to the server. */
+static void up_write(struct dm_upstream *up, uv_buf_t *bufs, unsigned n, struct dm_buf **hold,
+                     unsigned nhold);
+
+static void
+client_forward_slice(struct dm_client *c, uint32_t from, uint32_t to)
+{
+    struct dm_req *req = c->req;
+    if (to > from && req->up != NULL) {
+        uv_buf_t b = uv_buf_init(c->in->data + from, to - from);
+        req->body_sent = true;
+        up_write(req->up, &b, 1, &c->in, 1);
+    }
+}
+
+/* After forwarding: a full buffer is recycled or handed over to its writers. */
+static void
+client_recycle_in(struct dm_client *c)
+{
+    struct dm_buf *in = c->in;
+    if (in == NULL || in->off != in->len) {
+        return;
+    }
+    if (in->refs == 1) {
+        in->off = in->len = 0;
+        if (c->state == DM_C_IDLE) {
+            dm_buf_unref(c->w, in);
+            c->in = NULL;
+        }
+    } else if (in->len == in->cap || c->state == DM_C_IDLE) {
+        dm_buf_unref(c->w, in);
+        c->in = NULL;
+    }
+}
+
+static void
+client_head_done(struct dm_client *c)
+{
+    struct dm_req *req = c->req;
+    const struct dm_conf *cf = c->rt->conf;
+    uint32_t head_len = c->in->off - c->head_start;
+    const char *reason = NULL;
+    if (head_len > cf->limits.header_bytes) {
+        client_respond_error(c, 431, "request head larger than limits.header_bytes");
+        return;
+    }
+    int st = dm_http_check_request(c->in->data + c->head_start, head_len, &req->msg,
+                                   dm_http_parser_version(&c->parser), &req->info, &reason);
+    if (st != 0) {
+        client_respond_error(c, (unsigned)st, reason);
+        return;
+    }
+    if (cf->limits.body_bytes > 0 && req->info.has_length &&
+        req->info.content_length > cf->limits.body_bytes) {
+        client_respond_error(c, 413, "request body larger than limits.body_bytes");
+        return;
+    }
+    req->head_buf = c->in;
+    c->in->refs++;
+    req->close_client = !req->info.keep_alive || c->w->stopping;
+    req->pool = dm_route_match(cf, req->info.host.p, req->info.host.len, req->info.path.p,
+                               req->info.path.len);
+    c->state = DM_C_CONNECT;
+    client_timer_start(c, cf->timeouts.request_ms);
+    req_pick_and_connect(req);
+}
+
+static void
+client_process(struct dm_client *c)
+{
+    for (;;) {
+        if (c->closing) {
+            return;
+        }
+        struct dm_buf *in = c->in;
+        switch (c->state) {
+        case DM_C_IDLE:
+            if (in == NULL || in->off == in->len) {
+                client_recycle_in(c);
+                if (c->eof || c->w->stopping) {
+                    client_close(c);
+                    return;
+                }
+                client_timer_start(c, c->served ? c->rt->conf->timeouts.client_keepalive_ms
+                                                 : c->rt->conf->timeouts.client_header_ms);
+                client_read_start(c);
+                return;
+            }
+            if (!client_start_request(c)) {
+                return;
+            }
+            continue;
+        case DM_C_HEAD: {
+            size_t used = 0;
+            int r = dm_http_parse(&c->parser, in->data + in->off, in->len - in->off, &used);
+            if (r < 0) {
+                client_respond_error(c, 400, dm_http_parser_error(&c->parser));
+                return;
+            }
+            in->off += (uint32_t)used;
+            if (r == DM_HTTP_HEAD_DONE) {
+                client_head_done(c);
+                return;
+            }
+            if (in->len - c->head_start > c->rt->conf->limits.header_bytes) {
+                client_respond_error(c, 431, "request head larger than limits.header_bytes");
+                return;
+            }
+            if (c->eof) {
+                client_close(c);
+            }
+            return;
+        }
+        case DM_C_CONNECT:
+        case DM_C_WAIT:
+            /* Pipelined bytes wait; stop reading when there is no room left. */
+            if (in != NULL && in->len == in->cap) {
+                client_read_stop(c);
+            }
+            return;
+        case DM_C_BODY: {
+            struct dm_req *req = c->req;
+            if (in == NULL || (in->off == in->len && !(req->info.chunked == false &&
+                                                         req->info.content_length == 0))) {
+                return;
+            }
+            size_t used = 0;
+            uint32_t from = in->off;
+            int r = dm_http_parse(&c->parser, in->data + in->off, in->len - in->off, &used);
+            if (r < 0) {
+                client_respond_error(c, 400, dm_http_parser_error(&c->parser));
+                return;
+            }
+            uint64_t limit = c->rt->conf->limits.body_bytes;
+            if (limit > 0 && c->parser.body_bytes > limit) {
+                client_respond_error(c, 413, "request body larger than limits.body_bytes");
+                return;
+            }
+            in->off += (uint32_t)used;
+            client_forward_slice(c, from, in->off);
+            if (c->closing || c->req == NULL) {
+                return;
+            }
+            if (r == DM_HTTP_MSG_DONE || r == DM_HTTP_UPGRADE) {
+                req->body_done = true;
+                c->state = DM_C_WAIT;
+                if (req->info.upgrade) {
+                    /* What follows belongs to the new protocol, after a 101. */
+                    return;
+                }
+                continue;
+            }
+            client_recycle_in(c);
+            return;
+        }
+        case DM_C_TUNNEL:
+            if (in != NULL && in->off < in->len && c->req != NULL && c->req->up != NULL) {
+                uint32_t from = in->off;
+                in->off = in->len;
+                client_forward_slice(c, from, in->len);
+                client_recycle_in(c);
+            }
+            return;
+        }
+    }
+}
+
+static void
+client_read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
+{
+    (void)buf;
+    struct dm_client *c = s->data;
+    if (nread == 0) {
+        return;
+    }
+    if (nread == UV_ENOBUFS) {
+        client_read_stop(c);
+        return;
+    }
+    if (nread < 0) {
+        client_read_stop(c);
+        c->eof = true;
+        if (nread != UV_EOF) {
+            client_close(c);
+            return;
+        }
+        switch (c->state) {
+        case DM_C_IDLE:
+        case DM_C_HEAD:
+            if (c->writes == 0) {
+                client_close(c);
+            } else {
+                client_close_when_written(c);
+            }
+            return;
+        case DM_C_BODY:
+        case DM_C_TUNNEL:
+            /* The request body was cut short, or a tunnel ends: end both sides. */
+            client_close_when_written(c);
+            if (c->req != NULL && c->req->up != NULL) {
+                struct dm_upstream *up = c->req->up;
+                c->req->up = NULL;
+                up->req = NULL;
+                dm_upstream_close(up);
+            }
+            return;
+        default:
+            /* The response can still be delivered; close after it. */
+            if (c->req != NULL) {
+                c->req->close_client = true;
+            }
+            return;
+        }
+    }
+    c->in->len += (uint32_t)nread;
+    client_process(c);
+}
+
+void
+dm_client_accept(struct dm_worker *w, uv_stream_t *listener)
+{
+    struct dm_client *c = calloc(1, sizeof(*c));
+    if (c == NULL) {
+        return;
+    }
+    c->w = w;
+    uv_tcp_init(&w->loop, &c->tcp);
+    c->tcp.data = c;
+    if (uv_accept(listener, (uv_stream_t *)&c->tcp) != 0) {
+        free(c);
+        return;
+    }
+    uv_timer_init(&w->loop, &c->timer);
+    c->timer.data = c;
+    c->rt = w->rt;
+    dm_runtime_ref(c->rt);
+    uv_tcp_nodelay(&c->tcp, 1);
+    int len = sizeof(c->peer);
+    uv_tcp_getpeername(&c->tcp, &c->peer.sa, &len);
+    dm_http_parser_init(&c->parser, true);
+    c->next = w->clients;
+    if (w->clients != NULL) {
+        w->clients->prev = c;
+    }
+    w->clients = c;
+    w->nclients++;
+    c->state = DM_C_IDLE;
+    client_timer_start(c, c->rt->conf->timeouts.client_header_ms);
+    client_read_start(c);
+}
+
+void
+dm_clients_drain(struct dm_worker *w)
+{
+    struct dm_client *c = w->clients;
+    while (c != NULL) {
+        struct dm_client *next = c->next;
+        if (c->state == DM_C_IDLE && c->writes == 0) {
+            client_close(c);
+        } else if (c->req != NULL) {
+            c->req->close_client = true;
+        }
+        c = next;
+    }
+}
+
+void
+dm_clients_close_all(struct dm_worker *w)
+{
+    while (w->clients != NULL) {
+        client_close(w->clients);
+    }
+}
+
+/* ---- picking a server ---- */
+
+static void
+server_failed(struct dm_runtime *rt, size_t pool, int server, const char *why)
+{
+    struct dm_server *s = server_of(rt, pool, server);
+    const struct dm_conf_pool *pc = &rt->conf->pools[pool];
+    dm_counter_add(&s->failures, 1);
+    unsigned fails = atomic_fetch_add_explicit(&s->fails, 1, memory_order_relaxed) + 1;
+    dm_log_warn("server %s/%s: %s", pc->name, pc->servers[server].name, why);
+    if (pc->passive.max_fails > 0 && fails >= pc->passive.max_fails) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        uint64_t now = (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
+        atomic_store_explicit(&s->down_until_us, now + pc->passive.fail_timeout_ms * 1000,
+                              memory_order_relaxed);
+        atomic_store_explicit(&s->fails, 0, memory_order_relaxed);
+        dm_log_warn("server %s/%s is DOWN for %llu ms (%u consecutive failures)", pc->name,
+                    pc->servers[server].name, (unsigned long long)pc->passive.fail_timeout_ms,
+                    fails);
+    }
+}
+
+static uint64_t
+mono_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
+}
+
+static void req_upstream_ready(struct dm_req *req, struct dm_upstream *up, int status);
+static void up_timer_cb(uv_timer_t *t);
+
+static void
+req_pick_and_connect(struct dm_req *req)
+{
+    struct dm_client *c = req->c;
+    struct dm_rpool *p = &c->rt->pools[req->pool];
+    struct dm_pick pick = {
+        .key = 0,
+        .tried = req->tried,
+        .now_us = mono_us(),
+        .rng = &c->w->rng,
+    };
+    int idx = dm_balancer_pick(p->bal, &pick);
+    if (idx == DM_NO_SERVER) {
+        if (req->attempts == 0) {
+            client_respond_error(c, 503, "no server available");
+        } else {
+            client_respond_error(c, 502, "could not connect to any server");
+        }
+        return;
+    }
+    req->server = idx;
+    req->attempts++;
+    req->tried[idx / 8] |= (uint8_t)(1u << (idx % 8));
+    struct dm_server *s = &p->sv->s[idx];
+    dm_counter_add(&s->picks, 1);
+    dm_counter_add(&s->conns, 1);
+    dm_counter_add(&s->inflight, 1);
+    struct dm_bal_event ev = { .server = idx, .now_us = pick.now_us };
+    dm_balancer_on_request(p->bal, &ev);
+    req->up_start_us = dm_worker_now_us(c->w);
+    dm_upstream_take(c->w, c->rt, req->pool, idx, req, req_upstream_ready);
+}
+
+/* Undoes the counters of the current pick (before another pick or at the end). */
+static void
+req_unpick(struct dm_req *req)
+{
+    if (req->server == DM_NO_SERVER) {
+        return;
+    }
+    struct dm_rpool *p = &req->c->rt->pools[req->pool];
+    struct dm_server *s = &p->sv->s[req->server];
+    dm_counter_sub(&s->conns, 1);
+    dm_counter_sub(&s->inflight, 1);
+}
+
+static void
+req_send_head(struct dm_req *req, struct dm_upstream *up)
+{
+    struct dm_client *c = req->c;
+    if (req->out_head == NULL) {
+        char addr[INET6_ADDRSTRLEN];
+        peer_text(c, addr, sizeof(addr));
+        struct dm_http_forward fw = {
+            .client_addr = addr,
+            .proto = "http",
+            .via = "1.1 dimmer",
+            .default_host = server_conf(c->rt, req->pool, req->server)->addr.text,
+        };
+        struct dm_buf *b = dm_buf_get(c->w, c->rt->buf_cap);
+        if (b == NULL) {
+            client_respond_error(c, 502, "out of memory");
+            return;
+        }
+        size_t n = dm_http_write_request(b->data, b->cap, &req->msg, &req->info, &fw);
+        if (n == 0) {
+            dm_buf_unref(c->w, b);
+            client_respond_error(c, 431, "request head too large once rewritten");
+            return;
+        }
+        b->len = (uint32_t)n;
+        req->out_head = b;
+    }
+    uv_buf_t hb = uv_buf_init(req->out_head->data, req->out_head->len);
+    up_write(up, &hb, 1, &req->out_head, 1);
+}
+
+static void
+req_upstream_ready(struct dm_req *req, struct dm_upstream *up, int status)
+{
+    struct dm_client *c = req->c;
+    if (status < 0) {
+        req->up = NULL;
+        req_unpick(req);
+        server_failed(c->rt, req->pool, req->server,
+                      status == UV_ETIMEDOUT ? "connect timed out" : uv_strerror(status));
+        req->server = DM_NO_SERVER;
+        /* Nothing was sent yet: another server may take it. */
+        req_pick_and_connect(req);
+        return;
+    }
+    req->up = up;
+    up->req = req;
+    dm_http_parser_init(&up->parser, false);
+    up->parser.msg = &req->rmsg;
+    dm_http_parser_expect_no_body(&up->parser, dm_span_ieq(req->msg.method, "head"));
+    up->state = DM_U_HEAD;
+    up->got_bytes = false;
+    req_send_head(req, up);
+    if (c->closing || req->up == NULL) {
+        return;
+    }
+    up_start_read(up);
+    uint64_t t = c->rt->conf->timeouts.server_response_ms;
+    if (t > 0) {
+        /* Repeating, so that uv_timer_again() on each read restarts it. */
+        uv_timer_start(&up->timer, up_timer_cb, t, t);
+    }
+    c->state = DM_C_BODY;
+    if (req->body_done) {
+        c->state = DM_C_WAIT; /* a retry: the request went out whole before */
+    }
+    client_read_start(c);
+    client_process(c);
+}
+
+/* A reused connection died before answering: send the request again on a new one. */
+static bool
+req_retry(struct dm_req *req, struct dm_upstream *up)
+{
+    if (!up->reused || up->got_bytes || req->body_sent || req->attempts > 3) {
+        return false;
+    }
+    req->up = NULL;
+    up->req = NULL;
+    dm_upstream_close(up);
+    req->c->state = DM_C_CONNECT;
+    req->attempts++;
+    req->up_start_us = dm_worker_now_us(req->c->w);
+    dm_upstream_take(req->c->w, req->c->rt, req->pool, req->server, req, req_upstream_ready);
+    return true;
+}
+
+/* The response is complete: account, release the server connection, go on. */
+static void
+req_finish(struct dm_req *req)
+{
+    struct dm_client *c = req->c;
+    struct dm_upstream *up = req->up;
+    struct dm_rpool *p = &c->rt->pools[req->pool];
+    struct dm_server *s = &p->sv->s[req->server];
+    dm_counter_add(&s->requests, 1);
+    struct dm_bal_event ev = { .server = req->server, .now_us = mono_us(), .bytes = req->resp_bytes };
+    dm_balancer_on_response(p->bal, &ev);
+    req_unpick(req);
+    req->server = req->server; /* kept for the log line */
+    log_access(req);
+    if (up != NULL) {
+        bool reusable = req->rinfo.keep_alive && req->body_done && !c->w->stopping &&
+                        !dm_http_parser_needs_eof(&up->parser) && up->in != NULL &&
+                        up->in->off == up->in->len;
+        if (up->in != NULL && up->in->off != up->in->len) {
+            reusable = false;
+        }
+        req->up = NULL;
+        up->req = NULL;
+        dm_upstream_release(up, reusable);
+    }
+    bool close = req->close_client || c->eof || c->w->stopping;
+    c->req = NULL;
+    c->parser.msg = NULL;
+    req_free(c->w, req);
+    c->served = true;
+    dm_http_parser_next(&c->parser);
+    if (close) {
+        client_read_stop(c);
+        client_close_when_written(c);
+        return;
+    }
+    c->state = DM_C_IDLE;
+    uv_timer_stop(&c->timer);
+    client_read_start(c);
+    client_process(c);
+}
+
+/* ---- server connections ---- */
+
+static void
+up_free_cb(uv_handle_t *h)
+{
+    struct dm_upstream *up = h->data;
+    dm_runtime_unref(up->rt);
+    free(up);
+}
+
+static void
+up_timer_closed(uv_handle_t *h)
+{
+    struct dm_upstream *up = h->data;
+    uv_close((uv_handle_t *)&up->tcp, up_free_cb);
+}
+
+static struct dm_upstream **
+idle_head(struct dm_upstream *up)
+{
+    struct dm_rpool *p = &up->rt->pools[up->pool];
+    return &p->idle[(size_t)up->w->id * p->sv->n + (size_t)up->server];
+}
+
+static void
+idle_remove(struct dm_upstream *up)
+{
+    if (up->state != DM_U_IDLE) {
+        return;
+    }
+    if (up->prev != NULL) {
+        up->prev->next = up->next;
+    } else {
+        *idle_head(up) = up->next;
+    }
+    if (up->next != NULL) {
+        up->next->prev = up->prev;
+    }
+    up->prev = up->next = NULL;
+    up->state = DM_U_HEAD;
+}
+
+void
+dm_upstream_close(struct dm_upstream *up)
+{
+    if (up->closing) {
+        return;
+    }
+    idle_remove(up);
+    up->closing = true;
+    dm_buf_unref(up->w, up->in);
+    up->in = NULL;
+    uv_close((uv_handle_t *)&up->timer, up_timer_closed);
+}
+
+static void
+up_write_done(void *arg, int status)
+{
+    struct dm_upstream *up = arg;
+    up->writes--;
+    if (up->closing) {
+        return;
+    }
+    struct dm_req *req = up->req;
+    if (status < 0) {
+        if (req != NULL) {
+            /* The server went away while we were sending: its answer decides. */
+            return;
+        }
+        dm_upstream_close(up);
+        return;
+    }
+    if (req != NULL && req->c->paused &&
+        uv_stream_get_write_queue_size((uv_stream_t *)&up->tcp) < DM_WRITE_HIGH) {
+        req->c->paused = false;
+        client_read_start(req->c);
+    }
+}
+
+static void
+up_write(struct dm_upstream *up, uv_buf_t *bufs, unsigned n, struct dm_buf **hold,
+         unsigned nhold)
+{
+    int r = dm_stream_write(up->w, (uv_stream_t *)&up->tcp, bufs, n, hold, nhold, up_write_done,
+                            up);
+    if (r == 0) {
+        up->writes++;
+        struct dm_req *req = up->req;
+        if (req != NULL &&
+            uv_stream_get_write_queue_size((uv_stream_t *)&up->tcp) >= DM_WRITE_HIGH) {
+            req->c->paused = true;
+            client_read_stop(req->c);
+        }
+    }
+    /* A failed write shows up as a read error on the same connection. */
+}
+
+static void
+up_alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+    (void)suggested;
+    struct dm_upstream *up = h->data;
+    if (up->in == NULL) {
+        up->in = dm_buf_get(up->w, up->rt->buf_cap);
+    }
+    if (up->in == NULL) {
+        *buf = uv_buf_init(NULL, 0);
+        return;
+    }
+    *buf = uv_buf_init(up->in->data + up->in->len, up->in->cap - up->in->len);
+}
+
+static void up_read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
+
+static void
+up_start_read(struct dm_upstream *up)
+{
+    if (!up->closing) {
+        uv_read_start((uv_stream_t *)&up->tcp, up_alloc_cb, up_read_cb);
+    }
+}
+
+/* Fails the request on this connection: 502/504 when nothing was answered yet. */
+static void
+up_fail(struct dm_upstream *up, unsigned status, const char *why)
+{
+    struct dm_req *req = up->req;
+    if (req == NULL) {
+        dm_upstream_close(up);
+        return;
+    }
+    struct dm_client *c = req->c;
+    if (!up->got_bytes) {
+        server_failed(up->rt, up->pool, up->server, why);
+    }
+    req->up = NULL;
+    up->req = NULL;
+    dm_upstream_close(up);
+    if (req->resp_started) {
+        dm_log_warn("response cut short: %s", why);
+        client_close(c);
+        return;
+    }
+    client_respond_error(c, status, why);
+}
+
+static void
+up_timer_cb(uv_timer_t *t)
+{
+    struct dm_upstream *up = t->data;
+    switch (up->state) {
+    case DM_U_CONNECTING:
+        /* The connect request is cancelled by closing the handle; report now. */
+        if (up->req != NULL) {
+            struct dm_req *req = up->req;
+            dm_upstream_ready_cb ready = up->ready;
+            up->req = NULL;
+            dm_upstream_close(up);
+            ready(req, NULL, UV_ETIMEDOUT);
+        } else {
+            dm_upstream_close(up);
+        }
+        break;
+    case DM_U_IDLE:
+        dm_upstream_close(up);
+        break;
+    default:
+        up_fail(up, 504, "server response timed out");
+        break;
+    }
+}
+
+/* Forwards [from, to) of the server's read buffer to the client. */
+static void
+up_forward_slice(struct dm_upstream *up, uint32_t from, uint32_t to)
+{
+    struct dm_req *req = up->req;
+    if (to <= from) {
+        return;
+    }
+    struct dm_client *c = req->c;
+    uv_buf_t b = uv_buf_init(up->in->data + from, to - from);
+    req->resp_bytes += to - from;
+    client_write(c, &b, 1, &up->in, 1);
+    if (!c->closing && uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp) >= DM_WRITE_HIGH) {
+        up->paused = true;
+        uv_read_stop((uv_stream_t *)&up->tcp);
+    }
+}
+
+static void
+up_recycle_in(struct dm_upstream *up)
+{
+    struct dm_buf *in = up->in;
+    if (in == NULL || in->off != in->len) {
+        return;
+    }
+    if (in->refs == 1) {
+        in->off = in->len = 0;
+    } else if (in->len == in->cap) {
+        dm_buf_unref(up->w, in);
+        up->in = NULL;
+    }
+}
+
+/* HTTP/1.0 clients get a chunked response without its framing. */
+struct dechunk {
+    struct dm_upstream *up;
+};
+
+static void
+dechunk_body(void *arg, const char *p, size_t len)
+{
+    struct dm_upstream *up = arg;
+    struct dm_req *req = up->req;
+    if (req == NULL || req->c->closing) {
+        return;
+    }
+    uv_buf_t b = uv_buf_init((char *)p, (unsigned)len);
+    req->resp_bytes += len;
+    client_write(req->c, &b, 1, &up->in, 1);
+}
+
+static void
+up_head_done(struct dm_upstream *up)
+{
+    struct dm_req *req = up->req;
+    struct dm_client *c = req->c;
+    uint32_t head_len = up->in->off - up->head_start;
+    const char *reason = NULL;
+    unsigned version = dm_http_parser_version(&up->parser);
+    if (dm_http_check_response(up->in->data + up->head_start, head_len, &req->rmsg, version,
+                               &req->rinfo, &reason) != 0) {
+        up_fail(up, 502, reason);
+        return;
+    }
+    unsigned status = dm_http_parser_status(&up->parser);
+    atomic_store_explicit(&server_of(up->rt, up->pool, up->server)->fails, 0,
+                          memory_order_relaxed);
+    bool informational = status >= 100 && status < 200 && status != 101;
+    bool close = false;
+    if (!informational) {
+        req->status = status;
+        bool needs_eof = !req->rinfo.chunked && !req->rinfo.has_length && status != 204 &&
+                         status != 304 && !dm_span_ieq(req->msg.method, "head");
+        req->dechunk = req->rinfo.chunked && req->info.version == 10;
+        close = req->close_client || needs_eof || req->dechunk || c->eof || c->w->stopping ||
+                (req->info.upgrade && status != 101);
+        req->close_client = close;
+    }
+    struct dm_buf *b = dm_buf_get(c->w, c->rt->buf_cap);
+    if (b == NULL) {
+        up_fail(up, 502, "out of memory");
+        return;
+    }
+    size_t n = dm_http_write_response(b->data, b->cap, up->in->data + up->head_start, head_len,
+                                      &req->rmsg, &req->rinfo, req->info.version, close);
+    if (n == 0) {
+        dm_buf_unref(c->w, b);
+        up_fail(up, 502, "response head too large");
+        return;
+    }
+    if (req->dechunk) {
+        /* Drop "Transfer-Encoding: chunked": the body goes out raw until close. */
+        char *te = strcasestr(b->data, "\r\ntransfer-encoding:");
+        if (te != NULL) {
+            char *eol = strstr(te + 2, "\r\n");
+            if (eol != NULL) {
+                memmove(te, eol, n - (size_t)(eol - b->data));
+                n -= (size_t)(eol - te);
+            }
+        }
+        up->parser.on_body = dechunk_body;
+        up->parser.body_arg = up;
+    }
+    b->len = (uint32_t)n;
+    req->resp_bytes += n;
+    req->resp_started = !informational || req->resp_started;
+    uv_buf_t hb = uv_buf_init(b->data, b->len);
+    client_write(c, &hb, 1, &b, 1);
+    dm_buf_unref(c->w, b);
+    up->state = DM_U_BODY;
+}
+
+static void
+up_enter_tunnel(struct dm_upstream *up)
+{
+    struct dm_req *req = up->req;
+    struct dm_client *c = req->c;
+    up->state = DM_U_TUNNEL;
+    c->state = DM_C_TUNNEL;
+    uv_timer_stop(&up->timer);
+    uv_timer_stop(&c->timer);
+    /* Bytes after the 101 head are already the new protocol. */
+    uint32_t from = up->in->off;
+    up->in->off = up->in->len;
+    up_forward_slice(up, from, up->in->len);
+    client_read_start(c);
+    client_process(c);
+}
+
+static void
+up_process(struct dm_upstream *up)
+{
+    for (;;) {
+        struct dm_req *req = up->req;
+        if (up->closing || req == NULL || req->c->closing) {
+            return;
+        }
+        struct dm_buf *in = up->in;
+        if (up->state == DM_U_TUNNEL) {
+            uint32_t from = in->off;
+            in->off = in->len;
+            up_forward_slice(up, from, in->len);
+            up_recycle_in(up);
+            return;
+        }
+        if (in == NULL) {
+            return;
+        }
+        uint32_t from = in->off;
+        size_t used = 0;
+        int r = dm_http_parse(&up->parser, in->data + in->off, in->len - in->off, &used);
+        if (r < 0) {
+            up_fail(up, 502, dm_http_parser_error(&up->parser));
+            return;
+        }
+        in->off += (uint32_t)used;
+        if (up->state == DM_U_HEAD) {
+            if (r == DM_HTTP_HEAD_DONE) {
+                up_head_done(up);
+                continue;
+            }
+            if (in->len - up->head_start > up->rt->conf->limits.header_bytes ||
+                in->len == in->cap) {
+                up_fail(up, 502, "response head too large");
+            }
+            return;
+        }
+        /* Body. */
+        if (!req->dechunk) {
+            up_forward_slice(up, from, in->off);
+        }
+        if (up->closing || up->req == NULL) {
+            return;
+        }
+        if (r == DM_HTTP_MSG_DONE) {
+            unsigned st = dm_http_parser_status(&up->parser);
+            if (st >= 100 && st < 200 && st != 101) {
+                up->state = DM_U_HEAD;
+                up->head_start = in->off;
+                dm_http_parser_next(&up->parser);
+                continue;
+            }
+            if (st == 101) {
+                continue; /* the upgrade pause follows */
+            }
+            uv_timer_stop(&up->timer);
+            req_finish(req);
+            return;
+        }
+        if (r == DM_HTTP_UPGRADE) {
+            up_enter_tunnel(up);
+            return;
+        }
+        up_recycle_in(up);
+        return;
+    }
+}
+
+static void
+up_read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
+{
+    (void)buf;
+    struct dm_upstream *up = s->data;
+    if (nread == 0) {
+        return;
+    }
+    struct dm_req *req = up->req;
+    if (up->state == DM_U_IDLE || req == NULL) {
+        /* An idle connection closed or sent something unasked for: drop it. */
+        dm_upstream_close(up);
+        return;
+    }
+    if (nread == UV_ENOBUFS) {
+        up_fail(up, 502, "no buffer for the response");
+        return;
+    }
+    if (nread < 0) {
+        if (up->state == DM_U_TUNNEL) {
+            struct dm_client *c = req->c;
+            req->up = NULL;
+            up->req = NULL;
+            dm_upstream_close(up);
+            client_close_when_written(c);
+            return;
+        }
+        if (!up->got_bytes) {
+            if (req_retry(req, up)) {
+                return;
+            }
+            up_fail(up, 502, nread == UV_EOF ? "server closed the connection without answering"
+                                             : uv_strerror((int)nread));
+            return;
+        }
+        if (nread == UV_EOF && up->state == DM_U_BODY &&
+            dm_http_parse_eof(&up->parser) == DM_HTTP_MSG_DONE) {
+            uv_read_stop(s);
+            req->rinfo.keep_alive = false;
+            uv_timer_stop(&up->timer);
+            req_finish(req);
+            return;
+        }
+        up_fail(up, 502, nread == UV_EOF ? "server closed the connection mid-response"
+                                         : uv_strerror((int)nread));
+        return;
+    }
+    if (!up->got_bytes) {
+        up->got_bytes = true;
+        up->head_start = up->in->off;
+    }
+    up->in->len += (uint32_t)nread;
+    uv_timer_again(&up->timer);
+    up_process(up);
+}
+
+static void
+up_connect_cb(uv_connect_t *creq, int status)
+{
+    struct dm_upstream *up = creq->data;
+    if (up->closing) {
+        return; /* timed out and reported already */
+    }
+    struct dm_req *req = up->req;
+    dm_upstream_ready_cb ready = up->ready;
+    uv_timer_stop(&up->timer);
+    if (status < 0) {
+        up->req = NULL;
+        dm_upstream_close(up);
+        if (req != NULL) {
+            ready(req, NULL, status);
+        }
+        return;
+    }
+    uv_tcp_nodelay(&up->tcp, 1);
+    up->state = DM_U_HEAD;
+    if (req != NULL) {
+        ready(req, up, 0);
+    } else {
+        dm_upstream_release(up, true);
+    }
+}
+
+void
+dm_upstream_take(struct dm_worker *w, struct dm_runtime *rt, size_t pool, int server,
+                 struct dm_req *req, dm_upstream_ready_cb ready)
+{
+    struct dm_rpool *p = &rt->pools[pool];
+    struct dm_upstream **head = &p->idle[(size_t)w->id * p->sv->n + (size_t)server];
+    if (*head != NULL) {
+        struct dm_upstream *up = *head;
+        idle_remove(up);
+        uv_timer_stop(&up->timer);
+        up->reused = true;
+        up->req = req;
+        up->ready = ready;
+        req->up = up;
+        ready(req, up, 0);
+        return;
+    }
+    struct dm_upstream *up = calloc(1, sizeof(*up));
+    if (up == NULL) {
+        ready(req, NULL, UV_ENOMEM);
+        return;
+    }
+    up->w = w;
+    up->rt = rt;
+    dm_runtime_ref(rt);
+    up->pool = pool;
+    up->server = server;
+    up->req = req;
+    req->up = up; /* so that a client closing meanwhile cancels the connect */
+    up->ready = ready;
+    up->state = DM_U_CONNECTING;
+    uv_tcp_init(&w->loop, &up->tcp);
+    uv_timer_init(&w->loop, &up->timer);
+    up->tcp.data = up;
+    up->timer.data = up;
+    up->creq.data = up;
+    const struct dm_conf_server *sc = &rt->conf->pools[pool].servers[server];
+    int r = uv_tcp_connect(&up->creq, &up->tcp, (const struct sockaddr *)&sc->addr.sa,
+                           up_connect_cb);
+    if (r < 0) {
+        up->req = NULL;
+        req->up = NULL;
+        dm_upstream_close(up);
+        ready(req, NULL, r);
+        return;
+    }
+    uv_timer_start(&up->timer, up_timer_cb, rt->conf->timeouts.connect_ms, 0);
+}
+
+void
+dm_upstream_release(struct dm_upstream *up, bool reusable)
+{
+    up->req = NULL;
+    up->parser.on_body = NULL;
+    if (!reusable || up->closing || up->w->stopping || up->rt != up->w->rt) {
+        dm_upstream_close(up);
+        return;
+    }
+    if (up->in != NULL && up->in->refs == 1) {
+        dm_buf_unref(up->w, up->in);
+        up->in = NULL;
+    } else if (up->in != NULL) {
+        dm_buf_unref(up->w, up->in);
+        up->in = NULL;
+    }
+    up->state = DM_U_IDLE;
+    up->paused = false;
+    struct dm_upstream **head = idle_head(up);
+    up->prev = NULL;
+    up->next = *head;
+    if (*head != NULL) {
+        (*head)->prev = up;
+    }
+    *head = up;
+    /* Keep reading: a server closing an idle connection is noticed at once. */
+    up_start_read(up);
+    uv_timer_start(&up->timer, up_timer_cb, up->rt->conf->timeouts.client_keepalive_ms, 0);
+}
+
+void
+dm_upstream_close_idle(struct dm_worker *w, struct dm_runtime *rt)
+{
+    for (size_t i = 0; i < rt->npools; i++) {
+        struct dm_rpool *p = &rt->pools[i];
+        for (size_t s = 0; s < p->sv->n; s++) {
+            struct dm_upstream **head = &p->idle[(size_t)w->id * p->sv->n + s];
+            while (*head != NULL) {
+                dm_upstream_close(*head);
+            }
+        }
+    }
+}

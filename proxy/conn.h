@@ -1,0 +1,108 @@
+/*
+ * Client and server connections of one worker (proxy/conn.c). See
+ * proxy/internal.h for the overall shape of the data path.
+ */
+#ifndef DM_PROXY_CONN_H
+#define DM_PROXY_CONN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "parsers/http.h"
+#include "proxy/internal.h"
+
+enum dm_client_state {
+    DM_C_IDLE,    /* between requests */
+    DM_C_HEAD,    /* reading a request head */
+    DM_C_CONNECT, /* head read, waiting for a server connection */
+    DM_C_BODY,    /* forwarding the request body */
+    DM_C_WAIT,    /* request forwarded, response under way */
+    DM_C_TUNNEL,  /* after a 101: raw bytes both ways */
+};
+
+struct dm_client {
+    uv_tcp_t tcp;
+    uv_timer_t timer;
+    struct dm_worker *w;
+    struct dm_runtime *rt; /* reference taken at accept */
+    struct dm_client *prev, *next;
+    struct dm_http_parser parser;
+    struct dm_buf *in;  /* read buffer; NULL while idle */
+    struct dm_req *req; /* request being served; NULL while idle */
+    union {
+        struct sockaddr sa;
+        struct sockaddr_in in4;
+        struct sockaddr_in6 in6;
+    } peer;
+    uint32_t writes;     /* writes in flight */
+    uint32_t head_start; /* offset in `in` where the current head starts */
+    uint8_t state;       /* enum dm_client_state */
+    bool reading;
+    bool paused;      /* reading stopped by back-pressure */
+    bool eof;         /* the client sent FIN */
+    bool close_after; /* close when the writes in flight are done */
+    bool closing;
+    bool served;      /* at least one request was served (header vs keep-alive timeout) */
+};
+
+enum dm_upstream_state {
+    DM_U_CONNECTING,
+    DM_U_IDLE, /* in the keep-alive pool */
+    DM_U_HEAD, /* waiting for / reading a response head */
+    DM_U_BODY,
+    DM_U_TUNNEL,
+};
+
+struct dm_upstream {
+    uv_tcp_t tcp;
+    uv_timer_t timer;
+    uv_connect_t creq;
+    struct dm_worker *w;
+    struct dm_runtime *rt; /* reference */
+    size_t pool;
+    int server;
+    struct dm_upstream *prev, *next; /* idle list */
+    struct dm_req *req;
+    dm_upstream_ready_cb ready;
+    struct dm_http_parser parser;
+    struct dm_buf *in;
+    uint32_t head_start;
+    uint32_t writes;
+    uint8_t state; /* enum dm_upstream_state */
+    bool reused;
+    bool got_bytes;
+    bool paused;
+    bool closing;
+};
+
+struct dm_req {
+    struct dm_req *next_free;
+    uint32_t max_fields;
+    uint32_t tried_bytes;
+    struct dm_client *c;
+    struct dm_upstream *up;
+    struct dm_buf *head_buf; /* holds the request head (msg spans point into it) */
+    struct dm_buf *out_head; /* the rewritten head, kept for a retry */
+    struct dm_http_msg msg;
+    struct dm_http_info info;
+    struct dm_http_msg rmsg; /* response head */
+    struct dm_http_info rinfo;
+    size_t pool;
+    int server;
+    unsigned attempts;
+    unsigned status;
+    uint64_t start_us;
+    uint64_t up_start_us;
+    uint64_t resp_bytes;
+    bool body_done;
+    bool body_sent;   /* request body bytes went to the server: no retry */
+    bool resp_started;
+    bool close_client;
+    bool dechunk;     /* HTTP/1.0 client, chunked response: strip the framing */
+    uint8_t *tried;
+    struct dm_http_field fields[];
+};
+
+#endif

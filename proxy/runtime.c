@@ -1,0 +1,145 @@
+/*
+ * A runtime is one configuration generation made live: server tables and
+ * balancers for its pools. Connections hold a reference to the runtime they
+ * were accepted under, so a reload lets old connections finish on the old
+ * config while new ones use the new; the last reference frees it.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "balancers/balancer.h"
+#include "proxy/internal.h"
+
+static _Atomic(struct dm_runtime *) current;
+static atomic_uint_fast64_t generations;
+
+static const struct dm_server *
+find_previous(const struct dm_runtime *prev, const struct dm_conf_pool *pc,
+              const struct dm_conf_server *sc)
+{
+    if (prev == NULL) {
+        return NULL;
+    }
+    for (size_t i = 0; i < prev->npools; i++) {
+        const struct dm_conf_pool *op = &prev->conf->pools[i];
+        if (strcmp(op->name, pc->name) != 0) {
+            continue;
+        }
+        for (size_t j = 0; j < op->nservers; j++) {
+            if (strcmp(op->servers[j].name, sc->name) == 0 &&
+                strcmp(op->servers[j].addr.text, sc->addr.text) == 0) {
+                return &prev->pools[i].sv->s[j];
+            }
+        }
+    }
+    return NULL;
+}
+
+struct dm_runtime *
+dm_runtime_create(struct dm_conf *conf, unsigned nworkers, const struct dm_runtime *previous,
+                  const char **err)
+{
+    struct dm_runtime *rt = calloc(1, sizeof(*rt));
+    if (rt == NULL) {
+        *err = "out of memory";
+        dm_conf_destroy(conf);
+        return NULL;
+    }
+    atomic_init(&rt->refs, 1);
+    rt->conf = conf;
+    rt->nworkers = nworkers;
+    rt->generation = atomic_fetch_add(&generations, 1) + 1;
+    uint32_t cap = (uint32_t)conf->limits.header_bytes + 8192;
+    rt->buf_cap = cap < DM_BUF_MIN ? DM_BUF_MIN : cap;
+    rt->pools = calloc(conf->npools, sizeof(*rt->pools));
+    if (rt->pools == NULL) {
+        goto fail;
+    }
+    rt->npools = conf->npools;
+    for (size_t i = 0; i < conf->npools; i++) {
+        const struct dm_conf_pool *pc = &conf->pools[i];
+        struct dm_rpool *p = &rt->pools[i];
+        p->cf = pc;
+        p->sv = dm_servers_create(pc->nservers);
+        if (p->sv == NULL) {
+            goto fail;
+        }
+        for (size_t j = 0; j < pc->nservers; j++) {
+            struct dm_server *s = &p->sv->s[j];
+            s->name = pc->servers[j].name;
+            s->weight = pc->servers[j].weight;
+            s->capacity = pc->servers[j].capacity;
+            /* A reload keeps what the health checks knew about a server. */
+            const struct dm_server *old = find_previous(previous, pc, &pc->servers[j]);
+            if (old != NULL) {
+                atomic_store(&s->down, atomic_load(&old->down));
+                atomic_store(&s->down_until_us, atomic_load(&old->down_until_us));
+            }
+        }
+        const struct dm_balancer_ops *ops = dm_balancer_find(pc->balance);
+        struct dm_bal_conf bc = { .draws = pc->draws };
+        p->bal = ops != NULL ? dm_balancer_create(ops, p->sv, &bc) : NULL;
+        if (p->bal == NULL) {
+            goto fail;
+        }
+        p->idle = calloc((size_t)nworkers * (pc->nservers > 0 ? pc->nservers : 1),
+                         sizeof(*p->idle));
+        if (p->idle == NULL) {
+            goto fail;
+        }
+    }
+    return rt;
+fail:
+    *err = "out of memory";
+    atomic_store(&rt->refs, 1);
+    dm_runtime_unref(rt);
+    return NULL;
+}
+
+void
+dm_runtime_ref(struct dm_runtime *rt)
+{
+    atomic_fetch_add_explicit(&rt->refs, 1, memory_order_relaxed);
+}
+
+void
+dm_runtime_unref(struct dm_runtime *rt)
+{
+    if (rt == NULL) {
+        return;
+    }
+    /* acq_rel: the thread that frees must see every other thread's last use. */
+    if (atomic_fetch_sub_explicit(&rt->refs, 1, memory_order_acq_rel) != 1) {
+        return;
+    }
+    for (size_t i = 0; i < rt->npools && rt->pools != NULL; i++) {
+        dm_balancer_destroy(rt->pools[i].bal);
+        dm_servers_destroy(rt->pools[i].sv);
+        free(rt->pools[i].idle);
+    }
+    free(rt->pools);
+    dm_conf_destroy(rt->conf);
+    free(rt);
+}
+
+struct dm_runtime *
+dm_runtime_current(void)
+{
+    /* Only the control thread publishes, and it holds a reference to the old
+     * runtime until every worker has moved on, so this load-then-ref is safe. */
+    struct dm_runtime *rt = atomic_load_explicit(&current, memory_order_acquire);
+    if (rt != NULL) {
+        dm_runtime_ref(rt);
+    }
+    return rt;
+}
+
+void
+dm_runtime_publish(struct dm_runtime *rt)
+{
+    if (rt != NULL) {
+        dm_runtime_ref(rt);
+    }
+    struct dm_runtime *old = atomic_exchange_explicit(&current, rt, memory_order_acq_rel);
+    dm_runtime_unref(old);
+}

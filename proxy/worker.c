@@ -1,0 +1,409 @@
+#include "proxy/worker.h"
+
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "proxy/internal.h"
+#include "proxy/log.h"
+
+#define DM_FREE_BUFS_MAX 64
+#define DM_LOG_BUF       (64 * 1024)
+
+enum {
+    WAKE_RELOAD = 1,
+    WAKE_STOP = 2,
+};
+
+/* Per-worker requests from the control thread, read in the async callback. */
+struct wake_flags {
+    atomic_int flags;
+    uint64_t shutdown_ms;
+};
+
+static struct wake_flags *wake_of;
+
+/* ---- buffers ---- */
+
+struct dm_buf *
+dm_buf_get(struct dm_worker *w, uint32_t cap)
+{
+    struct dm_buf *b = w->free_bufs;
+    if (b != NULL && b->cap >= cap) {
+        w->free_bufs = b->next;
+        w->nfree_bufs--;
+    } else {
+        b = malloc(sizeof(*b) + cap);
+        if (b == NULL) {
+            return NULL;
+        }
+        b->cap = cap;
+    }
+    b->next = NULL;
+    b->refs = 1;
+    b->off = 0;
+    b->len = 0;
+    return b;
+}
+
+void
+dm_buf_unref(struct dm_worker *w, struct dm_buf *b)
+{
+    if (b == NULL || --b->refs > 0) {
+        return;
+    }
+    /* Only full-size buffers are kept: error-page buffers are small. */
+    if (w->nfree_bufs < DM_FREE_BUFS_MAX && w->rt != NULL && b->cap == w->rt->buf_cap) {
+        b->next = w->free_bufs;
+        w->free_bufs = b;
+        w->nfree_bufs++;
+        return;
+    }
+    free(b);
+}
+
+/* ---- writes ---- */
+
+struct wreq {
+    uv_write_t req;
+    struct dm_worker *w;
+    dm_write_cb done;
+    void *arg;
+    unsigned nhold;
+    struct dm_buf *hold[4];
+};
+
+static void
+write_cb(uv_write_t *req, int status)
+{
+    struct wreq *wr = req->data;
+    for (unsigned i = 0; i < wr->nhold; i++) {
+        dm_buf_unref(wr->w, wr->hold[i]);
+    }
+    dm_write_cb done = wr->done;
+    void *arg = wr->arg;
+    free(wr);
+    done(arg, status);
+}
+
+int
+dm_stream_write(struct dm_worker *w, uv_stream_t *s, uv_buf_t *bufs, unsigned nbufs,
+                struct dm_buf **hold, unsigned nhold, dm_write_cb done, void *arg)
+{
+    size_t total = 0;
+    for (unsigned i = 0; i < nbufs; i++) {
+        total += bufs[i].len;
+    }
+    int r = uv_try_write(s, bufs, nbufs);
+    if (r >= 0 && (size_t)r == total) {
+        return 1;
+    }
+    if (r < 0 && r != UV_EAGAIN) {
+        return r;
+    }
+    size_t skip = r > 0 ? (size_t)r : 0;
+    uv_buf_t rest[4];
+    unsigned n = 0;
+    for (unsigned i = 0; i < nbufs && n < 4; i++) {
+        if (skip >= bufs[i].len) {
+            skip -= bufs[i].len;
+            continue;
+        }
+        rest[n++] = uv_buf_init(bufs[i].base + skip, (unsigned)(bufs[i].len - skip));
+        skip = 0;
+    }
+    struct wreq *wr = malloc(sizeof(*wr));
+    if (wr == NULL) {
+        return UV_ENOMEM;
+    }
+    wr->w = w;
+    wr->done = done;
+    wr->arg = arg;
+    wr->nhold = nhold < 4 ? nhold : 4;
+    for (unsigned i = 0; i < wr->nhold; i++) {
+        wr->hold[i] = hold[i];
+        hold[i]->refs++;
+    }
+    wr->req.data = wr;
+    r = uv_write(&wr->req, s, rest, n, write_cb);
+    if (r < 0) {
+        for (unsigned i = 0; i < wr->nhold; i++) {
+            dm_buf_unref(w, wr->hold[i]);
+        }
+        free(wr);
+        return r;
+    }
+    return 0;
+}
+
+/* ---- access log ---- */
+
+static void
+log_flush(struct dm_worker *w)
+{
+    size_t off = 0;
+    while (off < w->log_len) {
+        ssize_t n = write(w->log_fd, w->log_buf + off, w->log_len - off);
+        if (n < 0 && errno == EINTR) {
+            continue;
+        }
+        if (n <= 0) {
+            break;
+        }
+        off += (size_t)n;
+    }
+    w->log_len = 0;
+}
+
+void
+dm_worker_log_access(struct dm_worker *w, const char *line, size_t len)
+{
+    if (w->log_buf == NULL) {
+        return;
+    }
+    if (w->log_len + len + 1 > DM_LOG_BUF) {
+        log_flush(w);
+    }
+    if (len + 1 > DM_LOG_BUF) {
+        len = DM_LOG_BUF - 1;
+    }
+    memcpy(w->log_buf + w->log_len, line, len);
+    w->log_len += len;
+    w->log_buf[w->log_len++] = '\n';
+}
+
+static void
+flush_cb(uv_check_t *h)
+{
+    struct dm_worker *w = h->data;
+    if (w->log_len > 0) {
+        log_flush(w);
+    }
+}
+
+/* ---- listeners ---- */
+
+int
+dm_listen_socket(const struct sockaddr *addr, int backlog)
+{
+    int fd = socket(addr->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        return -errno;
+    }
+    int one = 1;
+    /* libuv 1.44 has no flag for SO_REUSEPORT: set it before bind. */
+    if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
+        setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) < 0) {
+        int e = errno;
+        close(fd);
+        return -e;
+    }
+    socklen_t len = addr->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+                                                : sizeof(struct sockaddr_in);
+    if (bind(fd, addr, len) < 0 || listen(fd, backlog) < 0) {
+        int e = errno;
+        close(fd);
+        return -e;
+    }
+    return fd;
+}
+
+static void
+on_connection(uv_stream_t *listener, int status)
+{
+    struct dm_worker *w = listener->data;
+    if (status < 0 || w->stopping) {
+        return;
+    }
+    dm_client_accept(w, listener);
+}
+
+/* ---- the worker loop ---- */
+
+static void
+noop_close(uv_handle_t *h)
+{
+    (void)h;
+}
+
+static void
+close_once(uv_handle_t *h)
+{
+    if (!uv_is_closing(h)) {
+        uv_close(h, noop_close);
+    }
+}
+
+static void
+worker_finish(struct dm_worker *w)
+{
+    /* Connections close through their own chains (timer, then socket); then
+     * the worker's own handles, and the loop runs out. */
+    dm_clients_close_all(w);
+    dm_upstream_close_idle(w, w->rt);
+    for (size_t i = 0; i < w->nlisteners; i++) {
+        close_once((uv_handle_t *)&w->listeners[i]);
+    }
+    close_once((uv_handle_t *)&w->wake);
+    close_once((uv_handle_t *)&w->stop_timer);
+    close_once((uv_handle_t *)&w->drain_timer);
+    close_once((uv_handle_t *)&w->flush);
+}
+
+static void
+stop_timer_cb(uv_timer_t *t)
+{
+    struct dm_worker *w = t->data;
+    if (w->nclients > 0) {
+        dm_log_warn("worker %u: %zu connections still open at the shutdown bound: closing them",
+                    w->id, w->nclients);
+    }
+    worker_finish(w);
+}
+
+static void
+drain_check_cb(uv_timer_t *t)
+{
+    struct dm_worker *w = t->data;
+    if (w->nclients == 0) {
+        worker_finish(w);
+    }
+}
+
+static void
+wake_cb(uv_async_t *a)
+{
+    struct dm_worker *w = a->data;
+    int flags = atomic_exchange(&wake_of[w->id].flags, 0);
+    if (flags & WAKE_RELOAD) {
+        struct dm_runtime *rt = dm_runtime_current();
+        if (rt != NULL && rt != w->rt) {
+            struct dm_runtime *old = w->rt;
+            dm_upstream_close_idle(w, old);
+            w->rt = rt;
+            dm_runtime_unref(old);
+        } else {
+            dm_runtime_unref(rt);
+        }
+    }
+    if ((flags & WAKE_STOP) && !w->stopping) {
+        w->stopping = true;
+        for (size_t i = 0; i < w->nlisteners; i++) {
+            close_once((uv_handle_t *)&w->listeners[i]);
+        }
+        dm_clients_drain(w);
+        dm_upstream_close_idle(w, w->rt);
+        uv_timer_start(&w->stop_timer, stop_timer_cb, wake_of[w->id].shutdown_ms, 0);
+        /* Poll for the last connection to go; cheap, and only while stopping. */
+        uv_timer_start(&w->drain_timer, drain_check_cb, 0, 20);
+    }
+}
+
+static void
+worker_main(void *arg)
+{
+    struct dm_worker *w = arg;
+    uv_run(&w->loop, UV_RUN_DEFAULT);
+}
+
+struct dm_worker *
+dm_workers_start(unsigned n, struct dm_runtime *rt, int access_log_fd, int json, int *err)
+{
+    struct dm_worker *ws = calloc(n, sizeof(*ws));
+    wake_of = calloc(n, sizeof(*wake_of));
+    if (ws == NULL || wake_of == NULL) {
+        free(ws);
+        free(wake_of);
+        *err = UV_ENOMEM;
+        return NULL;
+    }
+    const struct dm_conf *cf = rt->conf;
+    for (unsigned i = 0; i < n; i++) {
+        struct dm_worker *w = &ws[i];
+        w->id = i;
+        w->rt = rt;
+        dm_runtime_ref(rt);
+        dm_rng_init(&w->rng, 0x9e3779b97f4a7c15ULL * (i + 1) ^ (uint64_t)getpid());
+        uv_loop_init(&w->loop);
+        uv_async_init(&w->loop, &w->wake, wake_cb);
+        w->wake.data = w;
+        uv_timer_init(&w->loop, &w->stop_timer);
+        w->stop_timer.data = w;
+        uv_timer_init(&w->loop, &w->drain_timer);
+        w->drain_timer.data = w;
+        uv_check_init(&w->loop, &w->flush);
+        w->flush.data = w;
+        w->log_fd = access_log_fd;
+        w->json_log = json;
+        if (access_log_fd >= 0) {
+            w->log_buf = malloc(DM_LOG_BUF);
+            uv_check_start(&w->flush, flush_cb);
+            uv_unref((uv_handle_t *)&w->flush);
+        }
+        w->listeners = calloc(cf->nlisteners, sizeof(*w->listeners));
+        w->nlisteners = cf->nlisteners;
+        for (size_t l = 0; l < cf->nlisteners; l++) {
+            int fd = dm_listen_socket((const struct sockaddr *)&cf->listeners[l].sa, 4096);
+            if (fd < 0) {
+                dm_log_error("cannot listen on %s: %s", cf->listeners[l].text, strerror(-fd));
+                *err = fd;
+                /* The threads that run already are stopped by the caller's exit. */
+                return NULL;
+            }
+            uv_tcp_init(&w->loop, &w->listeners[l]);
+            w->listeners[l].data = w;
+            uv_tcp_open(&w->listeners[l], fd);
+            int r = uv_listen((uv_stream_t *)&w->listeners[l], 4096, on_connection);
+            if (r < 0) {
+                *err = r;
+                return NULL;
+            }
+        }
+    }
+    for (unsigned i = 0; i < n; i++) {
+        uv_thread_create(&ws[i].thread, worker_main, &ws[i]);
+    }
+    return ws;
+}
+
+void
+dm_workers_reload(struct dm_worker *ws, unsigned n)
+{
+    for (unsigned i = 0; i < n; i++) {
+        atomic_fetch_or(&wake_of[i].flags, WAKE_RELOAD);
+        uv_async_send(&ws[i].wake);
+    }
+}
+
+void
+dm_workers_stop(struct dm_worker *ws, unsigned n, uint64_t shutdown_ms)
+{
+    for (unsigned i = 0; i < n; i++) {
+        wake_of[i].shutdown_ms = shutdown_ms;
+        atomic_fetch_or(&wake_of[i].flags, WAKE_STOP);
+        uv_async_send(&ws[i].wake);
+    }
+    for (unsigned i = 0; i < n; i++) {
+        struct dm_worker *w = &ws[i];
+        uv_thread_join(&w->thread);
+        uv_loop_close(&w->loop);
+        if (w->log_len > 0) {
+            log_flush(w);
+        }
+        free(w->log_buf);
+        while (w->free_bufs != NULL) {
+            struct dm_buf *b = w->free_bufs;
+            w->free_bufs = b->next;
+            free(b);
+        }
+        free(w->listeners);
+        dm_runtime_unref(w->rt);
+    }
+    free(ws);
+    free(wake_of);
+    wake_of = NULL;
+}

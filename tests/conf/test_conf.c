@@ -1,0 +1,869 @@
+/*
+ * Tests of conf/: the bundled example, defaults, every class of error with its
+ * exact "file:line:column: message", the value parsers and the quick start.
+ * Configs are loaded from strings named "t.yaml"; line 1 is the first line.
+ */
+#include "dm_test.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "conf/conf.h"
+#include "conf/internal.h"
+
+/* A valid config of one pool "web" with one server: lines 1 to 6. */
+#define LISTEN "listen: 127.0.0.1:8080\n"
+#define POOL_WEB                                                                                   \
+    "pools:\n"                                                                                     \
+    "  web:\n"                                                                                     \
+    "    servers:\n"                                                                               \
+    "      - name: a\n"                                                                            \
+    "        address: 127.0.0.1:9001\n"
+
+static struct dm_conf *
+load(const char *yaml, struct dm_conf_errors *err)
+{
+    return dm_conf_load_string(yaml, strlen(yaml), "t.yaml", err);
+}
+
+static void
+print_errors(const struct dm_conf_errors *err)
+{
+    for (size_t i = 0; i < err->n; i++) {
+        print_error("  got: %s\n", err->msg[i]);
+    }
+}
+
+/* Loading yaml fails with exactly the messages in expected (NULL-terminated). */
+static void
+expect_errors(const char *yaml, const char *const *expected)
+{
+    struct dm_conf_errors err = { 0 };
+    struct dm_conf *c = load(yaml, &err);
+    size_t n = 0;
+
+    while (expected[n] != NULL) {
+        n++;
+    }
+    assert_null(c);
+    if (err.n != n) {
+        print_errors(&err);
+    }
+    assert_int_equal(err.n, n);
+    for (size_t i = 0; i < n; i++) {
+        assert_string_equal(err.msg[i], expected[i]);
+    }
+    dm_conf_errors_fini(&err);
+    assert_int_equal(err.n, 0);
+    assert_null(err.msg);
+}
+
+static void
+expect_error(const char *yaml, const char *expected)
+{
+    const char *const one[] = { expected, NULL };
+    expect_errors(yaml, one);
+}
+
+/* Loads a config that must be valid. */
+static struct dm_conf *
+load_ok(const char *yaml)
+{
+    struct dm_conf_errors err = { 0 };
+    struct dm_conf *c = load(yaml, &err);
+
+    if (c == NULL) {
+        print_errors(&err);
+    }
+    assert_non_null(c);
+    assert_int_equal(err.n, 0);
+    return c;
+}
+
+static uint16_t
+port_of(const struct dm_conf_addr *a)
+{
+    if (a->sa.ss_family == AF_INET6) {
+        return ntohs(((const struct sockaddr_in6 *)&a->sa)->sin6_port);
+    }
+    return ntohs(((const struct sockaddr_in *)&a->sa)->sin_port);
+}
+
+static void
+assert_ipv4(const struct dm_conf_addr *a, const char *ip, uint16_t port)
+{
+    const struct sockaddr_in *sin = (const struct sockaddr_in *)&a->sa;
+    char buf[INET_ADDRSTRLEN];
+
+    assert_int_equal(a->sa.ss_family, AF_INET);
+    assert_int_equal(a->salen, sizeof(struct sockaddr_in));
+    assert_non_null(inet_ntop(AF_INET, &sin->sin_addr, buf, sizeof(buf)));
+    assert_string_equal(buf, ip);
+    assert_int_equal(port_of(a), port);
+}
+
+/* ---- valid configs ---- */
+
+static void
+test_bundled_example_loads(void **state)
+{
+    const char *path = DM_TEST_DATA_DIR "/../conf/dimmer.yaml";
+    struct dm_conf_errors err = { 0 };
+    struct dm_conf *c = dm_conf_load(path, &err);
+    const struct dm_conf_pool *p;
+    (void)state;
+
+    if (c == NULL) {
+        print_errors(&err);
+    }
+    assert_non_null(c);
+    assert_string_equal(c->file, path);
+    assert_int_equal(c->workers, 1);
+    assert_int_equal(c->nlisteners, 1);
+    assert_string_equal(c->listeners[0].text, "127.0.0.1:8080");
+    assert_ipv4(&c->listeners[0], "127.0.0.1", 8080);
+    assert_string_equal(c->admin.text, "127.0.0.1:9901");
+    assert_ipv4(&c->admin, "127.0.0.1", 9901);
+
+    assert_int_equal(c->timeouts.connect_ms, 2000);
+    assert_int_equal(c->timeouts.client_header_ms, 10000);
+    assert_int_equal(c->timeouts.client_keepalive_ms, 60000);
+    assert_int_equal(c->timeouts.server_response_ms, 30000);
+    assert_int_equal(c->timeouts.request_ms, 0);
+    assert_int_equal(c->timeouts.shutdown_ms, 10000);
+    assert_int_equal(c->limits.header_bytes, 16384);
+    assert_int_equal(c->limits.header_count, 100);
+    assert_int_equal(c->limits.body_bytes, UINT64_C(1) << 30);
+    assert_int_equal(c->limits.max_conns, 10000);
+    assert_string_equal(c->access_log, "-");
+    assert_string_equal(c->access_log_format, "default");
+    assert_null(c->error_log);
+
+    assert_int_equal(c->npools, 1);
+    p = &c->pools[0];
+    assert_string_equal(p->name, "web");
+    assert_string_equal(p->balance, "roundrobin");
+    assert_int_equal(p->draws, 2);
+    assert_true(p->health.enabled);
+    assert_string_equal(p->health.path, "/healthz");
+    assert_int_equal(p->health.interval_ms, 1000);
+    assert_int_equal(p->health.timeout_ms, 500);
+    assert_int_equal(p->health.rise, 2);
+    assert_int_equal(p->health.fall, 2);
+    assert_int_equal(p->passive.max_fails, 3);
+    assert_int_equal(p->passive.fail_timeout_ms, 10000);
+    assert_int_equal(p->nservers, 3);
+    for (size_t i = 0; i < 3; i++) {
+        char name[32];
+        snprintf(name, sizeof(name), "backend-%zu", 9001 + i);
+        assert_string_equal(p->servers[i].name, name);
+        assert_ipv4(&p->servers[i].addr, "127.0.0.1", (uint16_t)(9001 + i));
+        assert_int_equal(p->servers[i].weight, 1);
+        assert_int_equal(p->servers[i].capacity, 100);
+    }
+    assert_int_equal(c->nroutes, 1);
+    assert_null(c->routes[0].host);
+    assert_string_equal(c->routes[0].path_prefix, "/");
+    assert_int_equal(c->routes[0].pool, 0);
+    assert_int_equal(c->default_pool, 0);
+    dm_conf_destroy(c);
+}
+
+static void
+test_defaults_apply_when_keys_are_absent(void **state)
+{
+    struct dm_conf *c = load_ok(LISTEN POOL_WEB);
+    const struct dm_conf_pool *p = &c->pools[0];
+    (void)state;
+
+    assert_string_equal(c->file, "t.yaml");
+    assert_int_equal(c->workers, 0);
+    assert_null(c->admin.text);
+    assert_int_equal(c->timeouts.connect_ms, 5000);
+    assert_int_equal(c->timeouts.client_header_ms, 10000);
+    assert_int_equal(c->timeouts.client_keepalive_ms, 60000);
+    assert_int_equal(c->timeouts.server_response_ms, 60000);
+    assert_int_equal(c->timeouts.request_ms, 0);
+    assert_int_equal(c->timeouts.shutdown_ms, 10000);
+    assert_int_equal(c->limits.header_bytes, 16384);
+    assert_int_equal(c->limits.header_count, 100);
+    assert_int_equal(c->limits.body_bytes, 0);
+    assert_int_equal(c->limits.max_conns, 10000);
+    assert_null(c->access_log);
+    assert_string_equal(c->access_log_format, "default");
+    assert_null(c->error_log);
+    assert_string_equal(p->balance, "roundrobin");
+    assert_int_equal(p->draws, 2);
+    assert_false(p->health.enabled);
+    assert_string_equal(p->health.path, "/healthz");
+    assert_int_equal(p->health.interval_ms, 2000);
+    assert_int_equal(p->health.timeout_ms, 1000);
+    assert_int_equal(p->health.rise, 2);
+    assert_int_equal(p->health.fall, 3);
+    assert_int_equal(p->passive.max_fails, 3);
+    assert_int_equal(p->passive.fail_timeout_ms, 10000);
+    assert_int_equal(p->servers[0].weight, 1);
+    assert_int_equal(p->servers[0].capacity, 100);
+    assert_int_equal(c->nroutes, 0);
+    assert_int_equal(c->default_pool, 0);
+    dm_conf_destroy(c);
+}
+
+static void
+test_every_key_is_read(void **state)
+{
+    struct dm_conf *c =
+        load_ok("workers: auto\n"
+                "listen: ['[::1]:8081', '*:8082', ':8083']\n"
+                "admin: localhost:9901\n"
+                "timeouts: {connect: 1500, client_header: 1m, client_keepalive: 1h,"
+                " server_response: 250ms, request: 30s, shutdown: 0}\n"
+                "limits: {header_bytes: 8k, header_count: 50, body_bytes: 2M,"
+                " max_conns: 7}\n"
+                "access_log: {path: /var/log/a.log, format: json}\n"
+                "error_log: /var/log/e.log\n"
+                "pools:\n"
+                "  web:\n"
+                "    servers: [{name: a, address: 127.0.0.1:1}]\n"
+                "  api:\n"
+                "    balance: leastconn\n"
+                "    draws: 3\n"
+                "    health_check:\n"
+                "    passive: {max_fails: 0, fail_timeout: 1m}\n"
+                "    servers:\n"
+                "      - {name: x, address: '10.0.0.1:80', weight: 256, capacity: 7}\n"
+                "      - {name: y, address: '10.0.0.2:80'}\n"
+                "routes:\n"
+                "  - {host: '*.example.com', path: /api, pool: api}\n"
+                "  - {host: www.example.com, pool: web}\n"
+                "  - {host: '*', pool: api}\n"
+                "default_pool: api\n");
+    const struct dm_conf_pool *api = &c->pools[1];
+    const struct sockaddr_in6 *v6 = (const struct sockaddr_in6 *)&c->listeners[0].sa;
+    (void)state;
+
+    assert_int_equal(c->workers, 0);
+    assert_int_equal(c->nlisteners, 3);
+    assert_int_equal(v6->sin6_family, AF_INET6);
+    assert_true(IN6_IS_ADDR_LOOPBACK(&v6->sin6_addr));
+    assert_int_equal(port_of(&c->listeners[0]), 8081);
+    assert_ipv4(&c->listeners[1], "0.0.0.0", 8082);
+    assert_ipv4(&c->listeners[2], "0.0.0.0", 8083);
+    assert_string_equal(c->admin.text, "localhost:9901");
+    assert_int_equal(port_of(&c->admin), 9901);
+    assert_int_equal(c->timeouts.connect_ms, 1500);
+    assert_int_equal(c->timeouts.client_header_ms, 60000);
+    assert_int_equal(c->timeouts.client_keepalive_ms, 3600000);
+    assert_int_equal(c->timeouts.server_response_ms, 250);
+    assert_int_equal(c->timeouts.request_ms, 30000);
+    assert_int_equal(c->timeouts.shutdown_ms, 0);
+    assert_int_equal(c->limits.header_bytes, 8192);
+    assert_int_equal(c->limits.header_count, 50);
+    assert_int_equal(c->limits.body_bytes, 2 << 20);
+    assert_int_equal(c->limits.max_conns, 7);
+    assert_string_equal(c->access_log, "/var/log/a.log");
+    assert_string_equal(c->access_log_format, "json");
+    assert_string_equal(c->error_log, "/var/log/e.log");
+
+    assert_int_equal(c->npools, 2);
+    assert_string_equal(c->pools[0].name, "web");
+    assert_string_equal(api->name, "api");
+    assert_string_equal(api->balance, "leastconn");
+    assert_int_equal(api->draws, 3);
+    assert_true(api->health.enabled); /* an empty health_check block turns checks on */
+    assert_int_equal(api->health.interval_ms, 2000);
+    assert_int_equal(api->passive.max_fails, 0);
+    assert_int_equal(api->passive.fail_timeout_ms, 60000);
+    assert_int_equal(api->nservers, 2);
+    assert_int_equal(api->servers[0].weight, 256);
+    assert_int_equal(api->servers[0].capacity, 7);
+    assert_string_equal(api->servers[1].name, "y");
+    assert_ipv4(&api->servers[1].addr, "10.0.0.2", 80);
+
+    assert_int_equal(c->nroutes, 3);
+    assert_string_equal(c->routes[0].host, "*.example.com");
+    assert_string_equal(c->routes[0].path_prefix, "/api");
+    assert_int_equal(c->routes[0].pool, 1);
+    assert_string_equal(c->routes[1].host, "www.example.com");
+    assert_null(c->routes[1].path_prefix);
+    assert_int_equal(c->routes[1].pool, 0);
+    assert_null(c->routes[2].host); /* "*" is any host */
+    assert_int_equal(c->default_pool, 1);
+    dm_conf_destroy(c);
+}
+
+static void
+test_access_log_forms(void **state)
+{
+    struct dm_conf *c;
+    (void)state;
+
+    c = load_ok(LISTEN POOL_WEB "access_log: off\n");
+    assert_null(c->access_log);
+    dm_conf_destroy(c);
+    c = load_ok(LISTEN POOL_WEB "access_log: /tmp/access.log\n");
+    assert_string_equal(c->access_log, "/tmp/access.log");
+    assert_string_equal(c->access_log_format, "default");
+    dm_conf_destroy(c);
+    c = load_ok(LISTEN POOL_WEB "access_log: {format: json}\n");
+    assert_string_equal(c->access_log, "-");
+    assert_string_equal(c->access_log_format, "json");
+    dm_conf_destroy(c);
+}
+
+static void
+test_pools_may_come_after_routes(void **state)
+{
+    struct dm_conf *c = load_ok(LISTEN "routes: [{path: /s, pool: static}]\n"
+                                       "default_pool: static\n" POOL_WEB "  static:\n"
+                                       "    servers: [{name: s, address: '127.0.0.1:9009'}]\n");
+    (void)state;
+
+    assert_int_equal(c->routes[0].pool, 1);
+    assert_int_equal(c->default_pool, 1);
+    dm_conf_destroy(c);
+}
+
+static void
+test_yaml_anchors_and_aliases_are_resolved(void **state)
+{
+    struct dm_conf *c;
+    (void)state;
+
+    c = load_ok(LISTEN "timeouts: {connect: &t 3s, shutdown: *t}\n" POOL_WEB);
+    assert_int_equal(c->timeouts.shutdown_ms, 3000);
+    dm_conf_destroy(c);
+}
+
+/* ---- errors ---- */
+
+static void
+test_yaml_syntax_errors_carry_libyaml_problem_and_mark(void **state)
+{
+    (void)state;
+    expect_error("listen: a: b\n", "t.yaml:1:10: mapping values are not allowed in this context");
+    expect_error("pools:\n  web: 1\n bad: 2\n",
+                 "t.yaml:3:2: did not find expected key (while parsing a block mapping at line 1)");
+    expect_error("listen: [a, b\n", "t.yaml:2:1: did not find expected ',' or ']' "
+                                    "(while parsing a flow sequence at line 1)");
+    expect_error("listen: \"127.0.0.1:80\n", "t.yaml:2:1: found unexpected end of stream "
+                                             "(while scanning a quoted scalar at line 1)");
+    expect_error("listen: *nowhere\n", "t.yaml:1:9: found undefined alias");
+    expect_error("listen: \xff\n", "t.yaml:1:9: invalid leading UTF-8 octet (byte 0xFF)");
+}
+
+static void
+test_document_must_be_one_mapping(void **state)
+{
+    (void)state;
+    expect_error("", "t.yaml:1:1: empty configuration (\"listen\" and \"pools\" are required)");
+    expect_error("# nothing\n",
+                 "t.yaml:1:1: empty configuration (\"listen\" and \"pools\" are required)");
+    expect_error("- listen\n", "t.yaml:1:1: expected a mapping, got a list");
+    expect_error(LISTEN POOL_WEB "---\n" LISTEN,
+                 "t.yaml:8:1: a second YAML document (a config file holds one)");
+}
+
+static void
+test_wrong_types_are_named(void **state)
+{
+    (void)state;
+    expect_error(LISTEN POOL_WEB "timeouts: 5s\n", "t.yaml:7:11: expected a mapping, got \"5s\"");
+    expect_error(LISTEN POOL_WEB "        weight: abc\n",
+                 "t.yaml:7:17: expected an integer, got \"abc\"");
+    expect_error(LISTEN POOL_WEB "        weight: [1]\n",
+                 "t.yaml:7:17: expected an integer, got a list");
+    expect_error(LISTEN POOL_WEB "workers: many\n",
+                 "t.yaml:7:10: expected an integer or \"auto\", got \"many\"");
+    expect_error(LISTEN POOL_WEB "error_log:\n",
+                 "t.yaml:7:11: expected a string, got an empty value");
+    expect_error("listen: {a: 1}\n" POOL_WEB,
+                 "t.yaml:1:9: expected an address or a list of addresses, got a mapping");
+    expect_error(LISTEN "pools:\n  web:\n", "t.yaml:3:7: expected a mapping, got an empty value");
+    expect_error(LISTEN "pools:\n  web:\n    servers: 127.0.0.1:9001\n",
+                 "t.yaml:4:14: expected a list of servers, got \"127.0.0.1:9001\"");
+    expect_error(LISTEN POOL_WEB "routes: {pool: web}\n",
+                 "t.yaml:7:9: expected a list, got a mapping");
+    expect_error(LISTEN POOL_WEB "error_log: \"a\\0b\"\n",
+                 "t.yaml:7:12: a string must not contain a NUL character");
+}
+
+static void
+test_missing_required_keys(void **state)
+{
+    (void)state;
+    expect_error(POOL_WEB, "t.yaml:1:1: missing required key \"listen\"");
+    expect_error("# comment\n" LISTEN, "t.yaml:2:1: missing required key \"pools\"");
+    expect_error(LISTEN "pools:\n  web:\n    balance: roundrobin\n",
+                 "t.yaml:4:5: pool \"web\": missing required key \"servers\"");
+    expect_error(LISTEN "pools:\n  web:\n    servers:\n      - name: a\n",
+                 "t.yaml:5:9: pool \"web\": server 1: missing required key \"address\"");
+    expect_error(LISTEN POOL_WEB "      - address: 127.0.0.1:9002\n",
+                 "t.yaml:7:9: pool \"web\": server 2: missing required key \"name\"");
+    expect_error(LISTEN POOL_WEB "routes:\n  - path: /\n",
+                 "t.yaml:8:5: route 1: missing required key \"pool\"");
+}
+
+static void
+test_empty_lists_are_rejected(void **state)
+{
+    (void)state;
+    expect_error("listen: []\n" POOL_WEB, "t.yaml:1:9: listen: expected at least one address");
+    expect_error(LISTEN "pools: {}\n", "t.yaml:2:8: pools: expected at least one pool");
+    expect_error(LISTEN "pools:\n  web:\n    servers: []\n",
+                 "t.yaml:4:14: pool \"web\": expected at least one server");
+}
+
+static void
+test_unknown_keys_suggest_the_nearest_known_key(void **state)
+{
+    (void)state;
+    expect_error(LISTEN POOL_WEB "timeout: {connect: 1s}\n",
+                 "t.yaml:7:1: unknown key \"timeout\" (did you mean \"timeouts\"?)");
+    expect_error(LISTEN POOL_WEB "Workers: 2\n",
+                 "t.yaml:7:1: unknown key \"Workers\" (did you mean \"workers\"?)");
+    expect_error(LISTEN POOL_WEB "    helth_check: {}\n",
+                 "t.yaml:7:5: unknown key \"helth_check\" (did you mean \"health_check\"?)");
+    expect_error(LISTEN POOL_WEB "        wieght: 2\n",
+                 "t.yaml:7:9: unknown key \"wieght\" (did you mean \"weight\"?)");
+    expect_error(LISTEN POOL_WEB "colour: red\n", "t.yaml:7:1: unknown key \"colour\"");
+    expect_error(LISTEN POOL_WEB "limits: {bytes: 1}\n", "t.yaml:7:10: unknown key \"bytes\"");
+}
+
+static void
+test_duplicate_keys_and_names(void **state)
+{
+    (void)state;
+    expect_error(LISTEN POOL_WEB LISTEN, "t.yaml:7:1: duplicate key \"listen\" (first at line 1)");
+    expect_error(LISTEN POOL_WEB "        address: 127.0.0.1:9002\n",
+                 "t.yaml:7:9: duplicate key \"address\" (first at line 6)");
+    expect_error(LISTEN POOL_WEB "  web:\n    servers: [{name: b, address: '127.0.0.1:2'}]\n",
+                 "t.yaml:7:3: duplicate pool \"web\" (first at line 3)");
+    expect_error(LISTEN POOL_WEB "      - name: a\n        address: 127.0.0.1:9002\n",
+                 "t.yaml:7:15: pool \"web\": duplicate server \"a\" (first at line 5)");
+    expect_error("listen: ['127.0.0.1:80', '*:81', '0.0.0.0:81']\n" POOL_WEB,
+                 "t.yaml:1:34: duplicate listen address \"0.0.0.0:81\" (same as *:81)");
+    expect_error(LISTEN "admin: 127.0.0.1:8080\n" POOL_WEB,
+                 "t.yaml:2:8: admin address \"127.0.0.1:8080\" is also a listen address");
+}
+
+static void
+test_bad_addresses(void **state)
+{
+    (void)state;
+    expect_error("listen: 127.0.0.1:99999\n" POOL_WEB,
+                 "t.yaml:1:9: bad address \"127.0.0.1:99999\" (port must be between 1 and 65535)");
+    expect_error("listen: 127.0.0.1\n" POOL_WEB,
+                 "t.yaml:1:9: bad address \"127.0.0.1\" (missing port)");
+    expect_error("listen: '127.0.0.1:'\n" POOL_WEB,
+                 "t.yaml:1:9: bad address \"127.0.0.1:\" (missing port)");
+    expect_error("listen: 300.0.0.1:80\n" POOL_WEB,
+                 "t.yaml:1:9: bad address \"300.0.0.1:80\" (bad IPv4 address)");
+    expect_error("listen: '::1:80'\n" POOL_WEB, "t.yaml:1:9: bad address \"::1:80\" "
+                                                "(an IPv6 address needs brackets, as in [::1]:80)");
+    expect_error(LISTEN POOL_WEB "admin: 'bad host:80'\n",
+                 "t.yaml:7:8: bad address \"bad host:80\" (bad host name)");
+}
+
+static void
+test_unknown_pools_and_policies(void **state)
+{
+    (void)state;
+    expect_error(LISTEN POOL_WEB "routes:\n  - {path: /, pool: wbe}\n",
+                 "t.yaml:8:21: unknown pool \"wbe\" (did you mean \"web\"?)");
+    expect_error(LISTEN POOL_WEB "routes:\n  - {path: /, pool: images}\n",
+                 "t.yaml:8:21: unknown pool \"images\" (pools: web)");
+    expect_error(LISTEN POOL_WEB "default_pool: api\n",
+                 "t.yaml:7:15: unknown pool \"api\" (pools: web)");
+    expect_error(LISTEN POOL_WEB "    balance: rr\n",
+                 "t.yaml:7:14: unknown balance policy \"rr\" (known: roundrobin, leastconn)");
+    expect_error(LISTEN POOL_WEB "access_log: {format: xml}\n",
+                 "t.yaml:7:22: unknown access_log format \"xml\" (known: default, json)");
+}
+
+static void
+test_bad_values(void **state)
+{
+    (void)state;
+    expect_error(LISTEN POOL_WEB "timeouts: {connect: 5x}\n",
+                 "t.yaml:7:21: bad duration \"5x\" (use ms, s, m, h)");
+    expect_error(LISTEN POOL_WEB "timeouts: {connect: 0}\n",
+                 "t.yaml:7:21: connect must be more than 0");
+    expect_error(LISTEN POOL_WEB "limits: {body_bytes: 1t}\n",
+                 "t.yaml:7:22: bad size \"1t\" (use a number of bytes, or k, m, g)");
+    expect_error(LISTEN POOL_WEB "limits: {header_bytes: 1g}\n",
+                 "t.yaml:7:24: header_bytes must be between 1 and 64m, got \"1g\"");
+    expect_error(LISTEN POOL_WEB "    health_check: {path: healthz}\n",
+                 "t.yaml:7:26: bad path \"healthz\" (must start with \"/\")");
+    expect_error(LISTEN POOL_WEB "routes: [{path: '/a b', pool: web}]\n",
+                 "t.yaml:7:17: bad path \"/a b\" (no spaces or control characters)");
+    expect_error(LISTEN POOL_WEB "routes: [{host: 'a/b', pool: web}]\n",
+                 "t.yaml:7:17: bad host \"a/b\" (a name, or \"*.\" and a suffix)");
+}
+
+static void
+test_integers_out_of_range(void **state)
+{
+    (void)state;
+    expect_error(LISTEN POOL_WEB "        weight: 300\n",
+                 "t.yaml:7:17: weight must be between 1 and 256, got 300");
+    expect_error(LISTEN POOL_WEB "        capacity: -1\n",
+                 "t.yaml:7:19: capacity must be between 1 and 1000000, got -1");
+    expect_error(LISTEN POOL_WEB "workers: 0\n",
+                 "t.yaml:7:10: workers must be between 1 and 1024, got 0");
+    expect_error(LISTEN POOL_WEB "    draws: 99999999999999999999999\n",
+                 "t.yaml:7:12: draws must be between 1 and 1000, got 99999999999999999999999");
+}
+
+static void
+test_several_errors_are_reported_in_file_order(void **state)
+{
+    const char *const expected[] = {
+        "t.yaml:1:9: bad address \"127.0.0.1:0\" (port must be between 1 and 65535)",
+        "t.yaml:2:26: unknown pool \"nope\" (pools: web)",
+        "t.yaml:3:14: pool \"web\": missing required key \"servers\"",
+        "t.yaml:3:15: unknown key \"draw\" (did you mean \"draws\"?)",
+        "t.yaml:5:1: unknown key \"limit\" (did you mean \"limits\"?)",
+        NULL,
+    };
+    (void)state;
+    /*
+     * Routes are checked after pools, and a missing key is found after the
+     * unknown ones, but the report is in file order.
+     */
+    expect_errors("listen: 127.0.0.1:0\n"
+                  "routes: [{path: /, pool: nope}]\n"
+                  "pools: {web: {draw: 2,\n"
+                  "    health_check: {}}}\n"
+                  "limit: {}\n",
+                  expected);
+}
+
+static void
+test_unreadable_files(void **state)
+{
+    const char *missing = DM_TEST_DATA_DIR "/conf/no-such-file.yaml";
+    struct dm_conf_errors err = { 0 };
+    char expected[4096];
+    (void)state;
+
+    assert_null(dm_conf_load(missing, &err));
+    assert_int_equal(err.n, 1);
+    snprintf(expected, sizeof(expected), "%s: cannot open: No such file or directory", missing);
+    assert_string_equal(err.msg[0], expected);
+
+    /* The sink keeps collecting until it is freed. */
+    assert_null(dm_conf_load(DM_TEST_DATA_DIR, &err));
+    assert_int_equal(err.n, 2);
+    snprintf(expected, sizeof(expected), "%s: cannot read: Is a directory", DM_TEST_DATA_DIR);
+    assert_string_equal(err.msg[1], expected);
+    dm_conf_errors_fini(&err);
+
+    /* No sink: errors are dropped, the result is still NULL. */
+    assert_null(dm_conf_load(missing, NULL));
+    assert_null(dm_conf_load_string("x", 1, "t.yaml", NULL));
+    dm_conf_destroy(NULL);
+    dm_conf_errors_fini(NULL);
+}
+
+/* ---- value parsers ---- */
+
+static void
+test_parse_duration(void **state)
+{
+    static const struct {
+        const char *text;
+        uint64_t ms;
+    } good[] = {
+        { "0", 0 },       { "250", 250 },
+        { "250ms", 250 }, { "5s", 5000 },
+        { "2m", 120000 }, { "1h", 3600000 },
+        { "007s", 7000 }, { "18446744073709551615", UINT64_MAX },
+    };
+    static const char *const bad[] = {
+        "",
+        "s",
+        "5x",
+        "5 s",
+        " 5s",
+        "5s ",
+        "-5s",
+        "+5s",
+        "1.5s",
+        "5S",
+        "5sec",
+        "1ms2",
+        "18446744073709551616",
+        "18446744073709552h",
+    };
+    uint64_t v;
+    (void)state;
+
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        v = 12345;
+        assert_int_equal(dm_conf_parse_duration_ms(good[i].text, &v), 0);
+        assert_int_equal(v, good[i].ms);
+    }
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        if (dm_conf_parse_duration_ms(bad[i], &v) != -EINVAL) {
+            fail_msg("duration \"%s\" was accepted", bad[i]);
+        }
+    }
+    assert_int_equal(dm_conf_parse_duration_ms(NULL, &v), -EINVAL);
+}
+
+static void
+test_parse_size(void **state)
+{
+    static const struct {
+        const char *text;
+        uint64_t bytes;
+    } good[] = {
+        { "0", 0 },
+        { "512", 512 },
+        { "16k", 16384 },
+        { "16K", 16384 },
+        { "1m", 1 << 20 },
+        { "2g", UINT64_C(2) << 30 },
+        { "2G", UINT64_C(2) << 30 },
+        { "17179869183g", UINT64_C(17179869183) << 30 },
+    };
+    static const char *const bad[] = {
+        "", "k", "1t", "1kb", "1 k", "-1", "1.5m", "17179869184g", "99999999999999999999",
+    };
+    uint64_t v;
+    (void)state;
+
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        v = 12345;
+        assert_int_equal(dm_conf_parse_size(good[i].text, &v), 0);
+        assert_int_equal(v, good[i].bytes);
+    }
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        if (dm_conf_parse_size(bad[i], &v) != -EINVAL) {
+            fail_msg("size \"%s\" was accepted", bad[i]);
+        }
+    }
+}
+
+static void
+test_parse_addr(void **state)
+{
+    static const char *const bad[] = {
+        "",
+        "127.0.0.1",
+        "127.0.0.1:",
+        "127.0.0.1:0",
+        "127.0.0.1:65536",
+        "127.0.0.1:80x",
+        "127.0.0.1:-1",
+        "1.2.3:80",
+        "::1:80",
+        "[::1]",
+        "[::1]80",
+        "[::1",
+        "[]:80",
+        "[nothost]:80",
+        "a b:80",
+        "-x:80",
+        "*:99999",
+        ":",
+    };
+    struct dm_conf_addr a;
+    (void)state;
+
+    assert_int_equal(dm_conf_parse_addr("127.0.0.1:80", &a), 0);
+    assert_string_equal(a.text, "127.0.0.1:80");
+    assert_ipv4(&a, "127.0.0.1", 80);
+    free(a.text);
+
+    assert_int_equal(dm_conf_parse_addr("*:65535", &a), 0);
+    assert_ipv4(&a, "0.0.0.0", 65535);
+    free(a.text);
+    assert_int_equal(dm_conf_parse_addr(":1", &a), 0);
+    assert_ipv4(&a, "0.0.0.0", 1);
+    free(a.text);
+
+    assert_int_equal(dm_conf_parse_addr("[::1]:443", &a), 0);
+    assert_int_equal(a.sa.ss_family, AF_INET6);
+    assert_int_equal(a.salen, sizeof(struct sockaddr_in6));
+    assert_true(IN6_IS_ADDR_LOOPBACK(&((struct sockaddr_in6 *)&a.sa)->sin6_addr));
+    assert_int_equal(port_of(&a), 443);
+    free(a.text);
+
+    /* Names resolve through getaddrinfo; /etc/hosts knows localhost. */
+    assert_int_equal(dm_conf_parse_addr("localhost:8080", &a), 0);
+    assert_true(a.sa.ss_family == AF_INET || a.sa.ss_family == AF_INET6);
+    assert_int_equal(port_of(&a), 8080);
+    free(a.text);
+
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        if (dm_conf_parse_addr(bad[i], &a) != -EINVAL) {
+            fail_msg("address \"%s\" was accepted", bad[i]);
+        }
+        assert_null(a.text);
+    }
+}
+
+static void
+test_suggestions_need_a_close_match(void **state)
+{
+    static const char *const keys[] = { "workers", "listen", "timeouts", NULL, "pools" };
+    (void)state;
+
+    assert_int_equal(dm_conf_edit_distance("", ""), 0);
+    assert_int_equal(dm_conf_edit_distance("web", "wbe"), 1);
+    assert_int_equal(dm_conf_edit_distance("Listen", "listen"), 0);
+    assert_int_equal(dm_conf_edit_distance("kitten", "sitting"), 3);
+    assert_int_equal(dm_conf_edit_distance("", "abc"), 3);
+    assert_string_equal(dm_conf_suggest("pool", keys, 5), "pools");
+    assert_string_equal(dm_conf_suggest("lisetn", keys, 5), "listen");
+    assert_null(dm_conf_suggest("xyz", keys, 5));
+    assert_null(dm_conf_suggest("", keys, 5));
+}
+
+#define A10 "aaaaaaaaaa"
+#define A59 A10 A10 A10 A10 A10 "aaaaaaaaa"
+
+static void
+test_messages_quote_values_safely(void **state)
+{
+    (void)state;
+    expect_error(LISTEN POOL_WEB "workers: \"a\\tb\\\"c\"\n",
+                 "t.yaml:7:10: expected an integer or \"auto\", got \"a\\x09b\\\"c\"");
+    /* Long values are cut after 60 bytes, but never inside a UTF-8 character. */
+    expect_error(LISTEN POOL_WEB "workers: " A59 "\xc3\xa9\xc3\xa9\n",
+                 "t.yaml:7:10: expected an integer or \"auto\", got \"" A59 "\xc3\xa9...\"");
+}
+
+/* The string loader reads exactly len bytes: no terminator needed (ASan checks). */
+static void
+test_load_string_reads_only_len_bytes(void **state)
+{
+    const char *text = LISTEN POOL_WEB "workers: 3\n";
+    size_t len = strlen(text);
+    char *copy = malloc(len);
+    struct dm_conf_errors err = { 0 };
+    struct dm_conf *c;
+    (void)state;
+
+    assert_non_null(copy);
+    memcpy(copy, text, len);
+    c = dm_conf_load_string(copy, len, "t.yaml", &err);
+    assert_non_null(c);
+    assert_int_equal(c->workers, 3);
+    dm_conf_destroy(c);
+
+    /* Cut inside the last value: "workers: " with no value. */
+    assert_null(dm_conf_load_string(copy, len - 2, "t.yaml", &err));
+    assert_int_equal(err.n, 1);
+    assert_string_equal(err.msg[0],
+                        "t.yaml:7:9: expected an integer or \"auto\", got an empty value");
+    dm_conf_errors_fini(&err);
+
+    /* A reader error at the very end of the buffer. */
+    copy[len - 2] = (char)0xc3;
+    assert_null(dm_conf_load_string(copy, len - 1, "t.yaml", &err));
+    assert_int_equal(err.n, 1);
+    dm_conf_errors_fini(&err);
+    free(copy);
+}
+
+/* ---- quick start ---- */
+
+static void
+test_from_args_builds_one_pool(void **state)
+{
+    struct dm_conf_errors err = { 0 };
+    struct dm_conf *c = dm_conf_from_args("127.0.0.1:8080", "127.0.0.1:9001, 127.0.0.1:9002", &err);
+    const struct dm_conf_pool *p;
+    (void)state;
+
+    assert_non_null(c);
+    assert_int_equal(err.n, 0);
+    assert_null(c->file);
+    assert_int_equal(c->nlisteners, 1);
+    assert_ipv4(&c->listeners[0], "127.0.0.1", 8080);
+    assert_int_equal(c->npools, 1);
+    p = &c->pools[0];
+    assert_string_equal(p->name, "default");
+    assert_string_equal(p->balance, "roundrobin");
+    assert_false(p->health.enabled);
+    assert_int_equal(p->nservers, 2);
+    assert_string_equal(p->servers[0].name, "s1");
+    assert_string_equal(p->servers[1].name, "s2");
+    assert_string_equal(p->servers[1].addr.text, "127.0.0.1:9002");
+    assert_ipv4(&p->servers[1].addr, "127.0.0.1", 9002);
+    assert_int_equal(p->servers[1].weight, 1);
+    assert_int_equal(p->servers[1].capacity, 100);
+    assert_int_equal(c->nroutes, 0);
+    assert_int_equal(c->default_pool, 0);
+    assert_int_equal(c->timeouts.connect_ms, 5000);
+    assert_null(c->access_log);
+    dm_conf_destroy(c);
+}
+
+static void
+test_from_args_reports_each_bad_flag(void **state)
+{
+    struct dm_conf_errors err = { 0 };
+    (void)state;
+
+    assert_null(dm_conf_from_args("127.0.0.1:8080", "x", &err));
+    assert_int_equal(err.n, 1);
+    assert_string_equal(err.msg[0], "--backend: bad address \"x\" (missing port)");
+    dm_conf_errors_fini(&err);
+
+    assert_null(dm_conf_from_args("8080", "127.0.0.1:1,,127.0.0.1:99999", &err));
+    assert_int_equal(err.n, 3);
+    assert_string_equal(err.msg[0], "--listen: bad address \"8080\" (missing port)");
+    assert_string_equal(err.msg[1], "--backend: bad address \"\" (expected host:port)");
+    assert_string_equal(err.msg[2], "--backend: bad address \"127.0.0.1:99999\" "
+                                    "(port must be between 1 and 65535)");
+    dm_conf_errors_fini(&err);
+
+    assert_null(dm_conf_from_args(NULL, NULL, &err));
+    assert_int_equal(err.n, 2);
+    assert_string_equal(err.msg[0], "--listen: missing address");
+    assert_string_equal(err.msg[1], "--backend: missing address");
+    dm_conf_errors_fini(&err);
+}
+
+int
+main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bundled_example_loads),
+        cmocka_unit_test(test_defaults_apply_when_keys_are_absent),
+        cmocka_unit_test(test_every_key_is_read),
+        cmocka_unit_test(test_access_log_forms),
+        cmocka_unit_test(test_pools_may_come_after_routes),
+        cmocka_unit_test(test_yaml_anchors_and_aliases_are_resolved),
+        cmocka_unit_test(test_yaml_syntax_errors_carry_libyaml_problem_and_mark),
+        cmocka_unit_test(test_document_must_be_one_mapping),
+        cmocka_unit_test(test_wrong_types_are_named),
+        cmocka_unit_test(test_missing_required_keys),
+        cmocka_unit_test(test_empty_lists_are_rejected),
+        cmocka_unit_test(test_unknown_keys_suggest_the_nearest_known_key),
+        cmocka_unit_test(test_duplicate_keys_and_names),
+        cmocka_unit_test(test_bad_addresses),
+        cmocka_unit_test(test_unknown_pools_and_policies),
+        cmocka_unit_test(test_bad_values),
+        cmocka_unit_test(test_integers_out_of_range),
+        cmocka_unit_test(test_several_errors_are_reported_in_file_order),
+        cmocka_unit_test(test_unreadable_files),
+        cmocka_unit_test(test_parse_duration),
+        cmocka_unit_test(test_parse_size),
+        cmocka_unit_test(test_parse_addr),
+        cmocka_unit_test(test_suggestions_need_a_close_match),
+        cmocka_unit_test(test_messages_quote_values_safely),
+        cmocka_unit_test(test_load_string_reads_only_len_bytes),
+        cmocka_unit_test(test_from_args_builds_one_pool),
+        cmocka_unit_test(test_from_args_reports_each_bad_flag),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,183 @@
+/* Tests for proxy/route.c: first matching route wins, else the default pool. */
+#include "dm_test.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "conf/conf.h"
+#include "proxy/route.h"
+
+/* Route hosts and prefixes are char * in the config; the tests never free them. */
+#define ROUTE(h, p, ix)                                                                            \
+    {                                                                                              \
+        .host = (char *)(h), .path_prefix = (char *)(p), .pool = (ix)                              \
+    }
+
+static size_t
+route(const struct dm_conf *c, const char *host, const char *path)
+{
+    /* Exactly sized heap copies, so ASan sees any read past the given lengths. */
+    size_t hl = strlen(host);
+    size_t pl = strlen(path);
+    char *h = malloc(hl > 0 ? hl : 1);
+    char *p = malloc(pl > 0 ? pl : 1);
+    assert_non_null(h);
+    assert_non_null(p);
+    memcpy(h, host, hl);
+    memcpy(p, path, pl);
+    size_t pool = dm_route_match(c, h, hl, p, pl);
+    free(h);
+    free(p);
+    return pool;
+}
+
+static void
+test_exact_host(void **state)
+{
+    (void)state;
+    struct dm_conf_route r[] = { ROUTE("www.example.com", NULL, 1) };
+    struct dm_conf c = { .routes = r, .nroutes = 1, .default_pool = 0 };
+    assert_int_equal(route(&c, "www.example.com", "/"), 1);
+    assert_int_equal(route(&c, "example.com", "/"), 0);
+    assert_int_equal(route(&c, "www.example.co", "/"), 0);
+    assert_int_equal(route(&c, "www.example.com.evil", "/"), 0);
+    assert_int_equal(route(&c, "xwww.example.com", "/"), 0);
+    assert_int_equal(route(&c, "", "/"), 0);
+}
+
+static void
+test_host_compare_ignores_case(void **state)
+{
+    (void)state;
+    struct dm_conf_route r[] = { ROUTE("Www.Example.COM", NULL, 1), ROUTE("*.Img.Net", NULL, 2) };
+    struct dm_conf c = { .routes = r, .nroutes = 2, .default_pool = 0 };
+    assert_int_equal(route(&c, "WWW.EXAMPLE.COM", "/"), 1);
+    assert_int_equal(route(&c, "www.example.com", "/"), 1);
+    assert_int_equal(route(&c, "A.IMG.NET", "/"), 2);
+}
+
+static void
+test_port_in_host_is_ignored(void **state)
+{
+    (void)state;
+    struct dm_conf_route r[] = {
+        ROUTE("www.example.com", NULL, 1),
+        ROUTE("*.example.org", NULL, 2),
+        ROUTE("[::1]", NULL, 3),
+    };
+    struct dm_conf c = { .routes = r, .nroutes = 3, .default_pool = 0 };
+    assert_int_equal(route(&c, "www.example.com:8080", "/"), 1);
+    assert_int_equal(route(&c, "www.example.com:", "/"), 1);
+    assert_int_equal(route(&c, "a.example.org:443", "/"), 2);
+    assert_int_equal(route(&c, "[::1]:8080", "/"), 3);
+    assert_int_equal(route(&c, "[::1]", "/"), 3);
+    assert_int_equal(route(&c, "www.example.com.:80", "/"), 1);
+    /* The port is not part of the name a wildcard sees. */
+    assert_int_equal(route(&c, "example.org:1.example.org", "/"), 0);
+}
+
+static void
+test_wildcard_matches_subdomains_only(void **state)
+{
+    (void)state;
+    struct dm_conf_route r[] = { ROUTE("*.x.com", NULL, 1) };
+    struct dm_conf c = { .routes = r, .nroutes = 1, .default_pool = 0 };
+    assert_int_equal(route(&c, "a.x.com", "/"), 1);
+    assert_int_equal(route(&c, "a.b.x.com", "/"), 1);
+    assert_int_equal(route(&c, "x.com", "/"), 0);
+    assert_int_equal(route(&c, ".x.com", "/"), 0);
+    assert_int_equal(route(&c, "ax.com", "/"), 0);
+    assert_int_equal(route(&c, "a.x.com.org", "/"), 0);
+    assert_int_equal(route(&c, "com", "/"), 0);
+}
+
+static void
+test_path_prefix(void **state)
+{
+    (void)state;
+    struct dm_conf_route r[] = {
+        ROUTE(NULL, "/api/", 1),
+        ROUTE(NULL, "/static", 2),
+    };
+    struct dm_conf c = { .routes = r, .nroutes = 2, .default_pool = 0 };
+    assert_int_equal(route(&c, "h", "/api/v1/users?x=1"), 1);
+    assert_int_equal(route(&c, "h", "/api/"), 1);
+    assert_int_equal(route(&c, "h", "/api"), 0);
+    assert_int_equal(route(&c, "h", "/API/"), 0); /* paths are case-sensitive */
+    assert_int_equal(route(&c, "h", "/static"), 2);
+    assert_int_equal(route(&c, "h", "/static/a.png"), 2);
+    assert_int_equal(route(&c, "h", "/"), 0);
+    assert_int_equal(route(&c, "h", ""), 0);
+}
+
+static void
+test_missing_or_root_prefix_matches_any_path(void **state)
+{
+    (void)state;
+    struct dm_conf_route r[] = { ROUTE("a.com", "/", 1), ROUTE("b.com", NULL, 2) };
+    struct dm_conf c = { .routes = r, .nroutes = 2, .default_pool = 0 };
+    assert_int_equal(route(&c, "a.com", "/x"), 1);
+    assert_int_equal(route(&c, "a.com", "*"), 1);
+    assert_int_equal(route(&c, "a.com", ""), 1);
+    assert_int_equal(route(&c, "b.com", "/y/z"), 2);
+    assert_int_equal(route(&c, "b.com", "*"), 2);
+}
+
+static void
+test_host_and_prefix_must_both_match(void **state)
+{
+    (void)state;
+    struct dm_conf_route r[] = { ROUTE("a.com", "/api", 1) };
+    struct dm_conf c = { .routes = r, .nroutes = 1, .default_pool = 2 };
+    assert_int_equal(route(&c, "a.com", "/api/x"), 1);
+    assert_int_equal(route(&c, "b.com", "/api/x"), 2);
+    assert_int_equal(route(&c, "a.com", "/web"), 2);
+}
+
+static void
+test_first_matching_route_wins(void **state)
+{
+    (void)state;
+    struct dm_conf_route r[] = {
+        ROUTE("a.com", "/api/v2", 1), ROUTE("*.com", "/api", 2), ROUTE("a.com", NULL, 3),
+        ROUTE(NULL, "/api", 4),       ROUTE(NULL, NULL, 5),
+    };
+    struct dm_conf c = { .routes = r, .nroutes = 5, .default_pool = 0 };
+    assert_int_equal(route(&c, "a.com", "/api/v2/x"), 1);
+    assert_int_equal(route(&c, "a.com", "/api/v1"), 2);
+    assert_int_equal(route(&c, "a.com", "/"), 3);
+    assert_int_equal(route(&c, "a.org", "/api"), 4);
+    assert_int_equal(route(&c, "a.org", "/"), 5);
+    assert_int_equal(route(&c, "", "/"), 5);
+}
+
+static void
+test_default_pool_when_nothing_matches(void **state)
+{
+    (void)state;
+    struct dm_conf_route r[] = { ROUTE("a.com", NULL, 1) };
+    struct dm_conf c = { .routes = r, .nroutes = 1, .default_pool = 3 };
+    assert_int_equal(route(&c, "b.com", "/"), 3);
+    assert_int_equal(route(&c, "", "/"), 3);
+    assert_int_equal(dm_route_match(&c, NULL, 0, NULL, 0), 3);
+
+    struct dm_conf none = { .default_pool = 2 };
+    assert_int_equal(route(&none, "a.com", "/"), 2);
+}
+
+int
+main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_exact_host),
+        cmocka_unit_test(test_host_compare_ignores_case),
+        cmocka_unit_test(test_port_in_host_is_ignored),
+        cmocka_unit_test(test_wildcard_matches_subdomains_only),
+        cmocka_unit_test(test_path_prefix),
+        cmocka_unit_test(test_missing_or_root_prefix_matches_any_path),
+        cmocka_unit_test(test_host_and_prefix_must_both_match),
+        cmocka_unit_test(test_first_matching_route_wins),
+        cmocka_unit_test(test_default_pool_when_nothing_matches),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
