@@ -32,17 +32,17 @@ struct dm_bal_conf {
 
 /* Everything a pick may look at; built by the caller for each pick. */
 struct dm_pick {
-    uint64_t key;          /* hash of the request's key, for hashing policies */
-    const uint8_t *tried;  /* bitmap of server indexes already tried, or NULL */
-    uint64_t now_us;       /* monotonic time */
-    struct dm_rng *rng;    /* the calling worker's generator */
+    uint64_t key;         /* hash of the request's key, for hashing policies */
+    const uint8_t *tried; /* bitmap of server indexes already tried, or NULL */
+    uint64_t now_us;      /* monotonic time */
+    struct dm_rng *rng;   /* the calling worker's generator */
 };
 
 /* What happened on the request path, for policies that keep their own state. */
 struct dm_bal_event {
-    int server;            /* index in the table */
+    int server; /* index in the table */
     uint64_t now_us;
-    uint64_t bytes;        /* bytes expected or transferred, where known */
+    uint64_t bytes; /* bytes expected or transferred, where known */
 };
 
 struct dm_balancer_ops {

@@ -27,10 +27,10 @@ struct dm_server {
     unsigned capacity; /* >= 1, requests the server serves at once at full speed */
     unsigned index;    /* position in its table */
 
-    atomic_bool down;             /* active health check says down */
+    atomic_bool down;                   /* active health check says down */
     atomic_uint_fast64_t down_until_us; /* passive: down until this monotonic time */
-    atomic_uint fails;            /* consecutive failures seen on the request path */
-    atomic_int power;             /* enum dm_power_state */
+    atomic_uint fails;                  /* consecutive failures seen on the request path */
+    atomic_int power;                   /* enum dm_power_state */
 
     atomic_uint_fast64_t conns;    /* server-side connections in use by a request */
     atomic_uint_fast64_t inflight; /* requests being served now */

@@ -15,9 +15,9 @@
  *     uv_write, and only while the write queue holds less than WQ_HIGH bytes; each write
  *     callback produces more, so a 1 GiB download uses bounded memory.
  *   - When a request ends before its response is fully produced, the parser stays paused
- *     (wait_resp) and the connection stops reading; pipelined bytes wait in the buffer until
- *     the response is done. Reading also stops while the write queue is above WQ_HIGH, so
- *     an echo of an upload the client does not read pushes back on the client.
+ *     (wait_resp); pipelined bytes wait in the buffer, and reading stops when it is full,
+ *     until the response is done. Reading also stops while the write queue is above
+ *     WQ_HIGH, so an echo of an upload the client does not read pushes back on the client.
  *   - A connection that must close (Connection: close, /close/N, 400, WebSocket close)
  *     shuts down its write side after the queued writes, then reads and discards for up to
  *     LINGER_MS so the peer sees the response rather than a reset.
@@ -51,9 +51,9 @@
 #define OUT_FREE_MAX 256               /* write requests kept for reuse */
 #define WQ_HIGH      (256 * 1024)      /* stop producing and reading above this write queue */
 #define WRITE_SPAN   DM_PATTERN_SPAN   /* body bytes per uv_write */
-#define MAX_INFLIGHT                                                                               \
-    16 /* write requests per connection, so one fast reader                                        \
-          cannot starve the others while the kernel takes all */
+/* Write requests in flight per connection, so one fast reader cannot starve the others
+ * while the kernel takes everything it is given. */
+#define MAX_INFLIGHT 16
 #define LINGER_MS    2000
 #define MAX_BYTES    (UINT64_C(1) << 40)
 #define MAX_SLOW_MS  (UINT64_C(3600) * 1000)
@@ -115,7 +115,6 @@ struct resp {
     bool close_after; /* close the connection after this response */
     bool head_only;   /* HEAD: headers with the length a GET would have, no body */
     bool ws_upgrade;  /* 101 sent: switch to WebSocket when the request ends */
-    int status;
     const char *src;
     size_t period; /* 0: src is plain memory */
     uint64_t off, remaining;
@@ -242,7 +241,8 @@ out_send_copy(struct conn *c, struct out *o, const void *data, size_t len)
 {
     uv_buf_t b[2];
     unsigned nb = 0;
-    if (o->inl_len + len <= OUT_INLINE) {
+    /* With len 0, data may be NULL: memcpy must not see it. */
+    if (len > 0 && o->inl_len + len <= OUT_INLINE) {
         memcpy(o->inl + o->inl_len, data, len);
         o->inl_len += len;
     } else if (len > 0) {
@@ -280,75 +280,52 @@ send_copy(struct conn *c, const void *data, size_t len)
 
 /* ---- response heads ---- */
 
+static const struct {
+    int status;
+    const char *text;
+} reasons[] = {
+    { 100, "Continue" },
+    { 101, "Switching Protocols" },
+    { 102, "Processing" },
+    { 103, "Early Hints" },
+    { 200, "OK" },
+    { 201, "Created" },
+    { 202, "Accepted" },
+    { 204, "No Content" },
+    { 206, "Partial Content" },
+    { 301, "Moved Permanently" },
+    { 302, "Found" },
+    { 303, "See Other" },
+    { 304, "Not Modified" },
+    { 307, "Temporary Redirect" },
+    { 308, "Permanent Redirect" },
+    { 400, "Bad Request" },
+    { 401, "Unauthorized" },
+    { 403, "Forbidden" },
+    { 404, "Not Found" },
+    { 405, "Method Not Allowed" },
+    { 408, "Request Timeout" },
+    { 409, "Conflict" },
+    { 413, "Content Too Large" },
+    { 426, "Upgrade Required" },
+    { 429, "Too Many Requests" },
+    { 431, "Request Header Fields Too Large" },
+    { 500, "Internal Server Error" },
+    { 501, "Not Implemented" },
+    { 502, "Bad Gateway" },
+    { 503, "Service Unavailable" },
+    { 504, "Gateway Timeout" },
+};
+
 static const char *
 reason(int status)
 {
-    switch (status) {
-    case 100:
-        return "Continue";
-    case 101:
-        return "Switching Protocols";
-    case 102:
-        return "Processing";
-    case 103:
-        return "Early Hints";
-    case 200:
-        return "OK";
-    case 201:
-        return "Created";
-    case 202:
-        return "Accepted";
-    case 204:
-        return "No Content";
-    case 206:
-        return "Partial Content";
-    case 301:
-        return "Moved Permanently";
-    case 302:
-        return "Found";
-    case 303:
-        return "See Other";
-    case 304:
-        return "Not Modified";
-    case 307:
-        return "Temporary Redirect";
-    case 308:
-        return "Permanent Redirect";
-    case 400:
-        return "Bad Request";
-    case 401:
-        return "Unauthorized";
-    case 403:
-        return "Forbidden";
-    case 404:
-        return "Not Found";
-    case 405:
-        return "Method Not Allowed";
-    case 408:
-        return "Request Timeout";
-    case 409:
-        return "Conflict";
-    case 413:
-        return "Content Too Large";
-    case 426:
-        return "Upgrade Required";
-    case 429:
-        return "Too Many Requests";
-    case 431:
-        return "Request Header Fields Too Large";
-    case 500:
-        return "Internal Server Error";
-    case 501:
-        return "Not Implemented";
-    case 502:
-        return "Bad Gateway";
-    case 503:
-        return "Service Unavailable";
-    case 504:
-        return "Gateway Timeout";
-    default:
-        return "Status";
+    for (size_t i = 0; i < sizeof reasons / sizeof reasons[0]; i++) {
+        if (reasons[i].status == status) {
+            return reasons[i].text;
+        }
     }
+    return "Status";
 }
 
 /* Formats a response head into o->inl. `clen` is a length, CLEN_NONE or CLEN_CHUNKED;
@@ -383,7 +360,6 @@ head_make(struct conn *c, int status, const char *ctype, int64_t clen, const cha
         abort();
     }
     o->inl_len = (size_t)n;
-    c->r.status = status;
     return o;
 }
 
@@ -616,7 +592,9 @@ update_reading(struct conn *c)
     if (c->mode == MODE_LINGER) {
         want = true;
     } else {
-        want = !c->eof && !c->shutting && !c->wait_resp && c->in_len < IN_CAP &&
+        /* Reading goes on while a response is pending (wait_resp), into the buffer only,
+         * so a reset is seen early; the bytes are parsed when the response is done. */
+        want = !c->eof && !c->shutting && c->in_len < IN_CAP &&
                uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp) < WQ_HIGH;
     }
     if (want && !c->reading) {
@@ -1034,7 +1012,6 @@ route_ws(struct conn *c, const char *head, size_t hlen)
                      "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
                      "Connection: Upgrade\r\nSec-WebSocket-Accept: %s\r\nX-Backend: %s\r\n\r\n",
                      (const char *)accept, c->be->name);
-    c->r.status = 101;
     c->r.ws_upgrade = true;
     send_copy(c, line, (size_t)n);
 }
@@ -1246,8 +1223,12 @@ bad_request(struct conn *c, int status, const char *why)
 static void
 parse_http(struct conn *c)
 {
+    /* After the head, llhttp needs one more call, even with no bytes, to end a request
+     * without a body. */
+    bool after_head = false;
     while (c->mode == MODE_HTTP && !c->closing && !c->shutting && !c->wait_resp &&
-           c->parse_off < c->in_len) {
+           (c->parse_off < c->in_len || after_head)) {
+        after_head = false;
         c->ev = EV_NONE;
         llhttp_errno_t err =
             llhttp_execute(&c->parser, c->in + c->parse_off, c->in_len - c->parse_off);
@@ -1261,6 +1242,7 @@ parse_http(struct conn *c)
             if (c->ev == EV_HEAD) {
                 route(c);
                 llhttp_resume(&c->parser);
+                after_head = true;
             } else if (c->ev == EV_DONE) {
                 request_end(c);
             }

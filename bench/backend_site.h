@@ -7,7 +7,8 @@
 /*
  * The demo backend's content: a generated web site and the byte pattern behind every
  * synthetic body. Everything here is pure (no I/O, no clock, no globals), so the same
- * --seed and --pages give the same bytes on every run and on every backend.
+ * --seed and --pages give the same bytes on every run and on every backend. A site is
+ * read-only once created: any thread may read it until dm_site_destroy().
  */
 
 /* Byte i of every /bytes, /chunked, /close body and of every object body is

@@ -1290,6 +1290,10 @@ load_root(struct loader *ld, const yaml_node_t *root)
     } else {
         load_pools(ld, v[TOP_POOLS]);
     }
+    if (ld->oom) {
+        /* The pool table may be cut short: nothing more worth checking. */
+        return;
+    }
     if (v[TOP_ROUTES] != NULL) {
         load_routes(ld, v[TOP_ROUTES]);
     }
@@ -1328,6 +1332,7 @@ fail_parser(struct loader *ld, const yaml_parser_t *p, const char *buf, size_t l
 {
     yaml_mark_t mark = p->problem_mark;
     const char *problem = p->problem != NULL ? p->problem : "syntax error";
+    const char *hint = "";
 
     if (p->error == YAML_MEMORY_ERROR) {
         ld->oom = true;
@@ -1352,10 +1357,16 @@ fail_parser(struct loader *ld, const yaml_parser_t *p, const char *buf, size_t l
         }
         return;
     }
+    /* "listen: *:80" is an easy mistake: YAML reads the "*" as an alias. */
+    if ((p->context != NULL && strcmp(p->context, "while scanning an alias") == 0) ||
+        strcmp(problem, "found undefined alias") == 0) {
+        hint = "; quote a value that starts with \"*\"";
+    }
     if (p->context != NULL) {
-        fail_mark(ld, mark, "%s (%s at line %zu)", problem, p->context, p->context_mark.line + 1);
+        fail_mark(ld, mark, "%s (%s at line %zu)%s", problem, p->context, p->context_mark.line + 1,
+                  hint);
     } else {
-        fail_mark(ld, mark, "%s", problem);
+        fail_mark(ld, mark, "%s%s", problem, hint);
     }
 }
 

@@ -602,8 +602,8 @@ put_field(struct out *o, struct dm_span name, struct dm_span value)
 static bool
 is_hop_by_hop(struct dm_span n)
 {
-    static const char *const names[] = { "connection", "keep-alive", "proxy-connection", "te",
-                                         "trailer",    "upgrade" };
+    static const char *const names[] = { "connection", "keep-alive", "proxy-connection",
+                                         "te",         "trailer",    "upgrade" };
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
         if (dm_span_ieq(n, names[i])) {
             return true;

@@ -82,23 +82,23 @@ int dm_http_parse_eof(struct dm_http_parser *p);
 void dm_http_parser_next(struct dm_http_parser *p);
 
 const char *dm_http_parser_error(const struct dm_http_parser *p);
-unsigned dm_http_parser_status(const struct dm_http_parser *p); /* responses */
+unsigned dm_http_parser_status(const struct dm_http_parser *p);  /* responses */
 unsigned dm_http_parser_version(const struct dm_http_parser *p); /* 10, 11, 20, ... */
 bool dm_http_parser_needs_eof(const struct dm_http_parser *p);
 bool dm_http_parser_keep_alive(const struct dm_http_parser *p);
 
 /* What dm_http_check_request() or _response() learnt about a head. */
 struct dm_http_info {
-    unsigned version;        /* 10 or 11 */
-    bool keep_alive;         /* the peer wants the connection kept */
-    bool chunked;            /* Transfer-Encoding ends in chunked */
-    bool has_length;         /* Content-Length present */
+    unsigned version; /* 10 or 11 */
+    bool keep_alive;  /* the peer wants the connection kept */
+    bool chunked;     /* Transfer-Encoding ends in chunked */
+    bool has_length;  /* Content-Length present */
     uint64_t content_length;
-    bool upgrade;            /* Connection: upgrade with an Upgrade field */
-    bool expect_continue;    /* Expect: 100-continue */
-    struct dm_span host;     /* Host value, or empty */
-    struct dm_span path;     /* origin-form target (absolute-form is reduced to its path) */
-    uint32_t drop;           /* bitmap: fields (up to 32) to drop, named in Connection */
+    bool upgrade;         /* Connection: upgrade with an Upgrade field */
+    bool expect_continue; /* Expect: 100-continue */
+    struct dm_span host;  /* Host value, or empty */
+    struct dm_span path;  /* origin-form target (absolute-form is reduced to its path) */
+    uint32_t drop;        /* bitmap: fields (up to 32) to drop, named in Connection */
 };
 
 /*
@@ -116,9 +116,9 @@ int dm_http_check_response(const char *head, size_t head_len, const struct dm_ht
 
 /* What the proxy adds to a forwarded request. */
 struct dm_http_forward {
-    const char *client_addr; /* X-Forwarded-For */
-    const char *proto;       /* X-Forwarded-Proto: "http" */
-    const char *via;         /* Via: "1.1 dimmer" */
+    const char *client_addr;  /* X-Forwarded-For */
+    const char *proto;        /* X-Forwarded-Proto: "http" */
+    const char *via;          /* Via: "1.1 dimmer" */
     const char *default_host; /* Host to send when an HTTP/1.0 request had none */
 };
 

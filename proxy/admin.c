@@ -31,8 +31,7 @@ struct sbuf {
     size_t len, cap;
 };
 
-static void __attribute__((format(printf, 2, 3)))
-sb_printf(struct sbuf *b, const char *fmt, ...)
+static void __attribute__((format(printf, 2, 3))) sb_printf(struct sbuf *b, const char *fmt, ...)
 {
     for (;;) {
         va_list ap;

@@ -92,8 +92,8 @@ req_get(struct dm_client *c)
         uint32_t b = (uint32_t)((rt->pools[i].sv->n + 7) / 8);
         tried_bytes = b > tried_bytes ? b : tried_bytes;
     }
-    size_t size = sizeof(struct dm_req) + 2 * (size_t)max_fields * sizeof(struct dm_http_field) +
-                  tried_bytes;
+    size_t size =
+        sizeof(struct dm_req) + 2 * (size_t)max_fields * sizeof(struct dm_http_field) + tried_bytes;
     struct dm_req *req = malloc(size);
     if (req == NULL) {
         return NULL;
@@ -110,6 +110,10 @@ req_get(struct dm_client *c)
     memset(req->tried, 0, tried_bytes);
     req->server = DM_NO_SERVER;
     req->start_us = dm_worker_now_us(c->w);
+    c->w->busy++;
+    if (c->w->busy > c->w->busy_peak) {
+        c->w->busy_peak = c->w->busy;
+    }
     return req;
 }
 
@@ -119,19 +123,71 @@ req_free(struct dm_worker *w, struct dm_req *req)
     dm_buf_unref(w, req->head_buf);
     dm_buf_unref(w, req->out_head);
     free(req);
+    w->busy--;
 }
 
 /* ---- client connections ---- */
 
-static void client_timer_cb(uv_timer_t *t);
+/*
+ * Client timeouts without a timer per connection (an idle keep-alive
+ * connection should cost as little memory as possible): each kind of timeout
+ * has one list per worker, in deadline order because every entry of a kind
+ * has the same duration, and the worker's tick expires entries from the head.
+ */
+static void
+client_timer_stop(struct dm_client *c)
+{
+    if (c->tkind == DM_T_NONE) {
+        return;
+    }
+    struct dm_worker *w = c->w;
+    if (c->tprev != NULL) {
+        c->tprev->tnext = c->tnext;
+    } else {
+        w->tq_head[c->tkind] = c->tnext;
+    }
+    if (c->tnext != NULL) {
+        c->tnext->tprev = c->tprev;
+    } else {
+        w->tq_tail[c->tkind] = c->tprev;
+    }
+    c->tprev = c->tnext = NULL;
+    c->tkind = DM_T_NONE;
+}
 
 static void
-client_timer_start(struct dm_client *c, uint64_t ms)
+client_timer_start(struct dm_client *c, enum dm_tkind kind, uint64_t ms)
 {
-    if (ms > 0) {
-        uv_timer_start(&c->timer, client_timer_cb, ms, 0);
+    client_timer_stop(c);
+    if (ms == 0) {
+        return;
+    }
+    struct dm_worker *w = c->w;
+    c->deadline_ms = uv_now(&w->loop) + ms;
+    c->tkind = (uint8_t)kind;
+    c->tprev = w->tq_tail[kind];
+    c->tnext = NULL;
+    if (w->tq_tail[kind] != NULL) {
+        w->tq_tail[kind]->tnext = c;
     } else {
-        uv_timer_stop(&c->timer);
+        w->tq_head[kind] = c;
+    }
+    w->tq_tail[kind] = c;
+}
+
+static void client_timeout(struct dm_client *c);
+
+void
+dm_clients_expire(struct dm_worker *w)
+{
+    uint64_t now = uv_now(&w->loop);
+    for (int k = 0; k < DM_T_KINDS; k++) {
+        /* Bounded: each pass removes the head from the list. */
+        while (w->tq_head[k] != NULL && w->tq_head[k]->deadline_ms <= now) {
+            struct dm_client *c = w->tq_head[k];
+            client_timer_stop(c);
+            client_timeout(c);
+        }
     }
 }
 
@@ -181,13 +237,6 @@ client_free_cb(uv_handle_t *h)
     (void)w;
 }
 
-static void
-client_timer_closed(uv_handle_t *h)
-{
-    struct dm_client *c = h->data;
-    uv_close((uv_handle_t *)&c->tcp, client_free_cb);
-}
-
 /* Closes the client and abandons its request (and that request's server connection). */
 static void
 client_close(struct dm_client *c)
@@ -226,7 +275,8 @@ client_close(struct dm_client *c)
         c->next->prev = c->prev;
     }
     w->nclients--;
-    uv_close((uv_handle_t *)&c->timer, client_timer_closed);
+    client_timer_stop(c);
+    uv_close((uv_handle_t *)&c->tcp, client_free_cb);
 }
 
 /* Called when writes to the client complete. */
@@ -257,11 +307,10 @@ client_write_done(void *arg, int status)
 
 /* Writes to the client; bufs reference hold[] (kept until written). */
 static void
-client_write(struct dm_client *c, uv_buf_t *bufs, unsigned n, struct dm_buf **hold,
-             unsigned nhold)
+client_write(struct dm_client *c, uv_buf_t *bufs, unsigned n, struct dm_buf **hold, unsigned nhold)
 {
-    int r = dm_stream_write(c->w, (uv_stream_t *)&c->tcp, bufs, n, hold, nhold, client_write_done,
-                            c);
+    int r =
+        dm_stream_write(c->w, (uv_stream_t *)&c->tcp, bufs, n, hold, nhold, client_write_done, c);
     if (r == 0) {
         c->writes++;
     } else if (r < 0) {
@@ -345,7 +394,7 @@ client_respond_error(struct dm_client *c, unsigned status, const char *reason)
         dm_upstream_close(up);
     }
     client_read_stop(c);
-    uv_timer_stop(&c->timer);
+    client_timer_stop(c);
     if (req != NULL && req->resp_started) {
         /* Part of a response went out already: all we can do is close. */
         client_close(c);
@@ -382,9 +431,8 @@ client_respond_error(struct dm_client *c, unsigned status, const char *reason)
 }
 
 static void
-client_timer_cb(uv_timer_t *t)
+client_timeout(struct dm_client *c)
 {
-    struct dm_client *c = t->data;
     switch (c->state) {
     case DM_C_IDLE:
         client_close(c);
@@ -452,7 +500,7 @@ client_start_request(struct dm_client *c)
     c->parser.on_body = NULL;
     c->head_start = c->in->off;
     c->state = DM_C_HEAD;
-    client_timer_start(c, c->rt->conf->timeouts.client_header_ms);
+    client_timer_start(c, DM_T_HEADER, c->rt->conf->timeouts.client_header_ms);
     return true;
 }
 
@@ -514,12 +562,13 @@ client_head_done(struct dm_client *c)
         return;
     }
     req->head_buf = c->in;
+    req->head_len = head_len;
     c->in->refs++;
     req->close_client = !req->info.keep_alive || c->w->stopping;
     req->pool = dm_route_match(cf, req->info.host.p, req->info.host.len, req->info.path.p,
                                req->info.path.len);
     c->state = DM_C_CONNECT;
-    client_timer_start(c, cf->timeouts.request_ms);
+    client_timer_start(c, DM_T_REQUEST, cf->timeouts.request_ms);
     req_pick_and_connect(req);
 }
 
@@ -539,8 +588,12 @@ client_process(struct dm_client *c)
                     client_close(c);
                     return;
                 }
-                client_timer_start(c, c->served ? c->rt->conf->timeouts.client_keepalive_ms
-                                                 : c->rt->conf->timeouts.client_header_ms);
+                if (c->served) {
+                    client_timer_start(c, DM_T_KEEPALIVE,
+                                       c->rt->conf->timeouts.client_keepalive_ms);
+                } else {
+                    client_timer_start(c, DM_T_HEADER, c->rt->conf->timeouts.client_header_ms);
+                }
                 client_read_start(c);
                 return;
             }
@@ -578,8 +631,8 @@ client_process(struct dm_client *c)
             return;
         case DM_C_BODY: {
             struct dm_req *req = c->req;
-            if (in == NULL || (in->off == in->len && !(req->info.chunked == false &&
-                                                         req->info.content_length == 0))) {
+            if (in == NULL || (in->off == in->len &&
+                               !(req->info.chunked == false && req->info.content_length == 0))) {
                 return;
             }
             size_t used = 0;
@@ -688,8 +741,6 @@ dm_client_accept(struct dm_worker *w, uv_stream_t *listener)
         free(c);
         return;
     }
-    uv_timer_init(&w->loop, &c->timer);
-    c->timer.data = c;
     c->rt = w->rt;
     dm_runtime_ref(c->rt);
     uv_tcp_nodelay(&c->tcp, 1);
@@ -703,7 +754,7 @@ dm_client_accept(struct dm_worker *w, uv_stream_t *listener)
     w->clients = c;
     w->nclients++;
     c->state = DM_C_IDLE;
-    client_timer_start(c, c->rt->conf->timeouts.client_header_ms);
+    client_timer_start(c, DM_T_HEADER, c->rt->conf->timeouts.client_header_ms);
     client_read_start(c);
 }
 
@@ -823,7 +874,9 @@ req_send_head(struct dm_req *req, struct dm_upstream *up)
             .via = "1.1 dimmer",
             .default_host = server_conf(c->rt, req->pool, req->server)->addr.text,
         };
-        struct dm_buf *b = dm_buf_get(c->w, c->rt->buf_cap);
+        /* Sized to the head (plus what we add), so a request holds little memory. */
+        uint32_t cap = req->head_len + 512;
+        struct dm_buf *b = dm_buf_get(c->w, cap);
         if (b == NULL) {
             client_respond_error(c, 502, "out of memory");
             return;
@@ -906,7 +959,9 @@ req_finish(struct dm_req *req)
     struct dm_rpool *p = &c->rt->pools[req->pool];
     struct dm_server *s = &p->sv->s[req->server];
     dm_counter_add(&s->requests, 1);
-    struct dm_bal_event ev = { .server = req->server, .now_us = mono_us(), .bytes = req->resp_bytes };
+    struct dm_bal_event ev = { .server = req->server,
+                               .now_us = mono_us(),
+                               .bytes = req->resp_bytes };
     dm_balancer_on_response(p->bal, &ev);
     req_unpick(req);
     req->server = req->server; /* kept for the log line */
@@ -934,7 +989,7 @@ req_finish(struct dm_req *req)
         return;
     }
     c->state = DM_C_IDLE;
-    uv_timer_stop(&c->timer);
+    client_timer_stop(c);
     client_read_start(c);
     client_process(c);
 }
@@ -1019,11 +1074,10 @@ up_write_done(void *arg, int status)
 }
 
 static void
-up_write(struct dm_upstream *up, uv_buf_t *bufs, unsigned n, struct dm_buf **hold,
-         unsigned nhold)
+up_write(struct dm_upstream *up, uv_buf_t *bufs, unsigned n, struct dm_buf **hold, unsigned nhold)
 {
-    int r = dm_stream_write(up->w, (uv_stream_t *)&up->tcp, bufs, n, hold, nhold, up_write_done,
-                            up);
+    int r =
+        dm_stream_write(up->w, (uv_stream_t *)&up->tcp, bufs, n, hold, nhold, up_write_done, up);
     if (r == 0) {
         up->writes++;
         struct dm_req *req = up->req;
@@ -1176,8 +1230,7 @@ up_head_done(struct dm_upstream *up)
         return;
     }
     unsigned status = dm_http_parser_status(&up->parser);
-    atomic_store_explicit(&server_of(up->rt, up->pool, up->server)->fails, 0,
-                          memory_order_relaxed);
+    atomic_store_explicit(&server_of(up->rt, up->pool, up->server)->fails, 0, memory_order_relaxed);
     bool informational = status >= 100 && status < 200 && status != 101;
     bool close = false;
     if (!informational) {
@@ -1189,7 +1242,7 @@ up_head_done(struct dm_upstream *up)
                 (req->info.upgrade && status != 101);
         req->close_client = close;
     }
-    struct dm_buf *b = dm_buf_get(c->w, c->rt->buf_cap);
+    struct dm_buf *b = dm_buf_get(c->w, head_len + 256);
     if (b == NULL) {
         up_fail(up, 502, "out of memory");
         return;
@@ -1231,7 +1284,7 @@ up_enter_tunnel(struct dm_upstream *up)
     up->state = DM_U_TUNNEL;
     c->state = DM_C_TUNNEL;
     uv_timer_stop(&up->timer);
-    uv_timer_stop(&c->timer);
+    client_timer_stop(c);
     /* Bytes after the 101 head are already the new protocol. */
     uint32_t from = up->in->off;
     up->in->off = up->in->len;
@@ -1340,8 +1393,9 @@ up_read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
             if (req_retry(req, up)) {
                 return;
             }
-            up_fail(up, 502, nread == UV_EOF ? "server closed the connection without answering"
-                                             : uv_strerror((int)nread));
+            up_fail(up, 502,
+                    nread == UV_EOF ? "server closed the connection without answering"
+                                    : uv_strerror((int)nread));
             return;
         }
         if (nread == UV_EOF && up->state == DM_U_BODY &&
@@ -1352,8 +1406,9 @@ up_read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
             req_finish(req);
             return;
         }
-        up_fail(up, 502, nread == UV_EOF ? "server closed the connection mid-response"
-                                         : uv_strerror((int)nread));
+        up_fail(up, 502,
+                nread == UV_EOF ? "server closed the connection mid-response"
+                                : uv_strerror((int)nread));
         return;
     }
     if (!up->got_bytes) {
@@ -1429,8 +1484,8 @@ dm_upstream_take(struct dm_worker *w, struct dm_runtime *rt, size_t pool, int se
     up->timer.data = up;
     up->creq.data = up;
     const struct dm_conf_server *sc = &rt->conf->pools[pool].servers[server];
-    int r = uv_tcp_connect(&up->creq, &up->tcp, (const struct sockaddr *)&sc->addr.sa,
-                           up_connect_cb);
+    int r =
+        uv_tcp_connect(&up->creq, &up->tcp, (const struct sockaddr *)&sc->addr.sa, up_connect_cb);
     if (r < 0) {
         up->req = NULL;
         req->up = NULL;

@@ -24,10 +24,11 @@ enum dm_client_state {
 
 struct dm_client {
     uv_tcp_t tcp;
-    uv_timer_t timer;
     struct dm_worker *w;
-    struct dm_runtime *rt; /* reference taken at accept */
-    struct dm_client *prev, *next;
+    struct dm_runtime *rt;           /* reference taken at accept */
+    struct dm_client *prev, *next;   /* all of the worker's clients */
+    struct dm_client *tprev, *tnext; /* the timeout list of kind tkind */
+    uint64_t deadline_ms;            /* loop time at which the timeout fires */
     struct dm_http_parser parser;
     struct dm_buf *in;  /* read buffer; NULL while idle */
     struct dm_req *req; /* request being served; NULL while idle */
@@ -39,12 +40,13 @@ struct dm_client {
     uint32_t writes;     /* writes in flight */
     uint32_t head_start; /* offset in `in` where the current head starts */
     uint8_t state;       /* enum dm_client_state */
+    uint8_t tkind;       /* enum dm_tkind */
     bool reading;
     bool paused;      /* reading stopped by back-pressure */
     bool eof;         /* the client sent FIN */
     bool close_after; /* close when the writes in flight are done */
     bool closing;
-    bool served;      /* at least one request was served (header vs keep-alive timeout) */
+    bool served; /* at least one request was served (header vs keep-alive timeout) */
 };
 
 enum dm_upstream_state {
@@ -93,14 +95,15 @@ struct dm_req {
     int server;
     unsigned attempts;
     unsigned status;
+    uint32_t head_len;
     uint64_t start_us;
     uint64_t up_start_us;
     uint64_t resp_bytes;
     bool body_done;
-    bool body_sent;   /* request body bytes went to the server: no retry */
+    bool body_sent; /* request body bytes went to the server: no retry */
     bool resp_started;
     bool close_client;
-    bool dechunk;     /* HTTP/1.0 client, chunked response: strip the framing */
+    bool dechunk; /* HTTP/1.0 client, chunked response: strip the framing */
     uint8_t *tried;
     struct dm_http_field fields[];
 };

@@ -70,21 +70,33 @@ void dm_runtime_ref(struct dm_runtime *rt);
 void dm_runtime_unref(struct dm_runtime *rt);
 
 /* The runtime new connections use; swapped by a reload. */
-struct dm_runtime *dm_runtime_current(void); /* returns a new reference */
+struct dm_runtime *dm_runtime_current(void);    /* returns a new reference */
 void dm_runtime_publish(struct dm_runtime *rt); /* takes a reference of its own */
 
 /* ---- workers ---- */
 
 struct dm_client;
 
+/* Kinds of client timeout; each has its own list per worker. */
+enum dm_tkind {
+    DM_T_HEADER,    /* timeouts.client_header */
+    DM_T_KEEPALIVE, /* timeouts.client_keepalive */
+    DM_T_REQUEST,   /* timeouts.request */
+    DM_T_KINDS,
+    DM_T_NONE = DM_T_KINDS,
+};
+
 struct dm_worker {
     unsigned id;
     uv_loop_t loop;
     uv_thread_t thread;
     uv_async_t wake;
-    uv_check_t flush;   /* flushes the access log once per loop iteration */
+    uv_check_t flush; /* flushes the access log once per loop iteration */
     uv_timer_t stop_timer;
     uv_timer_t drain_timer;
+    uv_timer_t tick; /* expires client timeouts */
+    struct dm_client *tq_head[DM_T_KINDS];
+    struct dm_client *tq_tail[DM_T_KINDS];
     uv_tcp_t *listeners;
     size_t nlisteners;
     struct dm_runtime *rt; /* the runtime this worker last saw */
@@ -93,6 +105,9 @@ struct dm_worker {
     unsigned nfree_bufs;
     struct dm_client *clients; /* every open client connection */
     size_t nclients;
+    size_t busy;      /* requests in progress */
+    size_t busy_peak; /* most requests at once since the last trim */
+    uint64_t idle_since_ms;
     bool stopping;
     int log_fd;
     char *log_buf;
@@ -131,6 +146,8 @@ void dm_client_accept(struct dm_worker *w, uv_stream_t *listener);
 /* Graceful stop: close idle connections, close the others after their response. */
 void dm_clients_drain(struct dm_worker *w);
 void dm_clients_close_all(struct dm_worker *w);
+/* Handles every client timeout that is due (called by the worker's tick). */
+void dm_clients_expire(struct dm_worker *w);
 
 /* ---- server side (proxy/upstream.c) ---- */
 

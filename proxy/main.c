@@ -177,8 +177,7 @@ open_access_log(const struct dm_conf *c)
     }
     int fd = open(c->access_log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (fd < 0) {
-        fprintf(stderr, "dimmer: cannot open access log %s: %s\n", c->access_log,
-                strerror(errno));
+        fprintf(stderr, "dimmer: cannot open access log %s: %s\n", c->access_log, strerror(errno));
     }
     return fd < 0 ? -2 : fd;
 }
@@ -244,8 +243,7 @@ main(int argc, char **argv)
     }
     signal(SIGPIPE, SIG_IGN);
     if (dm_log_open(conf->error_log) < 0) {
-        fprintf(stderr, "dimmer: cannot open error log %s: %s\n", conf->error_log,
-                strerror(errno));
+        fprintf(stderr, "dimmer: cannot open error log %s: %s\n", conf->error_log, strerror(errno));
         dm_conf_destroy(conf);
         return 1;
     }
@@ -261,7 +259,8 @@ main(int argc, char **argv)
         nworkers = n > 0 ? (unsigned)n : 1;
     }
 
-    struct control ctl = { .loop = uv_default_loop(), .nworkers = nworkers,
+    struct control ctl = { .loop = uv_default_loop(),
+                           .nworkers = nworkers,
                            .conf_path = conf_path };
     const char *why = NULL;
     ctl.rt = dm_runtime_create(conf, nworkers, NULL, &why);
@@ -281,8 +280,7 @@ main(int argc, char **argv)
     }
     ctl.workers = dm_workers_start(nworkers, ctl.rt, access_fd, json, &r);
     if (ctl.workers == NULL) {
-        fprintf(stderr, "dimmer: cannot start: %s\n",
-                r < -1000 ? uv_strerror(r) : strerror(-r));
+        fprintf(stderr, "dimmer: cannot start: %s\n", r < -1000 ? uv_strerror(r) : strerror(-r));
         return 1;
     }
     ctl.servers = servers_of(ctl.rt);

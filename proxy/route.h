@@ -16,7 +16,7 @@ struct dm_conf;
  * matches any name ending in ".x.com" (not "x.com" itself); a route without
  * host matches every host. A path prefix matches when the path starts with it.
  */
-size_t dm_route_match(const struct dm_conf *c, const char *host, size_t host_len,
-                      const char *path, size_t path_len);
+size_t dm_route_match(const struct dm_conf *c, const char *host, size_t host_len, const char *path,
+                      size_t path_len);
 
 #endif

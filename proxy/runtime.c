@@ -82,8 +82,8 @@ dm_runtime_create(struct dm_conf *conf, unsigned nworkers, const struct dm_runti
         if (p->bal == NULL) {
             goto fail;
         }
-        p->idle = calloc((size_t)nworkers * (pc->nservers > 0 ? pc->nservers : 1),
-                         sizeof(*p->idle));
+        p->idle =
+            calloc((size_t)nworkers * (pc->nservers > 0 ? pc->nservers : 1), sizeof(*p->idle));
         if (p->idle == NULL) {
             goto fail;
         }

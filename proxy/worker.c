@@ -1,6 +1,7 @@
 #include "proxy/worker.h"
 
 #include <errno.h>
+#include <malloc.h>
 #include <netinet/in.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -11,8 +12,11 @@
 #include "proxy/internal.h"
 #include "proxy/log.h"
 
-#define DM_FREE_BUFS_MAX 64
+#define DM_FREE_BUFS_MAX 32
+#define DM_TRIM_PEAK     64 /* requests at once that make a trim worth it */
+#define DM_TRIM_QUIET_MS 500
 #define DM_LOG_BUF       (64 * 1024)
+#define DM_TICK_MS       50 /* resolution of client timeouts */
 
 enum {
     WAKE_RELOAD = 1,
@@ -202,8 +206,8 @@ dm_listen_socket(const struct sockaddr *addr, int backlog)
         close(fd);
         return -e;
     }
-    socklen_t len = addr->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
-                                                : sizeof(struct sockaddr_in);
+    socklen_t len =
+        addr->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
     if (bind(fd, addr, len) < 0 || listen(fd, backlog) < 0) {
         int e = errno;
         close(fd);
@@ -252,6 +256,7 @@ worker_finish(struct dm_worker *w)
     close_once((uv_handle_t *)&w->stop_timer);
     close_once((uv_handle_t *)&w->drain_timer);
     close_once((uv_handle_t *)&w->flush);
+    close_once((uv_handle_t *)&w->tick);
 }
 
 static void
@@ -304,6 +309,29 @@ wake_cb(uv_async_t *a)
 }
 
 static void
+tick_cb(uv_timer_t *t)
+{
+    struct dm_worker *w = t->data;
+    dm_clients_expire(w);
+    /* After a burst, hand the memory of its requests back once the worker
+     * has been quiet for a moment: idle connections should cost only their
+     * own few hundred bytes, not the peak's buffers. */
+    uint64_t now = uv_now(&w->loop);
+    if (w->busy > 0) {
+        w->idle_since_ms = now;
+    } else if (w->busy_peak >= DM_TRIM_PEAK && now - w->idle_since_ms >= DM_TRIM_QUIET_MS) {
+        while (w->free_bufs != NULL) {
+            struct dm_buf *b = w->free_bufs;
+            w->free_bufs = b->next;
+            free(b);
+        }
+        w->nfree_bufs = 0;
+        malloc_trim(0);
+        w->busy_peak = 0;
+    }
+}
+
+static void
 worker_main(void *arg)
 {
     struct dm_worker *w = arg;
@@ -335,6 +363,9 @@ dm_workers_start(unsigned n, struct dm_runtime *rt, int access_log_fd, int json,
         w->stop_timer.data = w;
         uv_timer_init(&w->loop, &w->drain_timer);
         w->drain_timer.data = w;
+        uv_timer_init(&w->loop, &w->tick);
+        w->tick.data = w;
+        uv_timer_start(&w->tick, tick_cb, DM_TICK_MS, DM_TICK_MS);
         uv_check_init(&w->loop, &w->flush);
         w->flush.data = w;
         w->log_fd = access_log_fd;

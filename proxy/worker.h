@@ -25,8 +25,8 @@ int dm_listen_socket(const struct sockaddr *addr, int backlog);
  * access_log_fd: -1 for none; json selects the JSON format. Returns NULL
  * with *err (a libuv or errno code) on failure, with nothing left running.
  */
-struct dm_worker *dm_workers_start(unsigned n, struct dm_runtime *rt, int access_log_fd,
-                                   int json, int *err);
+struct dm_worker *dm_workers_start(unsigned n, struct dm_runtime *rt, int access_log_fd, int json,
+                                   int *err);
 
 /* Asks every worker to pick up the runtime now published (after a reload). */
 void dm_workers_reload(struct dm_worker *w, unsigned n);

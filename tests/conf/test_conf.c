@@ -352,7 +352,11 @@ test_yaml_syntax_errors_carry_libyaml_problem_and_mark(void **state)
                                     "(while parsing a flow sequence at line 1)");
     expect_error("listen: \"127.0.0.1:80\n", "t.yaml:2:1: found unexpected end of stream "
                                              "(while scanning a quoted scalar at line 1)");
-    expect_error("listen: *nowhere\n", "t.yaml:1:9: found undefined alias");
+    expect_error("listen: *nowhere\n",
+                 "t.yaml:1:9: found undefined alias; quote a value that starts with \"*\"");
+    expect_error("listen: *:80\n",
+                 "t.yaml:1:10: did not find expected alphabetic or numeric character "
+                 "(while scanning an alias at line 1); quote a value that starts with \"*\"");
     expect_error("listen: \xff\n", "t.yaml:1:9: invalid leading UTF-8 octet (byte 0xFF)");
 }
 

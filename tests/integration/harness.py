@@ -1,0 +1,626 @@
+"""
+Shared helpers for dimmer's integration tests: real `dimmer` and
+`dimmer-backend` processes on 127.0.0.1, driven over raw sockets and curl.
+
+The binaries come from the DIMMER and DIMMER_BACKEND environment variables
+(CTest sets them); without them, the newest build*/ directory of the source
+tree is used. Every process a test starts is killed when the test ends, and
+when the Python process exits or dies (PR_SET_PDEATHSIG). Every wait has a
+deadline; nothing sleeps and hopes. When a test fails, the logs of the
+processes it started are printed.
+
+Start processes only from the main thread: the death signal follows the
+thread that forked.
+"""
+import atexit
+import ctypes
+import glob
+import hashlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+HOST = "127.0.0.1"
+HERE = os.path.dirname(os.path.abspath(__file__))
+SRC = os.path.dirname(os.path.dirname(HERE))
+
+# Generous bounds: the binaries may be built with ASan.
+IO_TIMEOUT = 10.0  # one socket operation
+START_TIMEOUT = 15.0  # a process to start answering
+
+
+def _find_binary(env, rel):
+    path = os.environ.get(env)
+    if path:
+        return path
+    found = [p for p in glob.glob(os.path.join(SRC, "build*", rel)) if os.access(p, os.X_OK)]
+    if not found:
+        sys.exit("%s is not set and no build*/%s was found; build first or set %s" %
+                 (env, rel, env))
+    return max(found, key=os.path.getmtime)
+
+
+DIMMER = _find_binary("DIMMER", os.path.join("proxy", "dimmer"))
+DIMMER_BACKEND = _find_binary("DIMMER_BACKEND", os.path.join("bench", "dimmer-backend"))
+
+# ---- processes ----------------------------------------------------------
+
+_live = set()
+
+
+def _kill_all_live():
+    for p in list(_live):
+        p.kill()
+
+
+atexit.register(_kill_all_live)
+
+
+def _die_with_parent():
+    # PR_SET_PDEATHSIG = 1: the child gets SIGKILL if this process dies.
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)
+    except Exception:
+        pass
+
+
+class Proc:
+    """A child process with stdout and stderr in files of a temp dir."""
+
+    def __init__(self, name, argv, tmp, env=None):
+        self.name = name
+        self.argv = argv
+        self.out_path = os.path.join(tmp, name + ".out")
+        self.err_path = os.path.join(tmp, name + ".err")
+        self._out = open(self.out_path, "ab")
+        self._err = open(self.err_path, "ab")
+        full_env = dict(os.environ)
+        # Leaks are not what these tests look for, and the checker slows exit down.
+        full_env.setdefault("ASAN_OPTIONS", "detect_leaks=0")
+        if env:
+            full_env.update(env)
+        self.p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=self._out,
+                                  stderr=self._err, env=full_env, preexec_fn=_die_with_parent)
+        _live.add(self)
+
+    @property
+    def pid(self):
+        return self.p.pid
+
+    def alive(self):
+        return self.p.poll() is None
+
+    def signal(self, sig):
+        if self.alive():
+            self.p.send_signal(sig)
+
+    def wait(self, timeout):
+        """Exit code, or None if still running after timeout seconds."""
+        try:
+            return self.p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def kill(self):
+        if self.p.poll() is None:
+            try:
+                self.p.kill()
+            except OSError:
+                pass
+            try:
+                self.p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+        for f in (self._out, self._err):
+            if not f.closed:
+                f.close()
+        _live.discard(self)
+
+    def stdout(self):
+        return _read_text(self.out_path)
+
+    def stderr(self):
+        return _read_text(self.err_path)
+
+
+def _read_text(path):
+    try:
+        with open(path, "rb") as f:
+            return f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def free_port():
+    """A port that was free a moment ago on 127.0.0.1."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+    finally:
+        s.close()
+
+
+def port_answers(port):
+    try:
+        s = socket.create_connection((HOST, port), timeout=1.0)
+    except OSError:
+        return False
+    s.close()
+    return True
+
+
+def wait_until(pred, timeout, what, interval=0.02):
+    """Polls pred() until it is true; fails with `what` after timeout seconds."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while True:
+        last = pred()
+        if last:
+            return last
+        if time.monotonic() >= deadline:
+            raise AssertionError("timed out after %.1fs waiting for %s" % (timeout, what))
+        time.sleep(interval)
+
+
+def wait_port(port, timeout=START_TIMEOUT, proc=None):
+    def ready():
+        if proc is not None and not proc.alive():
+            raise AssertionError("%s exited (code %s) before listening on %d:\n%s" %
+                                 (proc.name, proc.p.returncode, port, proc.stderr()))
+        return port_answers(port)
+
+    wait_until(ready, timeout, "port %d to answer" % port)
+
+
+# ---- the pattern of /bytes/N -------------------------------------------
+
+_BLOCK = bytes((j * 2654435761 >> 13) & 255 for j in range(65521))
+
+
+def pattern(n):
+    """The first n bytes of the backend's /bytes pattern (documented in its --help)."""
+    return (_BLOCK * (n // len(_BLOCK) + 1))[:n]
+
+
+def pattern_sha256(n):
+    h = hashlib.sha256()
+    full, rest = divmod(n, len(_BLOCK))
+    for _ in range(full):
+        h.update(_BLOCK)
+    h.update(_BLOCK[:rest])
+    return h.hexdigest()
+
+
+def file_sha256(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while True:
+            b = f.read(1 << 20)
+            if not b:
+                break
+            h.update(b)
+    return h.hexdigest()
+
+
+# ---- raw HTTP -----------------------------------------------------------
+
+
+class Response:
+    def __init__(self, version, status, reason, headers, raw_head):
+        self.version = version
+        self.status = status
+        self.reason = reason
+        self.headers = headers  # list of (name, value), in order
+        self.raw_head = raw_head
+        self.body = b""
+        self.body_len = 0
+        self.body_sha256 = None
+        self.chunked = False
+        self.interim = []  # 1xx responses before this one
+
+    def header(self, name):
+        for n, v in self.headers:
+            if n.lower() == name.lower():
+                return v
+        return None
+
+    def header_all(self, name):
+        return [v for n, v in self.headers if n.lower() == name.lower()]
+
+    def __repr__(self):
+        return "<Response %s %d %r, %d body bytes>" % (self.version, self.status, self.headers,
+                                                      self.body_len)
+
+
+class Closed(Exception):
+    """The peer closed the connection before a whole response arrived."""
+
+
+class Conn:
+    """One client connection to 127.0.0.1:port with a read buffer."""
+
+    def __init__(self, port, timeout=IO_TIMEOUT):
+        self.port = port
+        self.timeout = timeout
+        self.sock = socket.create_connection((HOST, port), timeout=timeout)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.buf = b""
+        self.eof = False
+
+    def close(self):
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def send(self, data):
+        if isinstance(data, str):
+            data = data.encode("latin-1")
+        self.sock.sendall(data)
+
+    def _fill(self, deadline):
+        """Reads more into buf; False on EOF or reset."""
+        if self.eof:
+            return False
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise socket.timeout("read deadline passed")
+        self.sock.settimeout(min(left, self.timeout))
+        try:
+            data = self.sock.recv(1 << 20)
+        except (ConnectionResetError, BrokenPipeError):
+            data = b""
+        if not data:
+            self.eof = True
+            return False
+        self.buf += data
+        return True
+
+    def _read_until(self, sep, deadline, limit=1 << 20):
+        while True:
+            i = self.buf.find(sep)
+            if i >= 0:
+                out = self.buf[:i + len(sep)]
+                self.buf = self.buf[i + len(sep):]
+                return out
+            if len(self.buf) > limit:
+                raise AssertionError("no %r within %d bytes" % (sep, limit))
+            if not self._fill(deadline):
+                raise Closed("connection closed; buffered %r" % self.buf[:200])
+
+    def _read_exact(self, n, deadline, sink):
+        while n > 0:
+            if not self.buf and not self._fill(deadline):
+                raise Closed("connection closed with %d body bytes missing" % n)
+            take = self.buf[:n]
+            self.buf = self.buf[len(take):]
+            n -= len(take)
+            sink(take)
+
+    def read_response(self, head_request=False, timeout=None, digest=False, stop_at_1xx=False):
+        """
+        Reads one response: 1xx heads are collected in .interim (returned
+        themselves when stop_at_1xx); the body is framed by HEAD, 204/304,
+        chunked, Content-Length, or the connection closing. With digest, the
+        body is not kept, only its length and sha256.
+        """
+        deadline = time.monotonic() + (timeout if timeout is not None else self.timeout)
+        interim = []
+        while True:
+            head = self._read_until(b"\r\n\r\n", deadline)
+            lines = head[:-4].split(b"\r\n")
+            parts = lines[0].split(b" ", 2)
+            if len(parts) < 2 or not parts[0].startswith(b"HTTP/"):
+                raise AssertionError("bad status line %r" % lines[0])
+            headers = []
+            for ln in lines[1:]:
+                name, _, value = ln.partition(b":")
+                headers.append((name.decode("latin-1"), value.strip().decode("latin-1")))
+            r = Response(parts[0].decode(), int(parts[1]),
+                         parts[2].decode("latin-1") if len(parts) > 2 else "", headers, head)
+            if 100 <= r.status < 200 and r.status != 101:
+                if stop_at_1xx:
+                    return r
+                interim.append(r)
+                continue
+            break
+        r.interim = interim
+        h = hashlib.sha256()
+        kept = []
+
+        def sink(b):
+            r.body_len += len(b)
+            if digest:
+                h.update(b)
+            else:
+                kept.append(b)
+
+        te = (r.header("Transfer-Encoding") or "").lower()
+        cl = r.header("Content-Length")
+        if head_request or r.status in (101, 204, 304):
+            pass
+        elif te:
+            if te.split(",")[-1].strip() != "chunked":
+                raise AssertionError("unexpected Transfer-Encoding %r" % te)
+            r.chunked = True
+            while True:
+                line = self._read_until(b"\r\n", deadline, limit=4096)
+                size = int(line.split(b";")[0].strip(), 16)
+                if size == 0:
+                    # Trailers, up to the empty line.
+                    while self._read_until(b"\r\n", deadline, limit=65536) != b"\r\n":
+                        pass
+                    break
+                self._read_exact(size, deadline, sink)
+                crlf = self._read_until(b"\r\n", deadline, limit=2)
+                if crlf != b"\r\n":
+                    raise AssertionError("chunk not followed by CRLF")
+        elif cl is not None:
+            self._read_exact(int(cl), deadline, sink)
+        else:
+            while True:
+                if self.buf:
+                    sink(self.buf)
+                    self.buf = b""
+                if not self._fill(deadline):
+                    break
+        r.body = b"".join(kept)
+        if digest:
+            r.body_sha256 = h.hexdigest()
+        return r
+
+    def closed_by_peer(self, timeout=3.0):
+        """True if the peer closes within timeout; data read meanwhile goes to .buf."""
+        deadline = time.monotonic() + timeout
+        try:
+            while self._fill(deadline):
+                if len(self.buf) > 1 << 20:
+                    return False
+        except (socket.timeout, TimeoutError):
+            return False
+        return True
+
+    def request(self, method, path, headers=(), body=b"", version="HTTP/1.1", host="test",
+                timeout=None, digest=False):
+        self.send(build_request(method, path, headers, body, version, host))
+        return self.read_response(head_request=method == "HEAD", timeout=timeout, digest=digest)
+
+
+def build_request(method, path, headers=(), body=b"", version="HTTP/1.1", host="test"):
+    if isinstance(body, str):
+        body = body.encode()
+    lines = ["%s %s %s" % (method, path, version)]
+    names = [n.lower() for n, _ in headers]
+    if host is not None and "host" not in names:
+        lines.append("Host: " + host)
+    lines += ["%s: %s" % (n, v) for n, v in headers]
+    if body and "content-length" not in names and "transfer-encoding" not in names:
+        lines.append("Content-Length: %d" % len(body))
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
+
+
+def request(port, method, path, headers=(), body=b"", version="HTTP/1.1", timeout=IO_TIMEOUT,
+            digest=False):
+    """One request on a fresh connection."""
+    with Conn(port, timeout=timeout) as c:
+        return c.request(method, path, headers, body, version, digest=digest)
+
+
+def get(port, path, **kw):
+    return request(port, "GET", path, **kw)
+
+
+def raw_exchange(port, data, timeout=5.0):
+    """
+    Sends data, then reads what comes back until the peer closes (or timeout).
+    Returns (bytes, closed): closed says whether the peer closed the connection.
+    """
+    with Conn(port, timeout=timeout) as c:
+        c.send(data)
+        closed = c.closed_by_peer(timeout)
+        return c.buf, closed
+
+
+def stats(port):
+    """The JSON of GET /stats on port (a backend, or dimmer's admin listener)."""
+    r = get(port, "/stats", timeout=5.0)
+    if r.status != 200:
+        raise AssertionError("GET /stats on %d: %d %r" % (port, r.status, r.body))
+    return json.loads(r.body)
+
+
+def curl(*args, timeout=60):
+    """Runs curl quietly, never through a proxy; returns the CompletedProcess."""
+    env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
+    argv = ["curl", "-sS", "--noproxy", "*", "--max-time", str(int(timeout))] + list(args)
+    return subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                          timeout=timeout + 10)
+
+
+# ---- configuration ------------------------------------------------------
+
+
+def yaml_config(listen, pools, admin=None, workers=1, timeouts=None, limits=None,
+                access_log=None, error_log=None, routes=None, default_pool=None):
+    """
+    The YAML text of a config. pools: {name: {"balance": .., "servers":
+    [(name, port), ...], "health_check": {..} or None, "passive": {..}}}.
+    """
+    out = ["workers: %d" % workers, "listen:", "  - %s:%d" % (HOST, listen)]
+    if admin is not None:
+        out.append("admin: %s:%d" % (HOST, admin))
+    for key, m in (("timeouts", timeouts), ("limits", limits)):
+        if m:
+            out.append(key + ":")
+            out += ["  %s: %s" % (k, v) for k, v in m.items()]
+    if access_log is not None:
+        out.append('access_log: "%s"' % access_log)
+    if error_log is not None:
+        out.append('error_log: "%s"' % error_log)
+    out.append("pools:")
+    for name, p in pools.items():
+        out.append("  %s:" % name)
+        if p.get("balance"):
+            out.append("    balance: %s" % p["balance"])
+        for key in ("health_check", "passive"):
+            if p.get(key) is not None:
+                out.append("    %s:" % key)
+                if not p[key]:
+                    out[-1] += " {}"
+                out += ["      %s: %s" % (k, v) for k, v in p[key].items()]
+        out.append("    servers:")
+        for sname, sport in p["servers"]:
+            out.append('      - {name: %s, address: "%s:%d"}' % (sname, HOST, sport))
+    if routes:
+        out.append("routes:")
+        for r in routes:
+            out.append("  - " + ", ".join("%s: %s" % kv for kv in r.items()))
+    if default_pool:
+        out.append("default_pool: %s" % default_pool)
+    return "\n".join(out) + "\n"
+
+
+# ---- test case base -----------------------------------------------------
+
+
+class Backend:
+    def __init__(self, proc, name, port):
+        self.proc = proc
+        self.name = name
+        self.port = port
+
+    def stats(self):
+        return stats(self.port)
+
+    def requests(self):
+        return self.stats()["requests"]
+
+
+class Dimmer:
+    def __init__(self, proc, port, admin, conf_path):
+        self.proc = proc
+        self.port = port
+        self.admin = admin
+        self.conf_path = conf_path
+
+    def admin_stats(self):
+        return stats(self.admin)
+
+    def servers(self, pool=None):
+        """{server name: its admin /stats entry} of one pool (the first by default)."""
+        pools = self.admin_stats()["pools"]
+        p = pools[0] if pool is None else next(x for x in pools if x["name"] == pool)
+        return {s["name"]: s for s in p["servers"]}
+
+
+class DimmerTest(unittest.TestCase):
+    """A test case with a temp dir and process helpers; logs printed on failure."""
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="dimmer-it-")
+        self.procs = []
+        self.addCleanup(self._stop_all)
+
+    def _stop_all(self):
+        for p in reversed(self.procs):
+            p.kill()
+
+    def run(self, result=None):
+        if result is None:
+            result = self.defaultTestResult()
+        before = len(result.failures) + len(result.errors)
+        started = time.monotonic()
+        try:
+            return super().run(result)
+        finally:
+            if len(result.failures) + len(result.errors) > before:
+                self.dump_logs()
+            if os.environ.get("DIMMER_IT_TIMES"):
+                sys.stderr.write("  [%.2fs] %s\n" % (time.monotonic() - started, self.id()))
+            tmp = getattr(self, "tmp", None)
+            if tmp:
+                shutil.rmtree(tmp, ignore_errors=True)
+
+    def dump_logs(self):
+        for p in getattr(self, "procs", []):
+            for what, text in (("stdout", p.stdout()), ("stderr", p.stderr())):
+                if text.strip():
+                    sys.stderr.write("---- %s %s (%s) ----\n%s\n" %
+                                     (p.name, what, " ".join(p.argv[1:]), text[-20000:]))
+        for extra in getattr(self, "extra_logs", []):
+            text = _read_text(extra)
+            if text.strip():
+                sys.stderr.write("---- %s ----\n%s\n" % (os.path.basename(extra), text[-20000:]))
+
+    def path(self, name):
+        return os.path.join(self.tmp, name)
+
+    def start_proc(self, name, argv, env=None):
+        p = Proc(name, argv, self.tmp, env)
+        self.procs.append(p)
+        return p
+
+    def start_backend(self, name, port=0):
+        """A dimmer-backend named name; port 0 lets it pick (read back from its stdout)."""
+        p = self.start_proc("backend-%s-%d" % (name, len(self.procs)),
+                            [DIMMER_BACKEND, "--listen", "%s:%d" % (HOST, port), "--name", name])
+
+        def bound():
+            if not p.alive():
+                raise AssertionError("backend %s exited: %s" % (name, p.stderr()))
+            for line in p.stdout().splitlines():
+                if " listening on " in line:
+                    return int(line.rsplit(":", 1)[1])
+            return None
+
+        bound_port = wait_until(bound, START_TIMEOUT, "backend %s to listen" % name)
+        wait_port(bound_port, proc=p)
+        return Backend(p, name, bound_port)
+
+    def write_config(self, text, name="dimmer.yaml"):
+        path = self.path(name)
+        with open(path, "w") as f:
+            f.write(text)
+        return path
+
+    def start_dimmer(self, pools, admin=True, wait=True, **kw):
+        """dimmer with one worker in front of pools (see yaml_config)."""
+        port = free_port()
+        admin_port = free_port() if admin else None
+        conf = self.write_config(yaml_config(port, pools, admin=admin_port, **kw))
+        return self.start_dimmer_conf(conf, port, admin_port, wait)
+
+    def start_dimmer_conf(self, conf, port, admin_port=None, wait=True):
+        p = self.start_proc("dimmer-%d" % len(self.procs), [DIMMER, "-c", conf])
+        d = Dimmer(p, port, admin_port, conf)
+        if wait:
+            wait_port(port, proc=p)
+            if admin_port is not None:
+                wait_port(admin_port, proc=p)
+        return d
+
+    def pool(self, *backends, balance="roundrobin", health_check=None, passive=None):
+        p = {"balance": balance, "servers": [(b.name, b.port) for b in backends]}
+        if health_check is not None:
+            p["health_check"] = health_check
+        if passive is not None:
+            p["passive"] = passive
+        return p
+
+
+def main():
+    unittest.main(verbosity=2)
