@@ -458,7 +458,8 @@ def yaml_config(listen, pools, admin=None, workers=1, timeouts=None, limits=None
                 access_log=None, error_log=None, routes=None, default_pool=None):
     """
     The YAML text of a config. pools: {name: {"balance": .., "servers":
-    [(name, port), ...], "health_check": {..} or None, "passive": {..}}}.
+    [(name, port[, {key: value}]), ...], "health_check": {..} or None,
+    "passive": {..}}}; the optional mapping adds server keys (weight, ...).
     """
     out = ["workers: %d" % workers, "listen:", "  - %s:%d" % (HOST, listen)]
     if admin is not None:
@@ -483,8 +484,9 @@ def yaml_config(listen, pools, admin=None, workers=1, timeouts=None, limits=None
                     out[-1] += " {}"
                 out += ["      %s: %s" % (k, v) for k, v in p[key].items()]
         out.append("    servers:")
-        for sname, sport in p["servers"]:
-            out.append('      - {name: %s, address: "%s:%d"}' % (sname, HOST, sport))
+        for srv in p["servers"]:
+            extra = "".join(", %s: %s" % kv for kv in (srv[2].items() if len(srv) > 2 else ()))
+            out.append('      - {name: %s, address: "%s:%d"%s}' % (srv[0], HOST, srv[1], extra))
     if routes:
         out.append("routes:")
         for r in routes:
