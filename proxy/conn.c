@@ -75,9 +75,23 @@ peer_text(const struct dm_client *c, char *out, size_t cap)
 {
     if (c->peer.sa.sa_family == AF_INET6) {
         inet_ntop(AF_INET6, &c->peer.in6.sin6_addr, out, (socklen_t)cap);
-    } else {
-        inet_ntop(AF_INET, &c->peer.in4.sin_addr, out, (socklen_t)cap);
+        return;
     }
+    /* IPv4 by hand: glibc's inet_ntop goes through sprintf, on every request. */
+    const uint8_t *b = (const uint8_t *)&c->peer.in4.sin_addr;
+    char *p = out;
+    for (int i = 0; i < 4; i++) {
+        unsigned v = b[i];
+        if (v >= 100) {
+            *p++ = (char)('0' + v / 100);
+        }
+        if (v >= 10) {
+            *p++ = (char)('0' + v / 10 % 10);
+        }
+        *p++ = (char)('0' + v % 10);
+        *p++ = i < 3 ? '.' : '\0';
+    }
+    (void)cap; /* 16 bytes always suffice and cap is INET6_ADDRSTRLEN */
 }
 
 /* ---- requests ---- */
@@ -122,6 +136,7 @@ req_free(struct dm_worker *w, struct dm_req *req)
 {
     dm_buf_unref(w, req->head_buf);
     dm_buf_unref(w, req->out_head);
+    dm_buf_unref(w, req->resp_head);
     free(req);
     w->busy--;
 }
@@ -512,10 +527,24 @@ static void
 client_forward_slice(struct dm_client *c, uint32_t from, uint32_t to)
 {
     struct dm_req *req = c->req;
-    if (to > from && req->up != NULL) {
-        uv_buf_t b = uv_buf_init(c->in->data + from, to - from);
+    if (req->up == NULL) {
+        return;
+    }
+    uv_buf_t b[2];
+    struct dm_buf *hold[2];
+    unsigned n = 0;
+    if (req->head_pending) {
+        req->head_pending = false;
+        b[n] = uv_buf_init(req->out_head->data, req->out_head->len);
+        hold[n++] = req->out_head;
+    }
+    if (to > from) {
+        b[n] = uv_buf_init(c->in->data + from, to - from);
+        hold[n++] = c->in;
         req->body_sent = true;
-        up_write(req->up, &b, 1, &c->in, 1);
+    }
+    if (n > 0) {
+        up_write(req->up, b, n, hold, n);
     }
 }
 
@@ -815,6 +844,24 @@ mono_us(void)
 static void req_upstream_ready(struct dm_req *req, struct dm_upstream *up, int status);
 static void up_timer_cb(uv_timer_t *t);
 
+/*
+ * Server connection timeouts are lazy: activity only moves deadline_ms, and a
+ * timer that fires before the deadline re-arms for the rest. That keeps timer
+ * heap operations off the per-read path. ms == 0 clears the deadline.
+ */
+static void
+up_deadline(struct dm_upstream *up, uint64_t ms)
+{
+    if (ms == 0) {
+        up->deadline_ms = UINT64_MAX;
+        return;
+    }
+    up->deadline_ms = uv_now(&up->w->loop) + ms;
+    if (!uv_is_active((uv_handle_t *)&up->timer) || uv_timer_get_due_in(&up->timer) > ms) {
+        uv_timer_start(&up->timer, up_timer_cb, ms, 0);
+    }
+}
+
 static void
 req_pick_and_connect(struct dm_req *req)
 {
@@ -890,8 +937,9 @@ req_send_head(struct dm_req *req, struct dm_upstream *up)
         b->len = (uint32_t)n;
         req->out_head = b;
     }
-    uv_buf_t hb = uv_buf_init(req->out_head->data, req->out_head->len);
-    up_write(up, &hb, 1, &req->out_head, 1);
+    /* Written with the first body bytes, in one system call (client_forward_slice). */
+    (void)up;
+    req->head_pending = true;
 }
 
 static void
@@ -922,8 +970,7 @@ req_upstream_ready(struct dm_req *req, struct dm_upstream *up, int status)
     up_start_read(up);
     uint64_t t = c->rt->conf->timeouts.server_response_ms;
     if (t > 0) {
-        /* Repeating, so that uv_timer_again() on each read restarts it. */
-        uv_timer_start(&up->timer, up_timer_cb, t, t);
+        up_deadline(up, t);
     }
     c->state = DM_C_BODY;
     if (req->body_done) {
@@ -931,6 +978,9 @@ req_upstream_ready(struct dm_req *req, struct dm_upstream *up, int status)
     }
     client_read_start(c);
     client_process(c);
+    if (!c->closing && c->req == req && req->head_pending) {
+        client_forward_slice(c, 0, 0); /* no body bytes yet: the head alone */
+    }
 }
 
 /* A reused connection died before answering: send the request again on a new one. */
@@ -1143,6 +1193,15 @@ static void
 up_timer_cb(uv_timer_t *t)
 {
     struct dm_upstream *up = t->data;
+    uint64_t now = uv_now(&up->w->loop);
+    if (up->deadline_ms == UINT64_MAX) {
+        return;
+    }
+    if (now < up->deadline_ms) {
+        uv_timer_start(&up->timer, up_timer_cb, up->deadline_ms - now, 0);
+        return;
+    }
+    up->deadline_ms = UINT64_MAX;
     switch (up->state) {
     case DM_U_CONNECTING:
         /* The connect request is cancelled by closing the handle; report now. */
@@ -1170,13 +1229,27 @@ static void
 up_forward_slice(struct dm_upstream *up, uint32_t from, uint32_t to)
 {
     struct dm_req *req = up->req;
-    if (to <= from) {
+    struct dm_client *c = req->c;
+    uv_buf_t b[2];
+    struct dm_buf *hold[2];
+    unsigned n = 0;
+    struct dm_buf *head = req->resp_head;
+    if (head != NULL) {
+        /* The response head goes out with the first body bytes: one write. */
+        req->resp_head = NULL;
+        b[n] = uv_buf_init(head->data, head->len);
+        hold[n++] = head;
+    }
+    if (to > from) {
+        b[n] = uv_buf_init(up->in->data + from, to - from);
+        hold[n++] = up->in;
+        req->resp_bytes += to - from;
+    }
+    if (n == 0) {
         return;
     }
-    struct dm_client *c = req->c;
-    uv_buf_t b = uv_buf_init(up->in->data + from, to - from);
-    req->resp_bytes += to - from;
-    client_write(c, &b, 1, &up->in, 1);
+    client_write(c, b, n, hold, n);
+    dm_buf_unref(c->w, head);
     if (!c->closing && uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp) >= DM_WRITE_HIGH) {
         up->paused = true;
         uv_read_stop((uv_stream_t *)&up->tcp);
@@ -1209,6 +1282,10 @@ dechunk_body(void *arg, const char *p, size_t len)
     struct dm_upstream *up = arg;
     struct dm_req *req = up->req;
     if (req == NULL || req->c->closing) {
+        return;
+    }
+    up_forward_slice(up, 0, 0); /* the pending head first */
+    if (req->c->closing) {
         return;
     }
     uv_buf_t b = uv_buf_init((char *)p, (unsigned)len);
@@ -1270,9 +1347,8 @@ up_head_done(struct dm_upstream *up)
     b->len = (uint32_t)n;
     req->resp_bytes += n;
     req->resp_started = !informational || req->resp_started;
-    uv_buf_t hb = uv_buf_init(b->data, b->len);
-    client_write(c, &hb, 1, &b, 1);
-    dm_buf_unref(c->w, b);
+    dm_buf_unref(c->w, req->resp_head);
+    req->resp_head = b; /* written by up_forward_slice, with the body's first bytes */
     up->state = DM_U_BODY;
 }
 
@@ -1283,7 +1359,7 @@ up_enter_tunnel(struct dm_upstream *up)
     struct dm_client *c = req->c;
     up->state = DM_U_TUNNEL;
     c->state = DM_C_TUNNEL;
-    uv_timer_stop(&up->timer);
+    up_deadline(up, 0);
     client_timer_stop(c);
     /* Bytes after the 101 head are already the new protocol. */
     uint32_t from = up->in->off;
@@ -1332,9 +1408,7 @@ up_process(struct dm_upstream *up)
             return;
         }
         /* Body. */
-        if (!req->dechunk) {
-            up_forward_slice(up, from, in->off);
-        }
+        up_forward_slice(up, from, req->dechunk ? from : in->off);
         if (up->closing || up->req == NULL) {
             return;
         }
@@ -1349,7 +1423,7 @@ up_process(struct dm_upstream *up)
             if (st == 101) {
                 continue; /* the upgrade pause follows */
             }
-            uv_timer_stop(&up->timer);
+            up_deadline(up, 0);
             req_finish(req);
             return;
         }
@@ -1402,7 +1476,7 @@ up_read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
             dm_http_parse_eof(&up->parser) == DM_HTTP_MSG_DONE) {
             uv_read_stop(s);
             req->rinfo.keep_alive = false;
-            uv_timer_stop(&up->timer);
+            up_deadline(up, 0);
             req_finish(req);
             return;
         }
@@ -1416,7 +1490,10 @@ up_read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         up->head_start = up->in->off;
     }
     up->in->len += (uint32_t)nread;
-    uv_timer_again(&up->timer);
+    if (up->deadline_ms != UINT64_MAX) {
+        /* Only the deadline moves; the timer catches up when it fires. */
+        up->deadline_ms = uv_now(&up->w->loop) + up->rt->conf->timeouts.server_response_ms;
+    }
     up_process(up);
 }
 
@@ -1429,7 +1506,7 @@ up_connect_cb(uv_connect_t *creq, int status)
     }
     struct dm_req *req = up->req;
     dm_upstream_ready_cb ready = up->ready;
-    uv_timer_stop(&up->timer);
+    up_deadline(up, 0);
     if (status < 0) {
         up->req = NULL;
         dm_upstream_close(up);
@@ -1456,7 +1533,7 @@ dm_upstream_take(struct dm_worker *w, struct dm_runtime *rt, size_t pool, int se
     if (*head != NULL) {
         struct dm_upstream *up = *head;
         idle_remove(up);
-        uv_timer_stop(&up->timer);
+        up_deadline(up, 0);
         up->reused = true;
         up->req = req;
         up->ready = ready;
@@ -1493,7 +1570,7 @@ dm_upstream_take(struct dm_worker *w, struct dm_runtime *rt, size_t pool, int se
         ready(req, NULL, r);
         return;
     }
-    uv_timer_start(&up->timer, up_timer_cb, rt->conf->timeouts.connect_ms, 0);
+    up_deadline(up, rt->conf->timeouts.connect_ms);
 }
 
 void
@@ -1523,7 +1600,7 @@ dm_upstream_release(struct dm_upstream *up, bool reusable)
     *head = up;
     /* Keep reading: a server closing an idle connection is noticed at once. */
     up_start_read(up);
-    uv_timer_start(&up->timer, up_timer_cb, up->rt->conf->timeouts.client_keepalive_ms, 0);
+    up_deadline(up, up->rt->conf->timeouts.client_keepalive_ms);
 }
 
 void

@@ -70,6 +70,7 @@ struct dm_upstream {
     dm_upstream_ready_cb ready;
     struct dm_http_parser parser;
     struct dm_buf *in;
+    uint64_t deadline_ms; /* loop time of the current timeout, UINT64_MAX = none */
     uint32_t head_start;
     uint32_t writes;
     uint8_t state; /* enum dm_upstream_state */
@@ -85,8 +86,9 @@ struct dm_req {
     uint32_t tried_bytes;
     struct dm_client *c;
     struct dm_upstream *up;
-    struct dm_buf *head_buf; /* holds the request head (msg spans point into it) */
-    struct dm_buf *out_head; /* the rewritten head, kept for a retry */
+    struct dm_buf *head_buf;  /* holds the request head (msg spans point into it) */
+    struct dm_buf *out_head;  /* the rewritten head, kept for a retry */
+    struct dm_buf *resp_head; /* the rewritten response head, until written */
     struct dm_http_msg msg;
     struct dm_http_info info;
     struct dm_http_msg rmsg; /* response head */
@@ -100,7 +102,8 @@ struct dm_req {
     uint64_t up_start_us;
     uint64_t resp_bytes;
     bool body_done;
-    bool body_sent; /* request body bytes went to the server: no retry */
+    bool head_pending; /* out_head not written to the server yet */
+    bool body_sent;    /* request body bytes went to the server: no retry */
     bool resp_started;
     bool close_client;
     bool dechunk; /* HTTP/1.0 client, chunked response: strip the framing */
