@@ -11,6 +11,13 @@
 #include "proxy/log.h"
 #include "proxy/worker.h"
 
+/* Close callback for a handle that was malloc'ed on its own. */
+static void
+free_handle(uv_handle_t *h)
+{
+    free(h);
+}
+
 #define ADMIN_REQ_MAX 8192
 
 struct dm_admin {
@@ -210,7 +217,7 @@ dm_admin_start(uv_loop_t *loop, const struct dm_conf_addr *addr, int *err)
     int r = uv_listen((uv_stream_t *)&a->tcp, 128, on_conn);
     if (r < 0) {
         *err = r;
-        uv_close((uv_handle_t *)&a->tcp, (uv_close_cb)free);
+        uv_close((uv_handle_t *)&a->tcp, free_handle);
         return NULL;
     }
     return a;
@@ -220,6 +227,6 @@ void
 dm_admin_stop(struct dm_admin *a)
 {
     if (a != NULL) {
-        uv_close((uv_handle_t *)&a->tcp, (uv_close_cb)free);
+        uv_close((uv_handle_t *)&a->tcp, free_handle);
     }
 }

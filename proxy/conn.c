@@ -123,7 +123,7 @@ req_get(struct dm_client *c)
     req->tried = (uint8_t *)(req->fields + 2 * (size_t)max_fields);
     memset(req->tried, 0, tried_bytes);
     req->server = DM_NO_SERVER;
-    req->start_us = dm_worker_now_us(c->w);
+    req->start_us = uv_hrtime() / 1000;
     c->w->busy++;
     if (c->w->busy > c->w->busy_peak) {
         c->w->busy_peak = c->w->busy;
@@ -346,6 +346,27 @@ client_close_when_written(struct dm_client *c)
     }
 }
 
+/* Copies s into out for a JSON string (quotes, backslashes and control bytes escaped). */
+static size_t
+json_escape(char *out, size_t cap, const char *s, size_t len)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < len && n + 7 < cap; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        if (ch == '"' || ch == '\\') {
+            out[n++] = '\\';
+            out[n++] = (char)ch;
+        } else if (ch < 0x20 || ch == 0x7f) {
+            n += (size_t)snprintf(out + n, cap - n, "\\u%04x", ch);
+        } else {
+            out[n++] = (char)ch;
+        }
+    }
+    out[n] = 0;
+    return n;
+}
+
+/* One access-log line per request: see conf/README.md for both formats. */
 static void
 log_access(struct dm_req *req)
 {
@@ -356,41 +377,46 @@ log_access(struct dm_req *req)
     }
     char addr[INET6_ADDRSTRLEN];
     peer_text(c, addr, sizeof(addr));
-    uint64_t now = dm_worker_now_us(w);
+    uint64_t now = uv_hrtime() / 1000;
     const char *server = "-";
     if (req->server != DM_NO_SERVER) {
         server = server_conf(c->rt, req->pool, req->server)->name;
     }
-    double up_ms = req->up_start_us > 0 ? (double)(now - req->up_start_us) / 1000.0 : 0.0;
-    double total_ms = (double)(now - req->start_us) / 1000.0;
+    double up_s = req->up_start_us > 0 ? (double)(now - req->up_start_us) / 1e6 : 0.0;
+    double total_s = (double)(now - req->start_us) / 1e6;
+    time_t t = time(NULL);
+    if (t != w->log_time) {
+        struct tm tm;
+        gmtime_r(&t, &tm);
+        strftime(w->log_time_text, sizeof(w->log_time_text), "%Y-%m-%dT%H:%M:%SZ", &tm);
+        w->log_time = t;
+    }
+    struct dm_span m = req->msg.method.p != NULL ? req->msg.method : (struct dm_span){ "-", 1 };
+    struct dm_span tg = req->msg.target.p != NULL ? req->msg.target : (struct dm_span){ "-", 1 };
+    char method[64];
+    char target[1200];
     char line[2048];
-    int tlen = req->msg.target.len > 1024 ? 1024 : (int)req->msg.target.len;
-    int mlen = req->msg.method.len > 32 ? 32 : (int)req->msg.method.len;
     int n;
     if (w->json_log) {
+        json_escape(method, sizeof(method), m.p, m.len);
+        json_escape(target, sizeof(target), tg.p, tg.len);
         n = snprintf(line, sizeof(line),
-                     "{\"client\":\"%s\",\"method\":\"%.*s\",\"target\":\"%.*s\",\"status\":%u,"
-                     "\"bytes\":%llu,\"upstream\":\"%s\",\"upstream_ms\":%.3f,\"total_ms\":%.3f}",
-                     addr, mlen, req->msg.method.p ? req->msg.method.p : "", tlen,
-                     req->msg.target.p ? req->msg.target.p : "", req->status,
-                     (unsigned long long)req->resp_bytes, server, up_ms, total_ms);
+                     "{\"time\":\"%s\",\"client\":\"%s\",\"method\":\"%s\",\"target\":\"%s\","
+                     "\"status\":%u,\"bytes\":%llu,\"upstream\":\"%s\",\"upstream_time\":%.6f,"
+                     "\"request_time\":%.6f}",
+                     w->log_time_text, addr, method, target, req->status,
+                     (unsigned long long)req->resp_bytes, server, up_s, total_s);
     } else {
-        n = snprintf(line, sizeof(line), "%s \"%.*s %.*s\" %u %llu %s %.3f %.3f", addr, mlen,
-                     req->msg.method.p ? req->msg.method.p : "-", tlen,
-                     req->msg.target.p ? req->msg.target.p : "-", req->status,
-                     (unsigned long long)req->resp_bytes, server, up_ms, total_ms);
+        /* Bytes that would break the line (control bytes) never pass the parser. */
+        int mlen = m.len > 32 ? 32 : (int)m.len;
+        int tlen = tg.len > 1024 ? 1024 : (int)tg.len;
+        n = snprintf(line, sizeof(line), "%s %s \"%.*s %.*s HTTP/%u.%u\" %u %llu %s %.6f %.6f",
+                     w->log_time_text, addr, mlen, m.p, tlen, tg.p, req->info.version / 10,
+                     req->info.version % 10, req->status, (unsigned long long)req->resp_bytes,
+                     server, up_s, total_s);
     }
     if (n > 0) {
-        if (w->json_log) {
-            /* Targets with quotes or control bytes must not break the JSON line. */
-            for (int i = 0; i < n && i < (int)sizeof(line); i++) {
-                unsigned char ch = (unsigned char)line[i];
-                if (ch < 0x20 || (ch == '\\')) {
-                    line[i] = '?';
-                }
-            }
-        }
-        dm_worker_log_access(w, line, (size_t)(n < (int)sizeof(line) ? n : (int)sizeof(line) - 1));
+        dm_worker_log_access(w, line, (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1);
     }
 }
 
@@ -891,7 +917,7 @@ req_pick_and_connect(struct dm_req *req)
     dm_counter_add(&s->inflight, 1);
     struct dm_bal_event ev = { .server = idx, .now_us = pick.now_us };
     dm_balancer_on_request(p->bal, &ev);
-    req->up_start_us = dm_worker_now_us(c->w);
+    req->up_start_us = uv_hrtime() / 1000;
     dm_upstream_take(c->w, c->rt, req->pool, idx, req, req_upstream_ready);
 }
 
@@ -995,7 +1021,7 @@ req_retry(struct dm_req *req, struct dm_upstream *up)
     dm_upstream_close(up);
     req->c->state = DM_C_CONNECT;
     req->attempts++;
-    req->up_start_us = dm_worker_now_us(req->c->w);
+    req->up_start_us = uv_hrtime() / 1000;
     dm_upstream_take(req->c->w, req->c->rt, req->pool, req->server, req, req_upstream_ready);
     return true;
 }

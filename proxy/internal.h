@@ -19,6 +19,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <time.h>
 #include <uv.h>
 
 #include "balancers/balancer.h"
@@ -109,10 +110,13 @@ struct dm_worker {
     size_t busy_peak; /* most requests at once since the last trim */
     uint64_t idle_since_ms;
     bool stopping;
+    bool warned_full; /* max_conns warning logged */
     int log_fd;
     char *log_buf;
     size_t log_len;
     int json_log;
+    time_t log_time; /* second that log_time_text shows */
+    char log_time_text[32];
     /* Listener sockets are opened by the control thread and handed over. */
     int *listen_fds;
 };

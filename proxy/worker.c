@@ -12,6 +12,13 @@
 #include "proxy/internal.h"
 #include "proxy/log.h"
 
+/* Close callback for a handle that was malloc'ed on its own. */
+static void
+free_handle(uv_handle_t *h)
+{
+    free(h);
+}
+
 #define DM_FREE_BUFS_MAX 32
 #define DM_TRIM_PEAK     64 /* requests at once that make a trim worth it */
 #define DM_TRIM_QUIET_MS 500
@@ -223,6 +230,22 @@ on_connection(uv_stream_t *listener, int status)
     if (status < 0 || w->stopping) {
         return;
     }
+    if (w->nclients >= w->rt->conf->limits.max_conns) {
+        /* At the limit: take the connection off the queue and close it at once,
+         * rather than leave the listener readable and spin. */
+        uv_tcp_t *t = malloc(sizeof(*t));
+        if (t != NULL) {
+            uv_tcp_init(&w->loop, t);
+            if (uv_accept(listener, (uv_stream_t *)t) == 0 && !w->warned_full) {
+                dm_log_warn("worker %u: limits.max_conns (%u) reached: refusing connections", w->id,
+                            w->rt->conf->limits.max_conns);
+                w->warned_full = true;
+            }
+            uv_close((uv_handle_t *)t, free_handle);
+        }
+        return;
+    }
+    w->warned_full = false;
     dm_client_accept(w, listener);
 }
 
