@@ -28,6 +28,7 @@ on_message_begin(llhttp_t *ll)
 {
     struct dm_http_parser *p = self(ll);
     p->_in_head = true;
+    p->_open = true;
     p->_last = 0;
     p->body_bytes = 0;
     if (p->msg != NULL) {
@@ -64,8 +65,8 @@ on_header_field(llhttp_t *ll, const char *at, size_t len)
 {
     struct dm_http_parser *p = self(ll);
     struct dm_http_msg *m = p->msg;
-    if (m == NULL) {
-        return 0;
+    if (m == NULL || !p->_in_head) {
+        return 0; /* trailer fields are forwarded raw, not recorded */
     }
     if (p->_last != 1) {
         p->_last = 1;
@@ -87,7 +88,7 @@ on_header_value(llhttp_t *ll, const char *at, size_t len)
     struct dm_http_parser *p = self(ll);
     struct dm_http_msg *m = p->msg;
     p->_last = 2;
-    if (m == NULL || m->too_many_fields || m->nfields == 0) {
+    if (m == NULL || !p->_in_head || m->too_many_fields || m->nfields == 0) {
         return 0;
     }
     span_extend(&m->fields[m->nfields - 1].value, at, len);
@@ -124,6 +125,7 @@ on_body(llhttp_t *ll, const char *at, size_t len)
 static int
 on_message_complete(llhttp_t *ll)
 {
+    self(ll)->_open = false;
     self(ll)->_ev = DM_HTTP_MSG_DONE;
     return HPE_PAUSED;
 }
@@ -179,8 +181,11 @@ dm_http_parser_expect_no_body(struct dm_http_parser *p, bool no_body)
 int
 dm_http_parse_eof(struct dm_http_parser *p)
 {
-    if (!llhttp_message_needs_eof(&p->_ll) && p->_ll.finish != HTTP_FINISH_SAFE_WITH_CB) {
+    if (!p->_open) {
         return DM_HTTP_AGAIN;
+    }
+    if (p->_in_head || !llhttp_message_needs_eof(&p->_ll)) {
+        return -1; /* cut short: inside a head, or a body with a known end */
     }
     llhttp_errno_t e = llhttp_finish(&p->_ll);
     if (e == HPE_OK || e == HPE_PAUSED) {
@@ -356,18 +361,14 @@ connection_token(void *arg, struct dm_span t)
     } else if (dm_span_ieq(t, "upgrade")) {
         ct->upgrade = true;
     } else {
-        /* A field named here is hop-by-hop too: drop it when forwarding. */
-        for (unsigned i = 0; i < ct->msg->nfields && i < 32; i++) {
-            struct dm_span n = ct->msg->fields[i].name;
-            if (n.len == t.len && strncasecmp(n.p, t.p, t.len) == 0) {
-                ct->info->drop |= 1u << i;
-            }
-        }
+        /* Fields named here are hop-by-hop too: dropped when forwarding. */
+        ct->info->conn_fields = true;
     }
 }
 
 struct te_state {
-    unsigned count;
+    unsigned fields;     /* Transfer-Encoding fields, even empty ones */
+    unsigned count;      /* codings in them */
     unsigned chunked_at; /* 1-based index of "chunked", 0 = none */
     bool bad;
 };
@@ -439,6 +440,7 @@ check_fields(const char *head, size_t head_len, const struct dm_http_msg *msg,
             }
             info->has_length = true;
         } else if (dm_span_ieq(f->name, "transfer-encoding")) {
+            te->fields++;
             each_token(f->value, te_token, te);
             if (trim(f->value).len == 0) {
                 te->bad = true;
@@ -451,8 +453,8 @@ check_fields(const char *head, size_t head_len, const struct dm_http_msg *msg,
         *reason = "more than one Content-Length";
         return 400;
     }
-    if (te->count > 0) {
-        if (te->bad || te->chunked_at != te->count) {
+    if (te->fields > 0) {
+        if (te->bad || te->count == 0 || te->chunked_at != te->count) {
             *reason = "Transfer-Encoding other than a final chunked";
             return 400;
         }
@@ -486,7 +488,7 @@ dm_http_check_request(const char *head, size_t head_len, const struct dm_http_ms
     if (st != 0) {
         return st;
     }
-    if (te.count > 0 && version == 10) {
+    if (te.fields > 0 && version == 10) {
         *reason = "Transfer-Encoding in an HTTP/1.0 request";
         return 400;
     }
@@ -531,9 +533,14 @@ dm_http_check_request(const char *head, size_t head_len, const struct dm_http_ms
         info->path = t;
     } else if (t.len > 7 && strncasecmp(t.p, "http://", 7) == 0) {
         /* Absolute form: route and forward by its path. */
-        const char *slash = memchr(t.p + 7, '/', t.len - 7);
-        info->path = slash != NULL ? (struct dm_span){ slash, (size_t)(t.p + t.len - slash) }
-                                   : (struct dm_span){ "/", 1 };
+        const char *end = t.p + t.len;
+        const char *p = t.p + 7;
+        while (p < end && *p != '/' && *p != '?') {
+            p++;
+        }
+        /* "http://host?q" has an empty path: the request line gets "/?q". */
+        info->path =
+            p < end ? (struct dm_span){ p, (size_t)(end - p) } : (struct dm_span){ "/", 1 };
     } else {
         *reason = "bad request target";
         return 400;
@@ -612,10 +619,40 @@ is_hop_by_hop(struct dm_span n)
     return false;
 }
 
-static bool
-dropped(const struct dm_http_info *info, unsigned i)
+struct named {
+    struct dm_span name;
+    bool found;
+};
+
+static void
+match_token(void *arg, struct dm_span t)
 {
-    return i < 32 && (info->drop >> i & 1) != 0;
+    struct named *nm = arg;
+    if (t.len == nm->name.len && strncasecmp(t.p, nm->name.p, t.len) == 0) {
+        nm->found = true;
+    }
+}
+
+/* True when field i is named in a Connection field. The framing fields and
+ * Host are never dropped: the body is framed by them whatever Connection says. */
+static bool
+dropped(const struct dm_http_msg *msg, const struct dm_http_info *info, unsigned i)
+{
+    if (!info->conn_fields) {
+        return false;
+    }
+    struct dm_span n = msg->fields[i].name;
+    if (dm_span_ieq(n, "content-length") || dm_span_ieq(n, "transfer-encoding") ||
+        dm_span_ieq(n, "host")) {
+        return false;
+    }
+    struct named nm = { n, false };
+    for (unsigned j = 0; j < msg->nfields && !nm.found; j++) {
+        if (dm_span_ieq(msg->fields[j].name, "connection")) {
+            each_token(msg->fields[j].value, match_token, &nm);
+        }
+    }
+    return nm.found;
 }
 
 size_t
@@ -625,6 +662,9 @@ dm_http_write_request(char *out, size_t cap, const struct dm_http_msg *msg,
     struct out o = { out, 0, cap, false };
     put(&o, msg->method.p, msg->method.len);
     put(&o, " ", 1);
+    if (info->path.len > 0 && info->path.p[0] == '?') {
+        put(&o, "/", 1);
+    }
     put(&o, info->path.p, info->path.len);
     puts_(&o, " HTTP/1.1\r\n");
     bool xff = false;
@@ -632,7 +672,7 @@ dm_http_write_request(char *out, size_t cap, const struct dm_http_msg *msg,
     bool host = false;
     for (unsigned i = 0; i < msg->nfields; i++) {
         const struct dm_http_field *f = &msg->fields[i];
-        if (dropped(info, i)) {
+        if (dropped(msg, info, i)) {
             continue;
         }
         if (is_hop_by_hop(f->name)) {
@@ -707,6 +747,11 @@ dm_http_write_response(char *out, size_t cap, const char *head, size_t head_len,
                        unsigned client_version, bool close)
 {
     struct out o = { out, 0, cap, false };
+    /* Empty lines before a status line are allowed (and skipped by llhttp). */
+    while (head_len >= 2 && head[0] == '\r' && head[1] == '\n') {
+        head += 2;
+        head_len -= 2;
+    }
     /* Status line: our version, the server's code and reason. */
     const char *eol = memchr(head, '\r', head_len);
     const char *sp = memchr(head, ' ', head_len);
@@ -719,7 +764,7 @@ dm_http_write_response(char *out, size_t cap, const char *head, size_t head_len,
     bool is101 = eol - sp >= 4 && memcmp(sp, " 101", 4) == 0;
     for (unsigned i = 0; i < msg->nfields; i++) {
         const struct dm_http_field *f = &msg->fields[i];
-        if (dropped(info, i)) {
+        if (dropped(msg, info, i)) {
             continue;
         }
         if (is_hop_by_hop(f->name)) {

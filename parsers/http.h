@@ -58,6 +58,7 @@ struct dm_http_parser {
     uint8_t _last;       /* 0 none, 1 field name, 2 field value, 3 url, 4 method */
     bool _in_head;
     bool _no_body; /* response to HEAD */
+    bool _open;    /* a message has begun and not completed */
     uint8_t _ev;   /* event the last pause stands for */
 };
 
@@ -75,7 +76,10 @@ int dm_http_parse(struct dm_http_parser *p, const char *data, size_t len, size_t
 /* For a response parser: the request was HEAD, so the response has no body. */
 void dm_http_parser_expect_no_body(struct dm_http_parser *p, bool no_body);
 
-/* Signals EOF (close-delimited bodies). Returns MSG_DONE, AGAIN (no message open) or <0. */
+/*
+ * Signals EOF. Returns MSG_DONE (a close-delimited body ends here), AGAIN (no
+ * message is open), or <0 (a message was cut short).
+ */
 int dm_http_parse_eof(struct dm_http_parser *p);
 
 /* After MSG_DONE: be ready for the next message on the same connection. */
@@ -98,7 +102,7 @@ struct dm_http_info {
     bool expect_continue; /* Expect: 100-continue */
     struct dm_span host;  /* Host value, or empty */
     struct dm_span path;  /* origin-form target (absolute-form is reduced to its path) */
-    uint32_t drop;        /* bitmap: fields (up to 32) to drop, named in Connection */
+    bool conn_fields;     /* Connection names other fields (dropped when forwarding) */
 };
 
 /*

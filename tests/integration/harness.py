@@ -455,11 +455,12 @@ def curl(*args, timeout=60):
 
 
 def yaml_config(listen, pools, admin=None, workers=1, timeouts=None, limits=None,
-                access_log=None, error_log=None, routes=None, default_pool=None):
+                access_log=None, error_log=None, routes=None, default_pool=None, extra=None):
     """
     The YAML text of a config. pools: {name: {"balance": .., "servers":
     [(name, port[, {key: value}]), ...], "health_check": {..} or None,
     "passive": {..}}}; the optional mapping adds server keys (weight, ...).
+    extra is raw YAML appended at the end (top-level keys not covered here).
     """
     out = ["workers: %d" % workers, "listen:", "  - %s:%d" % (HOST, listen)]
     if admin is not None:
@@ -485,14 +486,16 @@ def yaml_config(listen, pools, admin=None, workers=1, timeouts=None, limits=None
                 out += ["      %s: %s" % (k, v) for k, v in p[key].items()]
         out.append("    servers:")
         for srv in p["servers"]:
-            extra = "".join(", %s: %s" % kv for kv in (srv[2].items() if len(srv) > 2 else ()))
-            out.append('      - {name: %s, address: "%s:%d"%s}' % (srv[0], HOST, srv[1], extra))
+            keys = "".join(", %s: %s" % kv for kv in (srv[2].items() if len(srv) > 2 else ()))
+            out.append('      - {name: %s, address: "%s:%d"%s}' % (srv[0], HOST, srv[1], keys))
     if routes:
         out.append("routes:")
         for r in routes:
-            out.append("  - " + ", ".join("%s: %s" % kv for kv in r.items()))
+            out.append("  - {" + ", ".join("%s: %s" % kv for kv in r.items()) + "}")
     if default_pool:
         out.append("default_pool: %s" % default_pool)
+    if extra:
+        out.append(extra.rstrip("\n"))
     return "\n".join(out) + "\n"
 
 

@@ -94,6 +94,33 @@ class BalanceTest(H.DimmerTest):
             for c in conns:
                 c.close()
 
+    def test_routes_choose_the_pool(self):
+        b3 = self.start_backend("b3")
+        pools = {"web": self.pool(self.b1), "api": self.pool(self.b2), "static": self.pool(b3)}
+        routes = [{"host": '"*.static.test"', "pool": "static"},
+                  {"path": "/api/", "pool": "api"}]
+        self.d = self.start_dimmer(pools, routes=routes, default_pool="web")
+
+        def backend(path, host):
+            # Unknown paths get the backend's 404, which still names the backend.
+            r = H.request(self.d.port, "GET", path, headers=[("Host", host)])
+            self.assertIn(r.status, (200, 404), (path, host, r.body))
+            return r.header("X-Backend")
+
+        self.assertEqual(backend("/headers", "www.test"), "b1")
+        self.assertEqual(backend("/api/x", "www.test"), "b2")
+        self.assertEqual(backend("/apix", "www.test"), "b1")  # a prefix ending in "/"
+        self.assertEqual(backend("/headers", "img.static.test"), "b3")
+        self.assertEqual(backend("/headers", "IMG.Static.Test:8080"), "b3")
+        self.assertEqual(backend("/api/x", "a.static.test"), "b3")  # the first match wins
+        self.assertEqual(backend("/headers", "static.test"), "b1")  # not a subdomain
+        # Absolute-form targets are routed by their path.
+        r = H.request(self.d.port, "GET", "http://www.test/api/x", headers=[("Host", "www.test")])
+        self.assertEqual(r.header("X-Backend"), "b2")
+        self.assertEqual(self.b1.requests(), 3)
+        self.assertEqual(self.b2.requests(), 2)
+        self.assertEqual(b3.requests(), 3)
+
     def test_admin_stats_lists_servers_with_counters(self):
         self.d = self.start_dimmer({"web": self.pool(self.b1, self.b2)})
         seen = self.count_backends(30)

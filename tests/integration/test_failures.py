@@ -147,6 +147,44 @@ class FailureTest(H.DimmerTest):
             self.assertEqual(r.status, 200)
             self.assertEqual(r.body_sha256, H.pattern_sha256(16 * 1024 * 1024))
 
+    def test_whole_request_timeout_gives_504(self):
+        self.d = self.start_dimmer({"web": self.pool(self.b1, passive=NO_PASSIVE)},
+                                   timeouts={"request": "500ms", "server_response": "10s"})
+        start = time.monotonic()
+        r = H.get(self.d.port, "/slow/3000", timeout=5)
+        took = time.monotonic() - start
+        self.assertEqual(r.status, 504, r.body)
+        self.assertLess(took, 2.5)
+        self.assertEqual(H.get(self.d.port, "/bytes/5").body, H.pattern(5))
+
+    def test_slow_client_head_gives_408(self):
+        self.d = self.start_dimmer({"web": self.pool(self.b1, passive=NO_PASSIVE)},
+                                   timeouts={"client_header": "400ms"})
+        before = self.b1.requests()
+        with H.Conn(self.d.port) as c:
+            start = time.monotonic()
+            c.send(b"GET /bytes/5 HTTP/1.1\r\nHost: a\r\n")
+            r = c.read_response(timeout=5)
+            took = time.monotonic() - start
+            self.assertEqual(r.status, 408)
+            self.assertLess(took, 2.5)
+            self.assertGreaterEqual(took, 0.35)
+            self.assertTrue(c.closed_by_peer(3))
+        self.assertEqual(self.b1.requests(), before)
+
+    def test_idle_keepalive_connection_closed(self):
+        self.d = self.start_dimmer({"web": self.pool(self.b1, passive=NO_PASSIVE)},
+                                   timeouts={"client_keepalive": "400ms",
+                                             "client_header": "5s"})
+        with H.Conn(self.d.port) as c:
+            self.assertEqual(c.request("GET", "/bytes/1").status, 200)
+            start = time.monotonic()
+            self.assertTrue(c.closed_by_peer(4), "idle connection kept past client_keepalive")
+            took = time.monotonic() - start
+            self.assertEqual(c.buf, b"")
+            self.assertGreaterEqual(took, 0.3)
+            self.assertLess(took, 3)
+
     def test_passive_failures_mark_server_down_for_fail_timeout(self):
         passive = {"max_fails": 2, "fail_timeout": "1500ms"}
         self.d = self.start_dimmer({"web": self.pool(self.b1, self.b2, passive=passive)})

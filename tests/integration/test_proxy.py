@@ -13,6 +13,8 @@ import re
 import socket
 import struct
 import sys
+import threading
+import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -207,6 +209,105 @@ class ProxyTest(H.DimmerTest):
         self.assertIn("HTTP/1.1 100 Continue", r.stderr.decode())
         self.assertEqual(json.loads(r.stdout)["sha256"], digest)
 
+    def test_interim_1xx_response_forwarded(self):
+        # The backend's /status/103 sends 103 Early Hints, then a final 200.
+        with H.Conn(self.d.port) as c:
+            r = c.request("GET", "/status/103")
+            self.assertEqual([x.status for x in r.interim], [103])
+            self.assertEqual(r.status, 200)
+            self.assertEqual(c.request("GET", "/bytes/6").body, H.pattern(6))
+
+    # ---- load and aborted transfers ----
+
+    def test_large_echo_with_backpressure(self):
+        # A 24 MiB upload echoed back while it is still being sent: both directions
+        # stream through the proxy's bounded buffers at once.
+        n = 24 * 1024 * 1024
+        body = H.pattern(n)
+        errors = []
+        with H.Conn(self.d.port, timeout=30) as c:
+            c.send(H.build_request("PUT", "/echo", [("Content-Length", str(n))]))
+
+            def sender():
+                try:
+                    view = memoryview(body)
+                    for off in range(0, n, 1 << 20):
+                        c.sock.sendall(view[off:off + (1 << 20)])
+                except OSError as e:
+                    errors.append(e)
+
+            t = threading.Thread(target=sender, daemon=True)
+            t.start()
+            r = c.read_response(digest=True, timeout=60)
+            t.join(30)
+            self.assertFalse(t.is_alive(), "the upload never finished")
+            self.assertEqual(errors, [])
+            self.assertEqual(r.status, 200)
+            self.assertEqual(r.body_len, n)
+            self.assertEqual(r.body_sha256, H.pattern_sha256(n))
+
+    def test_concurrent_clients(self):
+        results = []
+        lock = threading.Lock()
+
+        def client(k):
+            ok = 0
+            try:
+                with H.Conn(self.d.port, timeout=20) as c:
+                    for i in range(20):
+                        n = 1000 + 97 * k + i
+                        r = c.request("GET", "/bytes/%d" % n)
+                        if r.status == 200 and r.body == H.pattern(n):
+                            ok += 1
+            except Exception as e:  # reported through the count
+                with lock:
+                    results.append(("error", k, repr(e)))
+            with lock:
+                results.append(("ok", k, ok))
+
+        threads = [threading.Thread(target=client, args=(k,), daemon=True) for k in range(40)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        self.assertEqual(sorted(r for r in results if r[0] == "error"), [])
+        self.assertEqual(sum(r[2] for r in results if r[0] == "ok"), 40 * 20)
+        self.assertEqual(self.b1.requests() + self.b2.requests(), 800)
+
+    def test_client_aborts_download(self):
+        for _ in range(3):
+            with H.Conn(self.d.port) as c:
+                c.send(H.build_request("GET", "/bytes/%d" % (64 * 1024 * 1024)))
+                got = 0
+                deadline = time.monotonic() + 10
+                while got < 1 << 20 and c._fill(deadline):
+                    got += len(c.buf)
+                    c.buf = b""
+        # The proxy goes on serving, and no half-read server connection is reused.
+        with H.Conn(self.d.port) as c:
+            for n in (10, 100000, 20):
+                r = c.request("GET", "/bytes/%d" % n)
+                self.assertEqual(r.body, H.pattern(n))
+        H.wait_until(lambda: all(s["inflight"] == 0 for s in self.d.servers().values()), 5,
+                     "inflight back to 0")
+        self.assertTrue(self.d.proc.alive())
+
+    def test_client_aborts_while_waiting(self):
+        for _ in range(3):
+            c = H.Conn(self.d.port)
+            c.send(H.build_request("GET", "/slow/300"))
+            H.wait_until(lambda: sum(s["inflight"] for s in self.d.servers().values()) == 1, 5,
+                         "the slow request in flight")
+            c.close()
+            H.wait_until(lambda: all(s["inflight"] == 0 for s in self.d.servers().values()), 5,
+                         "inflight back to 0 after the client left")
+        # Half-sent bodies too.
+        with H.Conn(self.d.port) as c:
+            c.send(H.build_request("POST", "/sha256", [("Content-Length", "100000")]) + b"x" * 5)
+        for _ in range(4):
+            self.assertEqual(H.get(self.d.port, "/bytes/9").body, H.pattern(9))
+        self.assertTrue(self.d.proc.alive())
+
     # ---- WebSocket ----
 
     @staticmethod
@@ -226,7 +327,7 @@ class ProxyTest(H.DimmerTest):
     @staticmethod
     def ws_read(c, timeout=10):
         """(fin, opcode, payload) of one server frame, which must be unmasked."""
-        deadline = H.time.monotonic() + timeout
+        deadline = time.monotonic() + timeout
 
         def need(n):
             while len(c.buf) < n:

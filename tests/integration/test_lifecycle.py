@@ -1,0 +1,285 @@
+"""
+The life of a dimmer process: checking a config (-t), refusing to start on a
+bad one, quick-start flags, reloading on SIGHUP (and keeping the old config
+when the new one is broken), draining on SIGTERM, and the access log.
+"""
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(__file__))
+import harness as H  # noqa: E402
+
+BAD_CONFIG = """\
+workers: 1
+listen:
+  - 127.0.0.1:{port}
+timeout:
+  connect: 2s
+pools:
+  web:
+    servers:
+      - {{name: a, address: "127.0.0.1:99999"}}
+"""
+
+
+def run(argv, timeout=20):
+    env = dict(os.environ)
+    env.setdefault("ASAN_OPTIONS", "detect_leaks=0")
+    return subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          timeout=timeout, env=env, stdin=subprocess.DEVNULL)
+
+
+class ConfigCheckTest(H.DimmerTest):
+    def test_check_good_config(self):
+        conf = self.write_config(H.yaml_config(H.free_port(), {
+            "web": {"servers": [("a", 9001), ("b", 9002)], "balance": "leastconn",
+                    "health_check": {"interval": "1s"}}}, admin=H.free_port()))
+        r = run([H.DIMMER, "-t", "-c", conf])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout.decode().strip(), "configuration ok")
+
+    def test_check_bad_config_reports_file_line_column(self):
+        conf = self.write_config(BAD_CONFIG.format(port=H.free_port()), "bad.yaml")
+        r = run([H.DIMMER, "-t", "-c", conf])
+        self.assertNotEqual(r.returncode, 0)
+        self.assertNotIn(b"configuration ok", r.stdout)
+        errors = [ln for ln in r.stderr.decode().splitlines() if ln.strip()]
+        self.assertEqual(len(errors), 2, errors)
+        # One line per error, in file order, at the offending node.
+        lines = BAD_CONFIG.splitlines()
+        col = lines[8].replace("{{", "{").index('"127.0.0.1:99999"') + 1
+        m = re.match(r"^(.*):(\d+):(\d+): (.*)$", errors[0])
+        self.assertIsNotNone(m, errors[0])
+        self.assertEqual(m.group(1), conf)
+        self.assertEqual((m.group(2), m.group(3)), ("4", "1"))
+        self.assertIn('"timeout"', m.group(4))
+        m = re.match(r"^(.*):(\d+):(\d+): (.*)$", errors[1])
+        self.assertIsNotNone(m, errors[1])
+        self.assertEqual((m.group(2), m.group(3)), ("9", str(col)))
+        self.assertIn("99999", m.group(4))
+
+    def test_check_missing_file(self):
+        r = run([H.DIMMER, "-t", "-c", self.path("none.yaml")])
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn(b"none.yaml", r.stderr)
+
+    def test_bad_config_does_not_listen(self):
+        port = H.free_port()
+        conf = self.write_config(BAD_CONFIG.format(port=port), "bad.yaml")
+        p = self.start_proc("dimmer-bad", [H.DIMMER, "-c", conf])
+        code = p.wait(10)
+        self.assertIsNotNone(code, "dimmer kept running with a bad config")
+        self.assertNotEqual(code, 0)
+        self.assertIn("bad.yaml:4:1:", p.stderr())
+        self.assertFalse(H.port_answers(port))
+
+    def test_version_and_usage(self):
+        r = run([H.DIMMER, "--version"])
+        self.assertEqual(r.returncode, 0)
+        self.assertTrue(r.stdout.startswith(b"dimmer "), r.stdout)
+        r = run([H.DIMMER])
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn(b"usage", r.stderr)
+        r = run([H.DIMMER, "--listen", "127.0.0.1:%d" % H.free_port(), "--backend", "x"])
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn(b'--backend: bad address "x"', r.stderr)
+
+
+class RunTest(H.DimmerTest):
+    def setUp(self):
+        super().setUp()
+        self.b1 = self.start_backend("b1")
+        self.b2 = self.start_backend("b2")
+
+    def test_quick_start_flags(self):
+        port = H.free_port()
+        p = self.start_proc("dimmer-quick", [
+            H.DIMMER, "--listen", "%s:%d" % (H.HOST, port),
+            "--backend", "%s:%d, %s:%d" % (H.HOST, self.b1.port, H.HOST, self.b2.port),
+            "--workers", "1"])
+        H.wait_port(port, proc=p)
+        seen = {H.get(port, "/bytes/3").header("X-Backend") for _ in range(4)}
+        self.assertEqual(seen, {"b1", "b2"})
+
+    def backend_of_new_connection(self, d):
+        r = H.get(d.port, "/bytes/1")
+        self.assertEqual(r.status, 200)
+        return r.header("X-Backend")
+
+    def test_sighup_reloads_config(self):
+        d = self.start_dimmer({"web": self.pool(self.b1)})
+        self.assertEqual(d.admin_stats()["generation"], 1)
+        self.assertEqual({self.backend_of_new_connection(d) for _ in range(3)}, {"b1"})
+        with open(d.conf_path, "w") as f:
+            f.write(H.yaml_config(d.port, {"web": self.pool(self.b2)}, admin=d.admin))
+        d.proc.signal(signal.SIGHUP)
+        H.wait_until(lambda: self.backend_of_new_connection(d) == "b2", 5,
+                     "new connections to go to b2 after SIGHUP")
+        self.assertEqual({self.backend_of_new_connection(d) for _ in range(5)}, {"b2"})
+        st = d.admin_stats()
+        self.assertEqual(st["generation"], 2)
+        self.assertEqual([s["name"] for s in st["pools"][0]["servers"]], ["b2"])
+        self.assertIn("reloaded", d.proc.stderr())
+        self.assertTrue(d.proc.alive())
+
+    def test_sighup_with_broken_config_keeps_running_config(self):
+        d = self.start_dimmer({"web": self.pool(self.b1)})
+        with open(d.conf_path, "w") as f:
+            f.write(H.yaml_config(d.port, {"web": self.pool(self.b2)}, admin=d.admin) +
+                    "bogus_key: 1\n")
+        d.proc.signal(signal.SIGHUP)
+        H.wait_until(lambda: "reload failed" in d.proc.stderr(), 5, "the reload error in the log")
+        self.assertIn("bogus_key", d.proc.stderr())
+        self.assertTrue(d.proc.alive())
+        self.assertEqual({self.backend_of_new_connection(d) for _ in range(5)}, {"b1"})
+        self.assertEqual(d.admin_stats()["generation"], 1)
+        # Not even valid YAML.
+        with open(d.conf_path, "w") as f:
+            f.write("pools: [\n")
+        d.proc.signal(signal.SIGHUP)
+        H.wait_until(lambda: d.proc.stderr().count("reload failed") >= 2, 5,
+                     "the second reload error")
+        self.assertEqual({self.backend_of_new_connection(d) for _ in range(3)}, {"b1"})
+        # A good config afterwards is taken: the failed reloads broke nothing.
+        with open(d.conf_path, "w") as f:
+            f.write(H.yaml_config(d.port, {"web": self.pool(self.b2)}, admin=d.admin))
+        d.proc.signal(signal.SIGHUP)
+        H.wait_until(lambda: self.backend_of_new_connection(d) == "b2", 5, "the good reload")
+
+    def test_sigterm_drains_in_flight_request(self):
+        d = self.start_dimmer({"web": self.pool(self.b1)}, timeouts={"shutdown": "8s"})
+        with H.Conn(d.port, timeout=10) as slow:
+            slow.send(H.build_request("GET", "/slow/1000"))
+            H.wait_until(lambda: d.servers()["b1"]["inflight"] == 1, 5, "the slow request")
+            d.proc.signal(signal.SIGTERM)
+            t0 = time.monotonic()
+            H.wait_until(lambda: not H.port_answers(d.port), 3,
+                         "the listener to close after SIGTERM")
+            r = slow.read_response(timeout=8)
+            self.assertEqual(r.status, 200)
+            self.assertEqual(r.body, b"slept\n")
+            self.assertEqual((r.header("Connection") or "").lower(), "close")
+            self.assertTrue(slow.closed_by_peer(3))
+        code = d.proc.wait(6)
+        took = time.monotonic() - t0
+        self.assertEqual(code, 0, "dimmer did not exit 0 after draining (code %s)" % code)
+        self.assertLess(took, 6)
+        self.assertFalse(H.port_answers(d.port))
+
+    def test_sigterm_closes_idle_connections_at_once(self):
+        d = self.start_dimmer({"web": self.pool(self.b1)}, timeouts={"shutdown": "8s"})
+        with H.Conn(d.port) as idle:
+            self.assertEqual(idle.request("GET", "/bytes/2").status, 200)
+            t0 = time.monotonic()
+            d.proc.signal(signal.SIGTERM)
+            self.assertTrue(idle.closed_by_peer(3), "idle keep-alive connection left open")
+        code = d.proc.wait(5)
+        self.assertEqual(code, 0)
+        self.assertLess(time.monotonic() - t0, 3, "an idle connection held up the exit")
+
+    def test_sigterm_shutdown_bound(self):
+        d = self.start_dimmer({"web": self.pool(self.b1)}, timeouts={"shutdown": "300ms"})
+        with H.Conn(d.port, timeout=10) as slow:
+            slow.send(H.build_request("GET", "/slow/5000"))
+            H.wait_until(lambda: d.servers()["b1"]["inflight"] == 1, 5, "the slow request")
+            t0 = time.monotonic()
+            d.proc.signal(signal.SIGTERM)
+            code = d.proc.wait(4)
+            took = time.monotonic() - t0
+            self.assertEqual(code, 0)
+            self.assertLess(took, 3, "exit took %.2fs with shutdown: 300ms" % took)
+            self.assertTrue(slow.closed_by_peer(2))
+
+    def test_access_log_lines(self):
+        log = self.path("access.log")
+        d = self.start_dimmer({"web": self.pool(self.b1)}, access_log=log)
+        self.extra_logs = [log]
+        exchanges = []
+        with H.Conn(d.port) as c:
+            for method, path, body, status in (("GET", "/bytes/10", b"", 200),
+                                               ("HEAD", "/bytes/10", b"", 200),
+                                               ("POST", "/echo", b"hello", 200),
+                                               ("GET", "/status/404", b"", 404),
+                                               ("GET", "/slow/150", b"", 200)):
+                r = c.request(method, path, body=body)
+                self.assertEqual(r.status, status)
+                exchanges.append((method, path, status, "b1", len(r.raw_head) + r.body_len))
+        raw, closed = H.raw_exchange(d.port, b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n")
+        self.assertTrue(raw.startswith(b"HTTP/1.1 400 "), raw)
+        exchanges.append(("GET", "/", 400, "-", len(raw)))
+
+        def lines():
+            with open(log) as f:
+                got = f.read().splitlines()
+            return got if len(got) >= len(exchanges) else None
+
+        got = H.wait_until(lines, 5, "%d access log lines" % len(exchanges))
+        self.assertEqual(len(got), len(exchanges), got)
+        pat = re.compile(r'^(\S+) "(\S+) (\S+)" (\d{3}) (\d+) (\S+) (\d+\.\d+) (\d+\.\d+)$')
+        for line, (method, path, status, server, nbytes) in zip(got, exchanges):
+            m = pat.match(line)
+            self.assertIsNotNone(m, "access log line %r" % line)
+            self.assertEqual(m.group(1), "127.0.0.1")
+            self.assertEqual((m.group(2), m.group(3)), (method, path))
+            self.assertEqual(int(m.group(4)), status, line)
+            self.assertEqual(int(m.group(5)), nbytes, line)
+            self.assertEqual(m.group(6), server, line)
+            upstream_ms, total_ms = float(m.group(7)), float(m.group(8))
+            self.assertGreaterEqual(total_ms, upstream_ms, line)
+            if path == "/slow/150":
+                self.assertGreaterEqual(upstream_ms, 140, line)
+
+    def json_log_records(self, paths):
+        log = self.path("access.json")
+        d = self.start_dimmer({"web": self.pool(self.b1)},
+                              extra='access_log:\n  path: "%s"\n  format: json' % log)
+        self.extra_logs = [log]
+        for path in paths:
+            self.assertEqual(H.get(d.port, path).status, 200)
+
+        def lines():
+            with open(log) as f:
+                got = f.read().splitlines()
+            return got if len(got) >= len(paths) else None
+
+        got = H.wait_until(lines, 5, "%d access log lines" % len(paths))
+        self.assertEqual(len(got), len(paths))
+        recs, bad = [], None
+        for ln in got:
+            try:
+                recs.append(json.loads(ln))
+            except ValueError as e:
+                bad = "access log line is not JSON (%s): %r" % (e, ln)
+        if bad is not None:
+            self.fail(bad)
+        return recs
+
+    def test_access_log_json(self):
+        recs = self.json_log_records(["/bytes/7", "/headers"])
+        self.assertEqual(recs[0]["client"], "127.0.0.1")
+        self.assertEqual(recs[0]["method"], "GET")
+        self.assertEqual(recs[0]["target"], "/bytes/7")
+        self.assertEqual(recs[0]["status"], 200)
+        self.assertEqual(recs[0]["upstream"], "b1")
+        self.assertGreater(recs[0]["bytes"], 7)
+        for key in ("upstream_ms", "total_ms"):
+            self.assertIsInstance(recs[0][key], (int, float))
+        self.assertEqual(recs[1]["target"], "/headers")
+
+    def test_access_log_json_quotes_in_target(self):
+        # BUG (dimmer, proxy/conn.c log_access): the JSON format writes the target
+        # between quotes as it is and only replaces control bytes and backslashes, so
+        # GET /headers?q="x" gives the line {..,"target":"/headers?q="x"",..}, which is
+        # not JSON. Expected: the quote escaped (\") or replaced, as the comment there says.
+        recs = self.json_log_records(['/headers?q="x"', "/bytes/1"])
+        self.assertTrue(recs[0]["target"].startswith("/headers?q="), recs[0])
+        self.assertEqual(recs[1]["target"], "/bytes/1")
+
+if __name__ == "__main__":
+    H.main()
