@@ -27,7 +27,8 @@ struct dm_balancer {
 
 /* Per-pool settings a policy may read; zero means "the policy's default". */
 struct dm_bal_conf {
-    unsigned draws; /* random: power of d choices */
+    unsigned draws;      /* random: power of d choices, default 2 */
+    double hash_balance; /* hash: load bound factor c >= 1, default 1.25 */
 };
 
 /* Everything a pick may look at; built by the caller for each pick. */
