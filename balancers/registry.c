@@ -3,8 +3,12 @@
 #include <string.h>
 
 const struct dm_balancer_ops *const dm_balancer_registry[] = {
-    &dm_bal_roundrobin,
-    &dm_bal_leastconn,
+    &dm_bal_roundrobin, /* roundrobin.c */
+    &dm_bal_leastconn,  /* leastconn.c */
+    &dm_bal_random,     /* random.c */
+    &dm_bal_hash,       /* hash.c */
+    &dm_bal_p2c_shadow, /* p2c_shadow.c */
+    &dm_bal_hybrid,     /* hybrid.c */
     NULL,
 };
 

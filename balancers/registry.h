@@ -15,4 +15,16 @@ extern const struct dm_balancer_ops dm_bal_roundrobin;
 /* "leastconn": weighted least connections (balancers/leastconn.c). */
 extern const struct dm_balancer_ops dm_bal_leastconn;
 
+/* "random": power of d choices on conns / weight, weighted draws (balancers/random.c). */
+extern const struct dm_balancer_ops dm_bal_random;
+
+/* "hash": consistent hashing with bounded loads on dm_pick.key (balancers/hash.c). */
+extern const struct dm_balancer_ops dm_bal_hash;
+
+/* "p2c-shadow": power of two choices on the shadow cost (balancers/p2c_shadow.c). */
+extern const struct dm_balancer_ops dm_bal_p2c_shadow;
+
+/* "hybrid": split by server class capacity, then power of two (balancers/hybrid.c). */
+extern const struct dm_balancer_ops dm_bal_hybrid;
+
 #endif

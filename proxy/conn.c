@@ -30,6 +30,7 @@ static void req_pick_and_connect(struct dm_req *req);
 static void up_process(struct dm_upstream *up);
 static void up_start_read(struct dm_upstream *up);
 static void req_finish(struct dm_req *req);
+static void req_await_response(struct dm_req *req);
 
 static const char *
 status_text(unsigned status)
@@ -703,6 +704,18 @@ client_process(struct dm_client *c)
                 return;
             }
             in->off += (uint32_t)used;
+            if (req->info.chunked) {
+                /* llhttp 8.1 accepts a bare LF as the last line of a chunked
+                 * body: keep the last four bytes to check the ending ourselves. */
+                uint32_t k = in->off - from > 4 ? in->off - 4 : from;
+                for (; k < in->off; k++) {
+                    req->tail = req->tail << 8 | (uint8_t)in->data[k];
+                }
+                if (r == DM_HTTP_MSG_DONE && req->tail != 0x0d0a0d0au) {
+                    client_respond_error(c, 400, "chunked body does not end with CRLF CRLF");
+                    return;
+                }
+            }
             client_forward_slice(c, from, in->off);
             if (c->closing || c->req == NULL) {
                 return;
@@ -710,6 +723,7 @@ client_process(struct dm_client *c)
             if (r == DM_HTTP_MSG_DONE || r == DM_HTTP_UPGRADE) {
                 req->body_done = true;
                 c->state = DM_C_WAIT;
+                req_await_response(req);
                 if (req->info.upgrade) {
                     /* What follows belongs to the new protocol, after a 101. */
                     return;
@@ -968,6 +982,19 @@ req_send_head(struct dm_req *req, struct dm_upstream *up)
     req->head_pending = true;
 }
 
+/*
+ * The request is all sent: from now on a server that stays silent for
+ * timeouts.server_response is timed out (not while a slow client uploads).
+ */
+static void
+req_await_response(struct dm_req *req)
+{
+    uint64_t t = req->c->rt->conf->timeouts.server_response_ms;
+    if (req->up != NULL && t > 0 && req->up->deadline_ms == UINT64_MAX) {
+        up_deadline(req->up, t);
+    }
+}
+
 static void
 req_upstream_ready(struct dm_req *req, struct dm_upstream *up, int status)
 {
@@ -994,13 +1021,10 @@ req_upstream_ready(struct dm_req *req, struct dm_upstream *up, int status)
         return;
     }
     up_start_read(up);
-    uint64_t t = c->rt->conf->timeouts.server_response_ms;
-    if (t > 0) {
-        up_deadline(up, t);
-    }
     c->state = DM_C_BODY;
     if (req->body_done) {
         c->state = DM_C_WAIT; /* a retry: the request went out whole before */
+        req_await_response(req);
     }
     client_read_start(c);
     client_process(c);

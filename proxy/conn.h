@@ -98,6 +98,7 @@ struct dm_req {
     unsigned attempts;
     unsigned status;
     uint32_t head_len;
+    uint32_t tail; /* last four bytes of a chunked request body */
     uint64_t start_us;
     uint64_t up_start_us;
     uint64_t resp_bytes;

@@ -501,6 +501,9 @@ def yaml_config(listen, pools, admin=None, workers=1, timeouts=None, limits=None
 
 # ---- test case base -----------------------------------------------------
 
+SANITIZER_MARKERS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:",
+                     "WARNING: ThreadSanitizer")
+
 
 class Backend:
     def __init__(self, proc, name, port):
@@ -543,6 +546,17 @@ class DimmerTest(unittest.TestCase):
     def _stop_all(self):
         for p in reversed(self.procs):
             p.kill()
+        # A sanitizer report fails the test even when every request looked fine.
+        found = []
+        for p in self.procs:
+            text = p.stderr()
+            for marker in SANITIZER_MARKERS:
+                i = text.find(marker)
+                if i >= 0:
+                    found.append("%s: %s" % (p.name, text[max(0, i - 200):i + 3000]))
+                    break
+        if found:
+            raise AssertionError("sanitizer report:\n" + "\n".join(found))
 
     def run(self, result=None):
         if result is None:

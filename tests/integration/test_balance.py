@@ -6,8 +6,6 @@ listener's GET /stats reports the servers with their counters.
 import collections
 import os
 import sys
-import time
-import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
 import harness as H  # noqa: E402

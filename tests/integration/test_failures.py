@@ -6,10 +6,10 @@ when none is usable, active health checks taking a server out and back in,
 taking a server out for fail_timeout.
 """
 import collections
+import hashlib
 import os
 import sys
 import time
-import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
 import harness as H  # noqa: E402
@@ -147,6 +147,38 @@ class FailureTest(H.DimmerTest):
             self.assertEqual(r.status, 200)
             self.assertEqual(r.body_sha256, H.pattern_sha256(16 * 1024 * 1024))
 
+    def test_slow_upload_is_not_a_silent_server(self):
+        # BUG (dimmer, proxy/conn.c): the server_response timer starts when the request
+        # head goes out and only server reads restart it, so a client that sends its
+        # body slowly (10 bytes every 250 ms here, 1.25 s in all, with server_response
+        # 500ms) gets "504 server response timed out" in the middle of its upload, and
+        # the healthy server is counted as failed (passive checks would take it out).
+        # README: server_response is "a server silent while a response is awaited";
+        # no response is awaited before the request is complete.
+        # Expected: 200 with the digest, and no failure counted against b1.
+        self.d = self.start_dimmer({"web": self.pool(self.b1, passive=NO_PASSIVE)},
+                                   timeouts={"server_response": "500ms"})
+        piece = b"0123456789"
+        for name, head, frame, end in [
+            ("content-length", [("Content-Length", "50")], lambda b: b, b""),
+            ("chunked", [("Transfer-Encoding", "chunked")],
+             lambda b: b"%x\r\n%s\r\n" % (len(b), b), b"0\r\n\r\n"),
+        ]:
+            with self.subTest(name), H.Conn(self.d.port) as c:
+                c.send(H.build_request("POST", "/sha256", head))
+                try:
+                    for _ in range(5):
+                        time.sleep(0.25)
+                        c.send(frame(piece))
+                    c.send(end)
+                except OSError:
+                    pass  # answered and closed early: the status below says how
+                r = c.read_response(timeout=5)
+                self.assertEqual(r.status, 200, "slow upload answered %d %r" % (r.status,
+                                                                                 r.body))
+                self.assertIn(hashlib.sha256(piece * 5).hexdigest().encode(), r.body)
+        self.assertEqual(self.d.servers()["b1"]["failures"], 0)
+
     def test_whole_request_timeout_gives_504(self):
         self.d = self.start_dimmer({"web": self.pool(self.b1, passive=NO_PASSIVE)},
                                    timeouts={"request": "500ms", "server_response": "10s"})
@@ -184,6 +216,40 @@ class FailureTest(H.DimmerTest):
             self.assertEqual(c.buf, b"")
             self.assertGreaterEqual(took, 0.3)
             self.assertLess(took, 3)
+
+    def test_max_conns_refuses_extra_connections(self):
+        self.d = self.start_dimmer({"web": self.pool(self.b1, passive=NO_PASSIVE)},
+                                   limits={"max_conns": 3})
+
+        def served_on_new_connection():
+            try:
+                with H.Conn(self.d.port, timeout=2) as c:
+                    return c.request("GET", "/bytes/2", timeout=2).status == 200
+            except (OSError, H.Closed):
+                return False
+
+        # The connection that probed the port may still count for a moment.
+        H.wait_until(served_on_new_connection, 5, "a first request")
+        held = []
+        try:
+            for _ in range(3):
+                c = H.Conn(self.d.port)
+                held.append(c)
+                self.assertEqual(c.request("GET", "/bytes/2").status, 200)
+            with H.Conn(self.d.port) as extra:
+                try:
+                    extra.send(H.build_request("GET", "/bytes/2"))
+                except OSError:
+                    pass
+                self.assertTrue(extra.closed_by_peer(3), "a 4th connection was kept")
+                self.assertEqual(extra.buf, b"")
+            # The ones held keep working.
+            self.assertEqual(held[0].request("GET", "/bytes/3").body, H.pattern(3))
+            held.pop().close()
+            H.wait_until(served_on_new_connection, 5, "room for a new connection")
+        finally:
+            for c in held:
+                c.close()
 
     def test_passive_failures_mark_server_down_for_fail_timeout(self):
         passive = {"max_fails": 2, "fail_timeout": "1500ms"}

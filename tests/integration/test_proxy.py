@@ -10,12 +10,10 @@ import hashlib
 import json
 import os
 import re
-import socket
 import struct
 import sys
 import threading
 import time
-import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
 import harness as H  # noqa: E402

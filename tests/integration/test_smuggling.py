@@ -9,7 +9,6 @@ Limits in this file: header_bytes 4k, header_count 20, body_bytes 1k.
 import os
 import sys
 import time
-import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
 import harness as H  # noqa: E402
@@ -119,13 +118,10 @@ class SmugglingTest(H.DimmerTest):
         self.check_all(cases)
 
     def test_empty_transfer_encoding(self):
-        # BUG (dimmer, parsers/http.c check_fields): an empty Transfer-Encoding sets
-        # te->bad, but bad is only looked at when a token was seen (te->count > 0), so the
-        # field is taken as absent and forwarded as it is, next to a Content-Length: the
-        # backend gets "Transfer-Encoding: \r\nContent-Length: 3", which a server that
-        # treats any Transfer-Encoding as chunked reads differently. Expected 400.
-        # With only commas, llhttp refuses the body later, but the head has reached the
-        # backend by then.
+        # Regression: an empty Transfer-Encoding (or one of only commas) was taken as
+        # absent and forwarded as it was, next to a Content-Length, which a server that
+        # treats any Transfer-Encoding as chunked reads differently. It must be refused
+        # before the head goes anywhere.
         self.check_all([
             ("only a comma", req(b"Host: a", b"Transfer-Encoding: ,", body=b"0\r\n\r\n")),
             ("commas", req(b"Host: a", b"Transfer-Encoding: , ,", b"Content-Length: 3",
@@ -338,13 +334,12 @@ class SmugglingTest(H.DimmerTest):
                 self.assertEqual(self.b.requests() - before, 1)
 
     def test_connection_cannot_drop_framing_fields(self):
-        # BUG (dimmer, parsers/http.c connection_token + dm_http_write_request): a field
-        # named in Connection is dropped when forwarding, even Content-Length and
-        # Transfer-Encoding, while the proxy still frames and forwards the body by them.
-        # The backend then gets a POST without a length followed by the body bytes, and
-        # reads the body as a second, smuggled request (here GET /status/418): its
-        # request counter goes up by 2. Expected: the framing fields are forwarded (or
-        # the request refused with 400), and one request reaches the backend.
+        # Regression: a field named in Connection is dropped when forwarding; it used to
+        # be so even for Content-Length and Transfer-Encoding, while the proxy still
+        # framed and forwarded the body by them. The backend got a POST without a length
+        # followed by the body bytes, and read the body as a second, smuggled request
+        # (here GET /status/418). The framing fields must be forwarded (or the request
+        # refused with 400), and exactly one request reach the backend.
         inner = b"GET /status/418 HTTP/1.1\r\nHost: a\r\n\r\n"
         cases = [
             ("Connection: Content-Length",
@@ -376,10 +371,10 @@ class SmugglingTest(H.DimmerTest):
                     self.assertEqual(r.status, 400)
 
     def test_smuggled_response_goes_to_another_client(self):
-        # BUG (the same one, seen from a second client): the smuggled request is a slow
-        # one, so its answer comes after the first response, when the server connection
-        # is back in the pool. The next client's request goes out on that connection
-        # and gets the smuggled response ("slept\n") instead of its own.
+        # Regression (the same bug, seen from a second client): the smuggled request is
+        # a slow one, so its answer comes after the first response, when the server
+        # connection is back in the pool. The next client's request went out on that
+        # connection and got the smuggled response ("slept\n") instead of its own.
         inner = b"GET /slow/400 HTTP/1.1\r\nHost: a\r\n\r\n"
         smuggle = req(b"Host: a", b"Connection: Content-Length",
                       b"Content-Length: %d" % len(inner), body=inner)
@@ -393,10 +388,9 @@ class SmugglingTest(H.DimmerTest):
                                                                                  r.body))
 
     def test_connection_cannot_drop_host(self):
-        # BUG (dimmer, same place): "Connection: Host" drops the client's Host, and the
-        # proxy puts the server's address there instead; the route was chosen by the
-        # client's Host, the backend sees another one. Expected: Host "a" reaches the
-        # backend (or 400).
+        # Regression: "Connection: Host" dropped the client's Host, and the proxy put the
+        # server's address there instead: the route was chosen by one Host, the backend
+        # saw another. The client's Host must reach the backend (or the request get 400).
         r = H.request(self.d.port, "GET", "/headers",
                       headers=[("Host", "a.example"), ("Connection", "Host")])
         if r.status != 400:

@@ -1,0 +1,22 @@
+/*
+ * Hashing for the "hash" policy (balancers/hash.c): the proxy hashes the
+ * request's key (client address, a header, a cookie or the URI) with
+ * dm_hash_bytes() and passes the result as dm_pick.key; the policy places
+ * it on its ring of server points, which are hashed with the same function.
+ */
+#ifndef DM_BALANCERS_HASH_H
+#define DM_BALANCERS_HASH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/*
+ * A 64-bit non-cryptographic hash of len bytes at p (p may be NULL when len
+ * is 0): eight bytes per step, read little-endian so that every host gives the
+ * same value, and a full-avalanche finalizer, so nearby keys (addresses,
+ * counters) spread over the whole ring. Not for keys chosen by an attacker
+ * who wants collisions. Pure; any thread.
+ */
+uint64_t dm_hash_bytes(const void *p, size_t len);
+
+#endif
