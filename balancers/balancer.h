@@ -27,8 +27,10 @@ struct dm_balancer {
 
 /* Per-pool settings a policy may read; zero means "the policy's default". */
 struct dm_bal_conf {
-    unsigned draws;      /* random: power of d choices, default 2 */
-    double hash_balance; /* hash: load bound factor c >= 1, default 1.25 */
+    unsigned draws;            /* random: power of d choices, default 2 */
+    double hash_balance;       /* hash: load bound factor c >= 1, default 1.25 */
+    double age_weight;         /* age: weight w of potential load in a pick, default 0.1 */
+    uint64_t age_half_life_us; /* age: potential load halves in this time, default 10 s */
 };
 
 /* Everything a pick may look at; built by the caller for each pick. */
@@ -54,6 +56,14 @@ struct dm_balancer_ops {
     void (*on_response)(struct dm_balancer *b, const struct dm_bal_event *ev); /* may be NULL */
     void (*on_close)(struct dm_balancer *b, const struct dm_bal_event *ev);    /* may be NULL */
     void (*destroy)(struct dm_balancer *b);
+    /*
+     * Per-connection state: the proxy keeps conn_state_size(ev->nobjects...)
+     * bytes per client connection for the policy and passes them as ev->conn.
+     * NULL: no per-connection state. on_tick (may be NULL) is called about
+     * every 100 ms for each connection that has state, for time-based aging.
+     */
+    size_t (*conn_state_size)(size_t nobjects);
+    void (*on_tick)(struct dm_balancer *b, const struct dm_bal_event *ev);
 };
 
 /* The registry: every policy, NULL-terminated (balancers/registry.c). */
@@ -105,6 +115,21 @@ dm_balancer_on_close(struct dm_balancer *b, const struct dm_bal_event *ev)
     if (b->ops->on_close != NULL) {
         b->ops->on_close(b, ev);
     }
+}
+
+static inline void
+dm_balancer_on_tick(struct dm_balancer *b, const struct dm_bal_event *ev)
+{
+    if (b->ops->on_tick != NULL) {
+        b->ops->on_tick(b, ev);
+    }
+}
+
+/* Bytes of per-connection state for a connection whose page has n objects. */
+static inline size_t
+dm_balancer_conn_state_size(const struct dm_balancer *b, size_t nobjects)
+{
+    return b->ops->conn_state_size != NULL ? b->ops->conn_state_size(nobjects) : 0;
 }
 
 /* Frees the balancer; NULL is a no-op. */

@@ -10,7 +10,9 @@
  * clockwise. Adding a server to N others takes about 1/(N+1) of the keys, all
  * of them to the new server; removing one moves only its own keys. With 100
  * points per unit of weight a server's share of the ring is within about 10%
- * of its weight's share. Servers are expected to have distinct names; two
+ * of its weight's share. (Pools whose weights add up to more than
+ * HASH_RING_MAX / 100 get fewer points per unit, so there a change of weights
+ * moves more keys.) Servers are expected to have distinct names; two
  * with the same name share their points (ties go to the lower index), and a
  * server without a name is hashed by its index.
  *
@@ -34,17 +36,20 @@
  *
  * T and W change on every pick and every health change, and summing them is
  * a pass over the pool. A pick therefore reads them from a snapshot, one
- * 64-bit atomic, that one pick in HASH_REFRESH_DIVISOR-th of the pool size
- * recomputes: pools under 32 servers get exact sums at every pick, and a pool
- * of 1024 sees sums at most 64 picks old while spending 16 server reads per
- * pick on them. Staleness only moves the bound by a few connections.
+ * 64-bit atomic that holds both, recomputed by one pick in
+ * max(1, n / HASH_REFRESH_DIVISOR): pools under 32 servers get exact sums at
+ * every pick, and a pool of 1024 sees sums at most 64 picks old while
+ * spending 16 server reads per pick on them. Staleness only moves the bound
+ * by as many connections as opened or closed meanwhile.
  *
  * A pick is a lookup (a bucket index on the top bits of the key, then a
  * binary search inside the bucket, usually a handful of points) and a walk
- * that usually stops at the first point. If no eligible server is under its
- * bound (those under it were all tried, or the snapshot is stale), the walk
- * goes once round the ring and returns the least loaded eligible server it
- * met; with no eligible server at all it returns DM_NO_SERVER.
+ * that usually stops at the first point, or after about n / n_usable points
+ * when most servers are down. If no eligible server is under its bound
+ * (those under it were all tried, or the snapshot is stale), the walk goes
+ * once round the ring, 100 points per unit of weight, and returns the least
+ * loaded eligible server it met; with no eligible server at all it returns
+ * DM_NO_SERVER.
  */
 #include "balancers/hash.h"
 
@@ -61,7 +66,7 @@
 #include "balancers/servers.h"
 
 #define HASH_POINTS_PER_WEIGHT 100u
-#define HASH_RING_MAX          (1u << 20) /* points: 12 MiB of ring at most */
+#define HASH_RING_MAX          (1u << 20) /* points, 12 bytes each plus the index */
 #define HASH_BALANCE_DEFAULT   1.25
 #define HASH_REFRESH_DIVISOR   16u
 
@@ -309,7 +314,7 @@ hash_create(const struct dm_servers *sv, const struct dm_bal_conf *cf)
     if (h == NULL) {
         return NULL;
     }
-    /* 0 is "the default"; below 1 no server could be under its bound: use 1. */
+    /* 0 is "the default"; below 1 the bounds could leave no server under them: use 1. */
     h->balance = cf->hash_balance == 0   ? HASH_BALANCE_DEFAULT
                  : cf->hash_balance >= 1 ? cf->hash_balance
                                          : 1;

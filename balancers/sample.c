@@ -155,14 +155,16 @@ size_t
 dm_sample_draw(const struct dm_sample *t, const struct dm_servers *sv, const struct dm_pick *in,
                int *chosen, size_t have, size_t want)
 {
-    if (t->n == 0) {
-        return have;
+    /* chosen[0..have) are servers of the table: at most n can be drawn. */
+    if (want > t->n) {
+        want = t->n;
     }
     /*
-     * Rejection until it has cost about what the linear passes would: one
-     * draw costs about as much as reading four servers' state, and the passes
-     * read each server twice (the ski-rental rule: never more than twice the
-     * cheaper of the two).
+     * Rejection until it has cost about what the linear passes would, so
+     * that a pick never costs much more than twice the cheaper of the two
+     * (the ski-rental rule): a draw costs about as much as reading the state
+     * of eight servers (dimmer-pickbench), and the passes read each server
+     * twice, so they cost about n / 4 draws.
      */
     size_t budget = t->n / 4 > DM_SAMPLE_MISSES ? t->n / 4 : DM_SAMPLE_MISSES;
     size_t misses = 0;

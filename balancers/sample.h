@@ -24,6 +24,7 @@
 #ifndef DM_BALANCERS_SAMPLE_H
 #define DM_BALANCERS_SAMPLE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -54,10 +55,11 @@ void dm_sample_fini(struct dm_sample *t);
 
 /*
  * Appends to chosen[have..want) distinct servers of the table that are usable
- * at in->now_us, not tried in `in` and not already in chosen[0..have), each
- * drawn by weight among those still eligible, with in->rng. Returns the new
- * count, which is below want only when no eligible server is left. Any
- * thread may call it at once with its own in->rng.
+ * at in->now_us, not tried in `in` and not already in chosen[0..have) (which
+ * must be servers of the table), each drawn by weight among those still
+ * eligible, with in->rng. Returns the new count, which is below want only
+ * when no eligible server is left. Any thread may call it at once with its
+ * own in->rng.
  */
 size_t dm_sample_draw(const struct dm_sample *t, const struct dm_servers *sv,
                       const struct dm_pick *in, int *chosen, size_t have, size_t want);

@@ -37,6 +37,14 @@ struct dm_server {
     atomic_uint_fast64_t picks;    /* times a balancer chose it */
     atomic_uint_fast64_t requests; /* requests completed */
     atomic_uint_fast64_t failures; /* connect failures, resets, timeouts */
+    /*
+     * In-flight work: expected bytes still to come (plus a per-request cost)
+     * of the requests being served now, kept by the proxy. Potential load:
+     * the aged potential of the connections bound to this server, kept by the
+     * age policy (DESIGN.md, AGE). Both are zero when nothing is open.
+     */
+    atomic_int_fast64_t inflight_work;
+    atomic_int_fast64_t potential;
 };
 
 struct dm_servers {

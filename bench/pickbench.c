@@ -81,6 +81,8 @@ struct pool {
     char (*names)[24];
     int *live; /* server of each open request */
     size_t nlive;
+    int *awake; /* the awake servers */
+    size_t nawake;
 };
 
 static int
@@ -90,7 +92,8 @@ pool_init(struct pool *p, const struct scenario *sc)
     p->names = calloc(sc->n, sizeof(*p->names));
     p->nlive = sc->n * 8 > 64 ? sc->n * 8 : 64;
     p->live = calloc(p->nlive, sizeof(*p->live));
-    if (p->sv == NULL || p->names == NULL || p->live == NULL) {
+    p->awake = calloc(sc->n, sizeof(*p->awake));
+    if (p->sv == NULL || p->names == NULL || p->live == NULL || p->awake == NULL) {
         return -1;
     }
     for (size_t i = 0; i < sc->n; i++) {
@@ -99,8 +102,11 @@ pool_init(struct pool *p, const struct scenario *sc)
         s->name = p->names[i];
         s->weight = 1 + (unsigned)(i * 5 % 7);
         s->capacity = 1u << (i % 4);
-        if (i % sc->awake_every != 0) {
+        /* One in awake_every, spread over the capacities (i % 4) and weights. */
+        if (i % sc->awake_every != (i / sc->awake_every) % sc->awake_every) {
             atomic_store(&s->power, DM_POWER_ASLEEP);
+        } else {
+            p->awake[p->nawake++] = (int)i;
         }
     }
     return 0;
@@ -112,6 +118,7 @@ pool_fini(struct pool *p)
     dm_servers_destroy(p->sv);
     free(p->names);
     free(p->live);
+    free(p->awake);
 }
 
 static void
@@ -128,11 +135,11 @@ server_close(struct dm_servers *sv, int i)
     dm_counter_sub(&sv->s[i].inflight, 1);
 }
 
-/* The pick of the baseline: the emulation's own cost. */
+/* The pick of the baseline: an awake server at random, the emulation's own cost. */
 static int
-baseline_pick(const struct dm_servers *sv, struct dm_pick *in, unsigned awake_every)
+baseline_pick(const struct pool *p, struct dm_pick *in)
 {
-    return (int)(dm_rng_below(in->rng, sv->n / awake_every) * awake_every);
+    return p->awake[dm_rng_below(in->rng, p->nawake)];
 }
 
 /*
@@ -141,8 +148,7 @@ baseline_pick(const struct dm_servers *sv, struct dm_pick *in, unsigned awake_ev
  * DM_NO_SERVER, which no pool here should give.
  */
 static double
-run_once(struct dm_balancer *bal, struct pool *p, const struct scenario *sc, double seconds,
-         uint64_t seed, uint64_t *checksum)
+run_once(struct dm_balancer *bal, struct pool *p, double seconds, uint64_t seed, uint64_t *checksum)
 {
     struct dm_rng rng;
     dm_rng_init(&rng, seed);
@@ -150,8 +156,7 @@ run_once(struct dm_balancer *bal, struct pool *p, const struct scenario *sc, dou
     /* Fill the open requests with real picks first, so the load is the policy's. */
     for (size_t k = 0; k < p->nlive; k++) {
         in.key = dm_rng_next(&rng);
-        int i =
-            bal != NULL ? dm_balancer_pick(bal, &in) : baseline_pick(p->sv, &in, sc->awake_every);
+        int i = bal != NULL ? dm_balancer_pick(bal, &in) : baseline_pick(p, &in);
         if (i < 0) {
             return -1;
         }
@@ -164,8 +169,7 @@ run_once(struct dm_balancer *bal, struct pool *p, const struct scenario *sc, dou
     do {
         for (int b = 0; b < BATCH; b++) {
             in.key = dm_rng_next(&rng);
-            int i = bal != NULL ? dm_balancer_pick(bal, &in)
-                                : baseline_pick(p->sv, &in, sc->awake_every);
+            int i = bal != NULL ? dm_balancer_pick(bal, &in) : baseline_pick(p, &in);
             if (i < 0) {
                 return -1;
             }
@@ -188,27 +192,29 @@ run_once(struct dm_balancer *bal, struct pool *p, const struct scenario *sc, dou
  * The policy's own nanoseconds per pick: REPEATS runs of the policy, each
  * after a run of the baseline on the same pool, seconds / REPEATS / 2 each,
  * and the best of each kind: other processes only ever make a run slower,
- * and interleaving keeps both under the same conditions. *base gets the
- * baseline. Negative on a failed pick.
+ * and interleaving keeps both under the same conditions. *ns gets the
+ * difference, never below 0 (noise can make it so), *base the baseline.
+ * Returns false on a failed pick.
  */
-static double
-run_cell(struct dm_balancer *bal, struct pool *p, const struct scenario *sc, double seconds,
-         double *base, uint64_t *checksum)
+static bool
+run_cell(struct dm_balancer *bal, struct pool *p, double seconds, double *ns_out, double *base,
+         uint64_t *checksum)
 {
     double best = -1;
     double best_base = -1;
     for (int r = 0; r < REPEATS; r++) {
         double slice = seconds / REPEATS / 2;
-        double b = run_once(NULL, p, sc, slice, 999 + (uint64_t)r, checksum);
-        double ns = run_once(bal, p, sc, slice, 12345 + (uint64_t)r, checksum);
+        double b = run_once(NULL, p, slice, 999 + (uint64_t)r, checksum);
+        double ns = run_once(bal, p, slice, 12345 + (uint64_t)r, checksum);
         if (ns < 0 || b < 0) {
-            return -1;
+            return false;
         }
         best = best < 0 || ns < best ? ns : best;
         best_base = best_base < 0 || b < best_base ? b : best_base;
     }
     *base = best_base;
-    return best - best_base;
+    *ns_out = best > best_base ? best - best_base : 0;
+    return true;
 }
 
 int
@@ -254,17 +260,18 @@ main(int argc, char **argv)
                 return 1;
             }
             double base = 0;
-            double ns = run_cell(bal, &p, &scenarios[c], seconds, &base, &checksum);
+            double ns = 0;
+            bool ok = run_cell(bal, &p, seconds, &ns, &base, &checksum);
             dm_balancer_destroy(bal);
             pool_fini(&p);
-            if (ns < 0) {
+            if (!ok) {
                 printf("\n%s: no server picked from a pool with usable servers\n", ops->name);
                 return 1;
             }
             base_lo = base_lo < 0 || base < base_lo ? base : base_lo;
             base_hi = base > base_hi ? base : base_hi;
             const char *mark = "";
-            if (scenarios[c].n >= 1024 && ns > BUDGET_NS) {
+            if (scenarios[c].n >= 1024 && scenarios[c].awake_every == 1 && ns > BUDGET_NS) {
                 mark = why != NULL ? " (linear)" : " OVER";
                 over += why == NULL;
             }
@@ -276,7 +283,9 @@ main(int argc, char **argv)
         fflush(stdout);
     }
     printf("\nemulation alone (subtracted): %.1f to %.1f ns per pick.\n", base_lo, base_hi);
-    printf("budget: %.0f ns per pick at 1024 servers.\n", BUDGET_NS);
+    printf("budget: %.0f ns per pick at 1024 servers, all awake.\n", BUDGET_NS);
+    printf("with 1/8 awake the draws of random, p2c-shadow and hybrid are rejected 7 times in 8,\n"
+           "so their cost grows with 1 / (usable share); a pass over the pool bounds it.\n");
     for (size_t i = 0; i < sizeof(linear_policies) / sizeof(linear_policies[0]); i++) {
         printf("inherently linear: %s (%s).\n", linear_policies[i].name, linear_policies[i].why);
     }

@@ -10,10 +10,14 @@
 #include "conf/conf.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <yaml.h>
 
@@ -458,6 +462,12 @@ get_size(struct loader *ld, const yaml_node_t *n, const char *key, uint64_t min,
                 quote(s, strlen(s), buf, sizeof(buf)));
         return false;
     }
+    if (v < min && max == UINT64_MAX) {
+        /* "between 1 and 18446744073709551615" would only hide the point. */
+        fail_at(ld, n, "%s must be at least %s, got %s", key, show_size(min, lo, sizeof(lo)),
+                quote(s, strlen(s), buf, sizeof(buf)));
+        return false;
+    }
     if (v < min || v > max) {
         fail_at(ld, n, "%s must be between %s and %s, got %s", key, show_size(min, lo, sizeof(lo)),
                 show_size(max, hi, sizeof(hi)), quote(s, strlen(s), buf, sizeof(buf)));
@@ -649,6 +659,153 @@ join_names(const char *const *names, size_t n, char *buf, size_t size)
         o += (size_t)w;
     }
     return buf;
+}
+
+/* ---- more values ---- */
+
+/*
+ * A decimal number of at least min ("1.25", "0.1", "2", "1e-3"). strtod must
+ * take the whole scalar, and only digits, signs, "." and "e" may appear, so
+ * "1.5x", "0x10", "inf", "nan" and " 1" are not numbers.
+ */
+static bool
+get_double(struct loader *ld, const yaml_node_t *n, const char *key, double min, double *out)
+{
+    const char *s;
+    char *end;
+    double v;
+
+    if (n->type != YAML_SCALAR_NODE || is_null(n)) {
+        fail_type(ld, n, "a number");
+        return false;
+    }
+    s = text_of(n);
+    if (strspn(s, "0123456789+-.eE") != n->data.scalar.length) {
+        fail_type(ld, n, "a number");
+        return false;
+    }
+    v = strtod(s, &end);
+    if (end == s || *end != '\0') {
+        fail_type(ld, n, "a number");
+        return false;
+    }
+    /* s holds only the characters above: safe to print as it is. */
+    if (v < min) {
+        fail_at(ld, n, "%s must be at least %g, got %s", key, min, s);
+        return false;
+    }
+    if (!isfinite(v)) {
+        fail_at(ld, n, "%s is too large, got %s", key, s);
+        return false;
+    }
+    /* Adding 0 turns "-0" into 0, so no policy sees a negative zero. */
+    *out = v + 0.0;
+    return true;
+}
+
+/* true, yes, false or no: the four words people write for a switch. */
+static bool
+get_bool(struct loader *ld, const yaml_node_t *n, bool *out)
+{
+    static const char *const words[] = { "true", "yes", "false", "no" };
+
+    if (n->type == YAML_SCALAR_NODE && !is_null(n)) {
+        for (size_t i = 0; i < NKEYS(words); i++) {
+            if (strcmp(text_of(n), words[i]) == 0) {
+                *out = i < 2;
+                return true;
+            }
+        }
+    }
+    fail_type(ld, n, "true or false");
+    return false;
+}
+
+/*
+ * The index of the scalar n among the n_names names, or -1 after reporting
+ * "unknown <what> "x" (known: a, b, c)".
+ */
+static int
+get_choice(struct loader *ld, const yaml_node_t *n, const char *what, const char *const *names,
+           size_t n_names)
+{
+    const char *s = get_text(ld, n, "a string");
+    char buf[SHOW_BUF], list[256];
+
+    if (s == NULL) {
+        return -1;
+    }
+    for (size_t i = 0; i < n_names; i++) {
+        if (strcmp(s, names[i]) == 0) {
+            return (int)i;
+        }
+    }
+    fail_at(ld, n, "unknown %s %s (known: %s)", what, quote(s, strlen(s), buf, sizeof(buf)),
+            join_names(names, n_names, list, sizeof(list)));
+    return -1;
+}
+
+/* A token of RFC 9110 section 5.6.2: what a header or cookie name may be made of. */
+static bool
+is_token(const char *s)
+{
+    if (*s == '\0') {
+        return false;
+    }
+    for (; *s != '\0'; s++) {
+        unsigned char ch = (unsigned char)*s;
+        bool alnum =
+            (ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z');
+        if (!alnum && strchr("!#$%&'*+-.^_`|~", ch) == NULL) {
+            return false;
+        }
+    }
+    return true;
+}
+
+/*
+ * A path that must name, now, a directory we can open (dir) or a regular file
+ * we can read (!dir). The message carries the system's reason at the value:
+ * docroot "x": No such file or directory. Relative paths are taken from the
+ * working directory, as the preload will take them.
+ */
+static bool
+get_existing_path(struct loader *ld, const yaml_node_t *n, const char *key, bool dir, char **out)
+{
+    const char *s = get_text(ld, n, "a path");
+    char buf[SHOW_BUF], ebuf[128];
+    const char *why = NULL;
+    struct stat st;
+    int fd = -1;
+
+    if (s == NULL) {
+        return false;
+    }
+    if (dir) {
+        /* O_DIRECTORY gives ENOENT, ENOTDIR and EACCES in one call. */
+        fd = open(s, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (fd < 0) {
+            why = strerror_r(errno, ebuf, sizeof(ebuf));
+        }
+    } else if (stat(s, &st) != 0) {
+        why = strerror_r(errno, ebuf, sizeof(ebuf));
+    } else if (S_ISDIR(st.st_mode)) {
+        why = strerror_r(EISDIR, ebuf, sizeof(ebuf));
+    } else if (!S_ISREG(st.st_mode)) {
+        /* Opening a FIFO would block the load until a writer comes. */
+        why = "not a regular file";
+    } else {
+        fd = open(s, O_RDONLY | O_CLOEXEC);
+        if (fd < 0) {
+            why = strerror_r(errno, ebuf, sizeof(ebuf));
+        }
+    }
+    if (why != NULL) {
+        fail_at(ld, n, "%s %s: %s", key, quote(s, strlen(s), buf, sizeof(buf)), why);
+        return false;
+    }
+    close(fd);
+    return get_string(ld, n, out);
 }
 
 /* ---- sections ---- */
@@ -1029,11 +1186,108 @@ check_balance(struct loader *ld, struct dm_conf_pool *p, const yaml_node_t *n)
             join_names(names, nnames, list, sizeof(list)));
 }
 
-enum { POOL_BALANCE, POOL_DRAWS, POOL_SERVERS, POOL_HEALTH, POOL_PASSIVE, POOL_N };
-static const char *const pool_keys[POOL_N] = {
-    [POOL_BALANCE] = "balance",     [POOL_DRAWS] = "draws",     [POOL_SERVERS] = "servers",
-    [POOL_HEALTH] = "health_check", [POOL_PASSIVE] = "passive",
+enum { HASH_KEY, HASH_NAME, HASH_BALANCE, HASH_N };
+static const char *const hash_keys[HASH_N] = {
+    [HASH_KEY] = "key",
+    [HASH_NAME] = "name",
+    [HASH_BALANCE] = "balance",
 };
+static const char *const hash_key_names[] = {
+    [DM_HASH_CLIENT] = "client",
+    [DM_HASH_URI] = "uri",
+    [DM_HASH_HEADER] = "header",
+    [DM_HASH_COOKIE] = "cookie",
+};
+
+static void
+load_hash(struct loader *ld, struct dm_conf_pool *p, const yaml_node_t *n)
+{
+    struct dm_conf_hash *h = &p->hash;
+    yaml_node_t *v[HASH_N];
+    char buf[SHOW_BUF];
+    bool named;
+    int key;
+
+    if (!walk(ld, n, true, hash_keys, HASH_N, v)) {
+        return;
+    }
+    if (v[HASH_BALANCE] != NULL) {
+        (void)get_double(ld, v[HASH_BALANCE], "balance", 1.0, &h->balance);
+    }
+    if (v[HASH_KEY] != NULL) {
+        key = get_choice(ld, v[HASH_KEY], "hash key", hash_key_names, NKEYS(hash_key_names));
+        if (key < 0) {
+            /* Whether a name belongs here depends on the key: nothing more to check. */
+            return;
+        }
+        h->key = (enum dm_hash_key)key;
+    }
+    named = h->key == DM_HASH_HEADER || h->key == DM_HASH_COOKIE;
+    if (named && v[HASH_NAME] == NULL) {
+        fail_at(ld, n, "pool \"%s\": hash: missing required key \"name\" for key \"%s\"", p->name,
+                hash_key_names[h->key]);
+    } else if (!named && v[HASH_NAME] != NULL) {
+        fail_at(ld, v[HASH_NAME], "hash name is only for key header or cookie (key is \"%s\")",
+                hash_key_names[h->key]);
+    } else if (named) {
+        const char *s = get_text(ld, v[HASH_NAME], "a string");
+        if (s == NULL) {
+            return;
+        }
+        if (!is_token(s)) {
+            fail_at(ld, v[HASH_NAME], "bad %s name %s (letters, digits and !#$%%&'*+-.^_`|~ only)",
+                    hash_key_names[h->key], quote(s, strlen(s), buf, sizeof(buf)));
+            return;
+        }
+        (void)get_string(ld, v[HASH_NAME], &h->name);
+    }
+}
+
+enum { AGE_WEIGHT, AGE_HALF_LIFE, AGE_REQUEST_COST, AGE_N };
+static const char *const age_keys[AGE_N] = {
+    [AGE_WEIGHT] = "weight",
+    [AGE_HALF_LIFE] = "half_life",
+    [AGE_REQUEST_COST] = "request_cost",
+};
+
+static void
+load_age(struct loader *ld, struct dm_conf_age *a, const yaml_node_t *n)
+{
+    yaml_node_t *v[AGE_N];
+
+    if (!walk(ld, n, true, age_keys, AGE_N, v)) {
+        return;
+    }
+    if (v[AGE_WEIGHT] != NULL) {
+        (void)get_double(ld, v[AGE_WEIGHT], "weight", 0.0, &a->weight);
+    }
+    if (v[AGE_HALF_LIFE] != NULL) {
+        (void)get_duration(ld, v[AGE_HALF_LIFE], "half_life", false, &a->half_life_ms);
+    }
+    if (v[AGE_REQUEST_COST] != NULL) {
+        (void)get_size(ld, v[AGE_REQUEST_COST], "request_cost", 0, UINT64_MAX, &a->request_cost);
+    }
+}
+
+enum {
+    POOL_BALANCE,
+    POOL_DRAWS,
+    POOL_SERVERS,
+    POOL_HEALTH,
+    POOL_PASSIVE,
+    POOL_HASH,
+    POOL_AGE,
+    POOL_AFFINITY,
+    POOL_N
+};
+static const char *const pool_keys[POOL_N] = {
+    [POOL_BALANCE] = "balance", [POOL_DRAWS] = "draws",
+    [POOL_SERVERS] = "servers", [POOL_HEALTH] = "health_check",
+    [POOL_PASSIVE] = "passive", [POOL_HASH] = "hash",
+    [POOL_AGE] = "age",         [POOL_AFFINITY] = "affinity",
+};
+
+static const char *const affinity_names[] = { "connection", "request" };
 
 /* Defaults of a pool; false when out of memory. */
 static bool
@@ -1048,6 +1302,10 @@ pool_defaults(struct dm_conf_pool *p)
     p->health.fall = 3;
     p->passive.max_fails = 3;
     p->passive.fail_timeout_ms = 10000;
+    p->hash = (struct dm_conf_hash){ .key = DM_HASH_CLIENT, .name = NULL, .balance = 1.25 };
+    p->age = (struct dm_conf_age){ .weight = 0.1, .half_life_ms = 10000, .request_cost = 8192 };
+    /* Right for the default policy; load_pool sets it again once balance is known. */
+    p->affinity_connection = false;
     return p->balance != NULL && p->health.path != NULL;
 }
 
@@ -1075,6 +1333,25 @@ load_pool(struct loader *ld, struct dm_conf_pool *p, const yaml_node_t *n)
     }
     if (v[POOL_PASSIVE] != NULL) {
         load_passive(ld, &p->passive, v[POOL_PASSIVE]);
+    }
+    /* hash and age are read whatever the policy: only their own policy looks at them. */
+    if (v[POOL_HASH] != NULL) {
+        load_hash(ld, p, v[POOL_HASH]);
+    }
+    if (v[POOL_AGE] != NULL) {
+        load_age(ld, &p->age, v[POOL_AGE]);
+    }
+    /*
+     * AGE charges a page's potential load to the server that gets the first
+     * request of a connection, so by default the rest of that connection goes
+     * there too; every other policy balances each request.
+     */
+    p->affinity_connection = p->balance != NULL && strcmp(p->balance, "age") == 0;
+    if (v[POOL_AFFINITY] != NULL) {
+        int a = get_choice(ld, v[POOL_AFFINITY], "affinity", affinity_names, NKEYS(affinity_names));
+        if (a >= 0) {
+            p->affinity_connection = a == 0;
+        }
     }
 }
 
@@ -1226,6 +1503,86 @@ load_routes(struct loader *ld, const yaml_node_t *n)
 }
 
 enum {
+    CAT_MEMORY,
+    CAT_SCAN_LIMIT,
+    CAT_LEARN,
+    CAT_DEFAULT_OBJECT_BYTES,
+    CAT_DOCROOT,
+    CAT_MANIFEST,
+    CAT_HOST,
+    CAT_N
+};
+static const char *const catalog_keys[CAT_N] = {
+    [CAT_MEMORY] = "memory",   [CAT_SCAN_LIMIT] = "scan_limit",
+    [CAT_LEARN] = "learn",     [CAT_DEFAULT_OBJECT_BYTES] = "default_object_bytes",
+    [CAT_DOCROOT] = "docroot", [CAT_MANIFEST] = "manifest",
+    [CAT_HOST] = "host",
+};
+
+/*
+ * A host name as it appears in a Host header, without the port: DNS name
+ * characters, or an IPv6 address in brackets.
+ */
+static void
+get_catalog_host(struct loader *ld, const yaml_node_t *n, char **out)
+{
+    const char *s = get_text(ld, n, "a host name");
+    size_t len;
+    bool ok;
+    char buf[SHOW_BUF];
+
+    if (s == NULL) {
+        return;
+    }
+    len = strlen(s);
+    if (s[0] == '[') {
+        ok = len > 2 && s[len - 1] == ']' && strspn(s + 1, "0123456789abcdefABCDEF:.") == len - 2;
+    } else {
+        ok = s[0] != '.' && s[0] != '-' &&
+             strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._") == len;
+    }
+    if (!ok) {
+        fail_at(ld, n, "bad host %s (a host name, with no port)", quote(s, len, buf, sizeof(buf)));
+        return;
+    }
+    (void)get_string(ld, n, out);
+}
+
+static void
+load_catalog(struct loader *ld, const yaml_node_t *n)
+{
+    struct dm_conf_catalog *cat = &ld->c->catalog;
+    yaml_node_t *v[CAT_N];
+
+    if (!walk(ld, n, true, catalog_keys, CAT_N, v)) {
+        return;
+    }
+    if (v[CAT_MEMORY] != NULL) {
+        (void)get_size(ld, v[CAT_MEMORY], "memory", 1, UINT64_MAX, &cat->memory);
+    }
+    if (v[CAT_SCAN_LIMIT] != NULL) {
+        (void)get_size(ld, v[CAT_SCAN_LIMIT], "scan_limit", 0, UINT64_MAX, &cat->scan_limit);
+    }
+    if (v[CAT_LEARN] != NULL) {
+        (void)get_bool(ld, v[CAT_LEARN], &cat->learn);
+    }
+    if (v[CAT_DEFAULT_OBJECT_BYTES] != NULL) {
+        (void)get_size(ld, v[CAT_DEFAULT_OBJECT_BYTES], "default_object_bytes", 0, UINT64_MAX,
+                       &cat->default_object_bytes);
+    }
+    /* Checked now, so that a typo in a path fails "dimmer -t" rather than the preload. */
+    if (v[CAT_DOCROOT] != NULL) {
+        (void)get_existing_path(ld, v[CAT_DOCROOT], "docroot", true, &cat->docroot);
+    }
+    if (v[CAT_MANIFEST] != NULL) {
+        (void)get_existing_path(ld, v[CAT_MANIFEST], "manifest", false, &cat->manifest);
+    }
+    if (v[CAT_HOST] != NULL) {
+        get_catalog_host(ld, v[CAT_HOST], &cat->host);
+    }
+}
+
+enum {
     TOP_WORKERS,
     TOP_LISTEN,
     TOP_ADMIN,
@@ -1236,13 +1593,14 @@ enum {
     TOP_POOLS,
     TOP_ROUTES,
     TOP_DEFAULT_POOL,
+    TOP_CATALOG,
     TOP_N
 };
 static const char *const top_keys[TOP_N] = {
-    [TOP_WORKERS] = "workers",           [TOP_LISTEN] = "listen", [TOP_ADMIN] = "admin",
-    [TOP_TIMEOUTS] = "timeouts",         [TOP_LIMITS] = "limits", [TOP_ACCESS_LOG] = "access_log",
-    [TOP_ERROR_LOG] = "error_log",       [TOP_POOLS] = "pools",   [TOP_ROUTES] = "routes",
-    [TOP_DEFAULT_POOL] = "default_pool",
+    [TOP_WORKERS] = "workers",           [TOP_LISTEN] = "listen",   [TOP_ADMIN] = "admin",
+    [TOP_TIMEOUTS] = "timeouts",         [TOP_LIMITS] = "limits",   [TOP_ACCESS_LOG] = "access_log",
+    [TOP_ERROR_LOG] = "error_log",       [TOP_POOLS] = "pools",     [TOP_ROUTES] = "routes",
+    [TOP_DEFAULT_POOL] = "default_pool", [TOP_CATALOG] = "catalog",
 };
 
 static void
@@ -1277,6 +1635,9 @@ load_root(struct loader *ld, const yaml_node_t *root)
     }
     if (v[TOP_LIMITS] != NULL) {
         load_limits(ld, v[TOP_LIMITS]);
+    }
+    if (v[TOP_CATALOG] != NULL) {
+        load_catalog(ld, v[TOP_CATALOG]);
     }
     if (v[TOP_ACCESS_LOG] != NULL) {
         load_access_log(ld, v[TOP_ACCESS_LOG]);
@@ -1322,6 +1683,12 @@ conf_defaults(struct dm_conf *c)
         .header_count = 100,
         .body_bytes = 0,
         .max_conns = 10000,
+    };
+    c->catalog = (struct dm_conf_catalog){
+        .memory = 16u << 20,
+        .scan_limit = 256u << 10,
+        .learn = true,
+        .default_object_bytes = 10240,
     };
     c->access_log_format = strdup("default");
     return c->access_log_format != NULL;
@@ -1657,6 +2024,7 @@ dm_conf_destroy(struct dm_conf *c)
         }
         free(p->servers);
         free(p->health.path);
+        free(p->hash.name);
     }
     free(c->pools);
     for (size_t i = 0; i < c->nroutes; i++) {
@@ -1664,6 +2032,9 @@ dm_conf_destroy(struct dm_conf *c)
         free(c->routes[i].path_prefix);
     }
     free(c->routes);
+    free(c->catalog.docroot);
+    free(c->catalog.manifest);
+    free(c->catalog.host);
     free(c->access_log);
     free(c->access_log_format);
     free(c->error_log);

@@ -41,6 +41,27 @@ struct dm_conf_passive {
     uint64_t fail_timeout_ms; /* how long it then stays down; default 10000 */
 };
 
+/* hash: where the key of a request comes from. */
+enum dm_hash_key {
+    DM_HASH_CLIENT = 0, /* client address (default) */
+    DM_HASH_URI,        /* request target */
+    DM_HASH_HEADER,     /* value of the header `name` */
+    DM_HASH_COOKIE,     /* value of the cookie `name` */
+};
+
+struct dm_conf_hash {
+    enum dm_hash_key key;
+    char *name;     /* header or cookie name; NULL for client and uri */
+    double balance; /* load bound factor c >= 1; default 1.25 */
+};
+
+/* age: aged potential-load balancing (DESIGN.md). */
+struct dm_conf_age {
+    double weight;         /* w: weight of potential load in a pick; default 0.1 */
+    uint64_t half_life_ms; /* potential load halves in this time; default 10000 */
+    uint64_t request_cost; /* work of one request, in bytes; default 8192 */
+};
+
 struct dm_conf_pool {
     char *name;
     char *balance;  /* policy name, default "roundrobin"; checked against the registry */
@@ -49,6 +70,23 @@ struct dm_conf_pool {
     size_t nservers;
     struct dm_conf_health health;
     struct dm_conf_passive passive;
+    struct dm_conf_hash hash;
+    struct dm_conf_age age;
+    /* affinity: connection binds a client connection to the server of its
+     * first request; request balances each request. Default: connection for
+     * balance age, request for the others. */
+    bool affinity_connection;
+};
+
+/* The object catalog (AGE): pages and their embedded objects. */
+struct dm_conf_catalog {
+    uint64_t memory;               /* cap in bytes; default 16 MiB */
+    uint64_t scan_limit;           /* bytes of each HTML page scanned; default 256 KiB */
+    bool learn;                    /* learn pages and sizes from traffic; default true */
+    uint64_t default_object_bytes; /* size assumed for an object not seen yet; default 10240 */
+    char *docroot;                 /* preload: scan this directory's .html files; NULL = none */
+    char *manifest;                /* preload: read this manifest file; NULL = none */
+    char *host;                    /* host the preloaded pages belong to; NULL = any host */
 };
 
 /* Host is NULL (any), exact ("www.example.com") or a suffix ("*.example.com"). */
@@ -87,6 +125,7 @@ struct dm_conf {
     size_t default_pool; /* index; the first pool when not given */
     struct dm_conf_timeouts timeouts;
     struct dm_conf_limits limits;
+    struct dm_conf_catalog catalog;
     char *access_log;        /* path, "-" = stdout, NULL = off */
     char *access_log_format; /* "default" or "json" */
     char *error_log;         /* path, NULL = stderr */

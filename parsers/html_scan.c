@@ -5,12 +5,12 @@
  * State lives in struct dm_html_scan between calls, so a tag, an attribute
  * name or a value may be split anywhere. Text, comments, raw text and quoted
  * values are skipped with memchr(); only tag and attribute names go byte by
- * byte. Names are lowercased into _name (12 bytes: longer names interest us
- * not). The values of the attributes a tag needs (src, srcset, href, rel,
- * data, poster, type) are copied into _buf as they pass, one slot each, and
- * read when the tag's '>' arrives: so the first of duplicate attributes wins
- * and "rel" may come after "href". A value that would overflow _buf is
- * dropped (its slot stays empty, so a duplicate does not replace it).
+ * byte. Names are lowercased into _name (12 bytes; no name we look for is
+ * longer, so longer ones are only marked too long). The values of the attributes a tag needs (src,
+ * srcset, href, rel, data, poster, type) are copied into _buf as they pass, one slot each, and read
+ * when the tag's '>' arrives: so the first of duplicate attributes wins and "rel" may come after
+ * "href". A value that would overflow _buf is dropped (its slot stays empty, so a duplicate does
+ * not replace it).
  *
  * Deviations from the standard, all rare in pages and harmless to the
  * catalog: the tree builder is not run, so foreign content (svg, math) is
@@ -491,19 +491,19 @@ dm_url_resolve(const char *base_host, size_t base_host_len, const char *base_pat
     } else if (!base_path) {
         return -ENOENT;
     } else {
-        while (bq < base_path_len && base_path[bq] != '?' && base_path[bq] != '#') {
-            bq++;
-        }
+        /* memchr, not byte loops: the base may be long and this runs for
+         * every URL of the page. */
+        const char *qm = memchr(base_path, '?', base_path_len);
+        bq = qm ? (size_t)(qm - base_path) : base_path_len;
+        const char *hash = memchr(base_path, '#', bq);
+        bq = hash ? (size_t)(hash - base_path) : bq;
         if (q == i) {
             /* No path: the base's, and its query unless ref has one. */
             put(&w, base_path, bq);
             base_query = q == n || r[q] == '#';
         } else {
-            size_t d = bq;
-            while (d > 0 && base_path[d - 1] != '/') {
-                d--;
-            }
-            put(&w, base_path, d ? d - 1 : 0);
+            const char *slash = bq ? memrchr(base_path, '/', bq) : NULL;
+            put(&w, base_path, slash ? (size_t)(slash - base_path) : 0);
             put_segments(&w, r + i, q - i, path_start);
         }
     }
@@ -913,7 +913,8 @@ name_push(struct dm_html_scan *s, unsigned c)
 static void
 tag_named(struct dm_html_scan *s)
 {
-    if (s->_end_tag) {
+    /* a, p, li, td, br, h1... are most tags, and none of ours is that short. */
+    if (s->_end_tag || s->_name_len < 3 || s->_name_len > 9) {
         return;
     }
     for (unsigned t = 1; t < T_COUNT; t++) {
@@ -1181,7 +1182,6 @@ scan(struct dm_html_scan *s, const unsigned char *p, const unsigned char *end, d
                 p++;
                 st = S_SELF_CLOSING;
             } else {
-                p += is_ws(c);
                 st = S_BEFORE_ATTR_NAME;
             }
             break;
@@ -1478,6 +1478,8 @@ void
 dm_html_scan_init(struct dm_html_scan *s, const char *page_host, const char *page_path,
                   uint64_t limit)
 {
+    page_host = page_host ? page_host : "";
+    page_path = page_path ? page_path : "/";
     memset(s, 0, offsetof(struct dm_html_scan, _page_host));
     s->limit = limit ? limit : UINT64_MAX;
     s->_state = S_DATA;

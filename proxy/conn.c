@@ -23,6 +23,8 @@
 #include "proxy/log.h"
 #include "proxy/route.h"
 
+#define DM_FREE_REQS_MAX 64
+
 static void client_process(struct dm_client *c);
 static void client_close(struct dm_client *c);
 static void client_respond_error(struct dm_client *c, unsigned status, const char *reason);
@@ -101,19 +103,27 @@ static struct dm_req *
 req_get(struct dm_client *c)
 {
     struct dm_runtime *rt = c->rt;
+    struct dm_worker *w = c->w;
     uint32_t max_fields = rt->conf->limits.header_count;
-    uint32_t tried_bytes = 1;
-    for (size_t i = 0; i < rt->npools; i++) {
-        uint32_t b = (uint32_t)((rt->pools[i].sv->n + 7) / 8);
-        tried_bytes = b > tried_bytes ? b : tried_bytes;
-    }
+    uint32_t tried_bytes = rt->tried_bytes > 0 ? rt->tried_bytes : 1;
     size_t size =
         sizeof(struct dm_req) + 2 * (size_t)max_fields * sizeof(struct dm_http_field) + tried_bytes;
-    struct dm_req *req = malloc(size);
-    if (req == NULL) {
-        return NULL;
+    struct dm_req *req;
+    if (w->free_reqs != NULL && w->free_reqs->size == size) {
+        struct dm_req_free *f = w->free_reqs;
+        w->free_reqs = f->next;
+        w->nfree_reqs--;
+        req = (struct dm_req *)f;
+    } else {
+        req = malloc(size > sizeof(struct dm_req_free) ? size : sizeof(struct dm_req_free));
+        if (req == NULL) {
+            return NULL;
+        }
     }
+    req->alloc_size = size;
+    size_t alloc_size = req->alloc_size;
     memset(req, 0, sizeof(*req));
+    req->alloc_size = alloc_size;
     req->max_fields = max_fields;
     req->tried_bytes = tried_bytes;
     req->c = c;
@@ -138,8 +148,17 @@ req_free(struct dm_worker *w, struct dm_req *req)
     dm_buf_unref(w, req->head_buf);
     dm_buf_unref(w, req->out_head);
     dm_buf_unref(w, req->resp_head);
-    free(req);
     w->busy--;
+    if (w->nfree_reqs < DM_FREE_REQS_MAX) {
+        struct dm_req_free *f = (struct dm_req_free *)req;
+        size_t size = req->alloc_size;
+        f->size = size;
+        f->next = w->free_reqs;
+        w->free_reqs = f;
+        w->nfree_reqs++;
+        return;
+    }
+    free(req);
 }
 
 /* ---- client connections ---- */

@@ -81,7 +81,7 @@ struct dm_upstream {
 };
 
 struct dm_req {
-    struct dm_req *next_free;
+    size_t alloc_size; /* bytes allocated, for the worker's free list */
     uint32_t max_fields;
     uint32_t tried_bytes;
     struct dm_client *c;

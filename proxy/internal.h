@@ -30,6 +30,7 @@
 #define DM_WRITE_HIGH (256 * 1024) /* stop reading the other side above this */
 #define DM_BUF_MIN    (32 * 1024)
 #define DM_ERRBUF     512
+#define DM_SMALL_CAP  4096 /* pooled size class for heads and error pages */
 
 /* ---- buffers ---- */
 
@@ -62,6 +63,7 @@ struct dm_runtime {
     unsigned nworkers;
     uint64_t generation;
     uint32_t buf_cap;
+    uint32_t tried_bytes; /* bitmap bytes for the largest pool */
 };
 
 /* Builds the runtime of conf (taken) for nworkers; NULL with *err on failure. */
@@ -77,6 +79,12 @@ void dm_runtime_publish(struct dm_runtime *rt); /* takes a reference of its own 
 /* ---- workers ---- */
 
 struct dm_client;
+
+/* A request on the worker's free list: its size class, then the memory. */
+struct dm_req_free {
+    struct dm_req_free *next;
+    size_t size;
+};
 
 /* Kinds of client timeout; each has its own list per worker. */
 enum dm_tkind {
@@ -102,8 +110,12 @@ struct dm_worker {
     size_t nlisteners;
     struct dm_runtime *rt; /* the runtime this worker last saw */
     struct dm_rng rng;
-    struct dm_buf *free_bufs;
+    struct dm_buf *free_bufs; /* read buffers (rt->buf_cap) */
     unsigned nfree_bufs;
+    struct dm_buf *free_small; /* DM_SMALL_CAP buffers */
+    unsigned nfree_small;
+    struct dm_req_free *free_reqs; /* requests, for reuse (proxy/conn.c) */
+    unsigned nfree_reqs;
     struct dm_client *clients; /* every open client connection */
     size_t nclients;
     size_t busy;      /* requests in progress */

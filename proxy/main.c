@@ -269,6 +269,15 @@ main(int argc, char **argv)
         return 1;
     }
     dm_runtime_publish(ctl.rt);
+    /* Handlers first: a SIGHUP that arrives once the listeners answer must
+     * reload, not kill the process with the default action. */
+    uv_signal_init(ctl.loop, &ctl.sigterm);
+    uv_signal_init(ctl.loop, &ctl.sigint);
+    uv_signal_init(ctl.loop, &ctl.sighup);
+    ctl.sigterm.data = ctl.sigint.data = ctl.sighup.data = &ctl;
+    uv_signal_start(&ctl.sigterm, on_signal, SIGTERM);
+    uv_signal_start(&ctl.sigint, on_signal, SIGINT);
+    uv_signal_start(&ctl.sighup, on_signal, SIGHUP);
     int r = 0;
     if (ctl.rt->conf->admin.text != NULL) {
         ctl.admin = dm_admin_start(ctl.loop, &ctl.rt->conf->admin, &r);
@@ -285,13 +294,6 @@ main(int argc, char **argv)
     }
     ctl.servers = servers_of(ctl.rt);
     ctl.health = dm_health_start(ctl.loop, ctl.rt->conf, (struct dm_servers *const *)ctl.servers);
-    uv_signal_init(ctl.loop, &ctl.sigterm);
-    uv_signal_init(ctl.loop, &ctl.sigint);
-    uv_signal_init(ctl.loop, &ctl.sighup);
-    ctl.sigterm.data = ctl.sigint.data = ctl.sighup.data = &ctl;
-    uv_signal_start(&ctl.sigterm, on_signal, SIGTERM);
-    uv_signal_start(&ctl.sigint, on_signal, SIGINT);
-    uv_signal_start(&ctl.sighup, on_signal, SIGHUP);
     for (size_t i = 0; i < ctl.rt->conf->nlisteners; i++) {
         dm_log_info("listening on %s (%u workers)", ctl.rt->conf->listeners[i].text, nworkers);
     }

@@ -76,6 +76,8 @@ dm_runtime_create(struct dm_conf *conf, unsigned nworkers, const struct dm_runti
                 atomic_store(&s->down_until_us, atomic_load(&old->down_until_us));
             }
         }
+        uint32_t tb = (uint32_t)((pc->nservers + 7) / 8);
+        rt->tried_bytes = tb > rt->tried_bytes ? tb : rt->tried_bytes;
         const struct dm_balancer_ops *ops = dm_balancer_find(pc->balance);
         struct dm_bal_conf bc = { .draws = pc->draws };
         p->bal = ops != NULL ? dm_balancer_create(ops, p->sv, &bc) : NULL;

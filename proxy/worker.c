@@ -19,11 +19,12 @@ free_handle(uv_handle_t *h)
     free(h);
 }
 
-#define DM_FREE_BUFS_MAX 32
-#define DM_TRIM_PEAK     64 /* requests at once that make a trim worth it */
-#define DM_TRIM_QUIET_MS 500
-#define DM_LOG_BUF       (64 * 1024)
-#define DM_TICK_MS       50 /* resolution of client timeouts */
+#define DM_FREE_BUFS_MAX  32
+#define DM_FREE_SMALL_MAX 64
+#define DM_TRIM_PEAK      64 /* requests at once that make a trim worth it */
+#define DM_TRIM_QUIET_MS  500
+#define DM_LOG_BUF        (64 * 1024)
+#define DM_TICK_MS        50 /* resolution of client timeouts */
 
 enum {
     WAKE_RELOAD = 1,
@@ -40,13 +41,28 @@ static struct wake_flags *wake_of;
 
 /* ---- buffers ---- */
 
+/*
+ * Two size classes are pooled per worker: small buffers (rewritten heads, error
+ * pages) and read buffers (rt->buf_cap). Anything else is allocated exactly.
+ */
 struct dm_buf *
 dm_buf_get(struct dm_worker *w, uint32_t cap)
 {
-    struct dm_buf *b = w->free_bufs;
-    if (b != NULL && b->cap >= cap) {
-        w->free_bufs = b->next;
-        w->nfree_bufs--;
+    struct dm_buf **list = NULL;
+    unsigned *count = NULL;
+    if (cap <= DM_SMALL_CAP) {
+        cap = DM_SMALL_CAP;
+        list = &w->free_small;
+        count = &w->nfree_small;
+    } else if (w->rt != NULL && cap <= w->rt->buf_cap) {
+        cap = w->rt->buf_cap;
+        list = &w->free_bufs;
+        count = &w->nfree_bufs;
+    }
+    struct dm_buf *b = list != NULL ? *list : NULL;
+    if (b != NULL && b->cap == cap) {
+        *list = b->next;
+        (*count)--;
     } else {
         b = malloc(sizeof(*b) + cap);
         if (b == NULL) {
@@ -67,14 +83,44 @@ dm_buf_unref(struct dm_worker *w, struct dm_buf *b)
     if (b == NULL || --b->refs > 0) {
         return;
     }
-    /* Only full-size buffers are kept: error-page buffers are small. */
-    if (w->nfree_bufs < DM_FREE_BUFS_MAX && w->rt != NULL && b->cap == w->rt->buf_cap) {
+    if (b->cap == DM_SMALL_CAP && w->nfree_small < DM_FREE_SMALL_MAX) {
+        b->next = w->free_small;
+        w->free_small = b;
+        w->nfree_small++;
+        return;
+    }
+    if (w->rt != NULL && b->cap == w->rt->buf_cap && w->nfree_bufs < DM_FREE_BUFS_MAX) {
         b->next = w->free_bufs;
         w->free_bufs = b;
         w->nfree_bufs++;
         return;
     }
     free(b);
+}
+
+static void
+free_list(struct dm_buf **list, unsigned *count)
+{
+    while (*list != NULL) {
+        struct dm_buf *b = *list;
+        *list = b->next;
+        free(b);
+    }
+    *count = 0;
+}
+
+/* Frees every pooled buffer and request of the worker. */
+static void
+worker_free_pools(struct dm_worker *w)
+{
+    free_list(&w->free_bufs, &w->nfree_bufs);
+    free_list(&w->free_small, &w->nfree_small);
+    while (w->free_reqs != NULL) {
+        struct dm_req_free *r = w->free_reqs;
+        w->free_reqs = r->next;
+        free(r);
+    }
+    w->nfree_reqs = 0;
 }
 
 /* ---- writes ---- */
@@ -343,12 +389,7 @@ tick_cb(uv_timer_t *t)
     if (w->busy > 0) {
         w->idle_since_ms = now;
     } else if (w->busy_peak >= DM_TRIM_PEAK && now - w->idle_since_ms >= DM_TRIM_QUIET_MS) {
-        while (w->free_bufs != NULL) {
-            struct dm_buf *b = w->free_bufs;
-            w->free_bufs = b->next;
-            free(b);
-        }
-        w->nfree_bufs = 0;
+        worker_free_pools(w);
         malloc_trim(0);
         w->busy_peak = 0;
     }
@@ -449,11 +490,7 @@ dm_workers_stop(struct dm_worker *ws, unsigned n, uint64_t shutdown_ms)
             log_flush(w);
         }
         free(w->log_buf);
-        while (w->free_bufs != NULL) {
-            struct dm_buf *b = w->free_bufs;
-            w->free_bufs = b->next;
-            free(b);
-        }
+        worker_free_pools(w);
         free(w->listeners);
         dm_runtime_unref(w->rt);
     }

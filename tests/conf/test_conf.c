@@ -7,10 +7,13 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "balancers/balancer.h"
 #include "conf/conf.h"
@@ -175,6 +178,18 @@ test_bundled_example_loads(void **state)
 }
 
 static void
+assert_catalog_defaults(const struct dm_conf_catalog *cat)
+{
+    assert_int_equal(cat->memory, 16 << 20);
+    assert_int_equal(cat->scan_limit, 256 << 10);
+    assert_true(cat->learn);
+    assert_int_equal(cat->default_object_bytes, 10240);
+    assert_null(cat->docroot);
+    assert_null(cat->manifest);
+    assert_null(cat->host);
+}
+
+static void
 test_defaults_apply_when_keys_are_absent(void **state)
 {
     struct dm_conf *c = load_ok(LISTEN POOL_WEB);
@@ -209,8 +224,16 @@ test_defaults_apply_when_keys_are_absent(void **state)
     assert_int_equal(p->passive.fail_timeout_ms, 10000);
     assert_int_equal(p->servers[0].weight, 1);
     assert_int_equal(p->servers[0].capacity, 100);
+    assert_int_equal(p->hash.key, DM_HASH_CLIENT);
+    assert_null(p->hash.name);
+    assert_true(p->hash.balance == 1.25);
+    assert_true(p->age.weight == 0.1);
+    assert_int_equal(p->age.half_life_ms, 10000);
+    assert_int_equal(p->age.request_cost, 8192);
+    assert_false(p->affinity_connection);
     assert_int_equal(c->nroutes, 0);
     assert_int_equal(c->default_pool, 0);
+    assert_catalog_defaults(&c->catalog);
     dm_conf_destroy(c);
 }
 
@@ -294,6 +317,163 @@ test_every_key_is_read(void **state)
     assert_int_equal(c->routes[1].pool, 0);
     assert_null(c->routes[2].host); /* "*" is any host */
     assert_int_equal(c->default_pool, 1);
+    dm_conf_destroy(c);
+}
+
+static void
+test_hash_age_and_affinity_keys_are_read(void **state)
+{
+    struct dm_conf *c = load_ok(LISTEN "pools:\n"
+                                       "  h:\n"
+                                       "    balance: hash\n"
+                                       "    hash: {key: header, name: X-User-Id, balance: 1.5}\n"
+                                       "    age: {weight: 0.25, half_life: 2m, request_cost: 4k}\n"
+                                       "    affinity: connection\n"
+                                       "    servers: [{name: a, address: '127.0.0.1:1'}]\n"
+                                       "  k:\n"
+                                       "    hash: {key: cookie, name: sid, balance: 1}\n"
+                                       "    age: {weight: 0}\n"
+                                       "    servers: [{name: a, address: '127.0.0.1:1'}]\n"
+                                       "  u:\n"
+                                       "    hash: {key: uri, balance: 3}\n"
+                                       "    age:\n"
+                                       "    affinity: request\n"
+                                       "    servers: [{name: a, address: '127.0.0.1:1'}]\n"
+                                       "  e:\n"
+                                       "    hash:\n"
+                                       "    age: {weight: '-0', half_life: 1}\n"
+                                       "    servers: [{name: a, address: '127.0.0.1:1'}]\n");
+    const struct dm_conf_pool *h = &c->pools[0], *k = &c->pools[1], *u = &c->pools[2];
+    const struct dm_conf_pool *e = &c->pools[3];
+    (void)state;
+
+    assert_int_equal(h->hash.key, DM_HASH_HEADER);
+    assert_string_equal(h->hash.name, "X-User-Id");
+    assert_true(h->hash.balance == 1.5);
+    assert_true(h->age.weight == 0.25);
+    assert_int_equal(h->age.half_life_ms, 120000);
+    assert_int_equal(h->age.request_cost, 4096);
+    assert_true(h->affinity_connection);
+
+    assert_int_equal(k->hash.key, DM_HASH_COOKIE);
+    assert_string_equal(k->hash.name, "sid");
+    assert_true(k->hash.balance == 1.0);
+    assert_true(k->age.weight == 0.0);
+    assert_int_equal(k->age.half_life_ms, 10000); /* the keys left out keep their defaults */
+    assert_int_equal(k->age.request_cost, 8192);
+    assert_false(k->affinity_connection);
+
+    assert_int_equal(u->hash.key, DM_HASH_URI);
+    assert_null(u->hash.name);
+    assert_true(u->hash.balance == 3.0);
+    assert_true(u->age.weight == 0.1); /* an empty age block is all defaults */
+    assert_false(u->affinity_connection);
+
+    /* An empty hash block is all defaults; "-0" reads as a plain 0. */
+    assert_int_equal(e->hash.key, DM_HASH_CLIENT);
+    assert_null(e->hash.name);
+    assert_true(e->hash.balance == 1.25);
+    assert_true(e->age.weight == 0.0 && !signbit(e->age.weight));
+    assert_int_equal(e->age.half_life_ms, 1);
+    dm_conf_destroy(c);
+}
+
+static void
+test_numbers_are_read_strictly(void **state)
+{
+    static const struct {
+        const char *text;
+        double value;
+    } good[] = {
+        { "1.25", 1.25 }, { "2", 2.0 },  { "+1.5", 1.5 },    { "1e1", 10.0 },
+        { "15E-1", 1.5 }, { "1.", 1.0 }, { "'1.75'", 1.75 },
+    };
+    char yaml[256];
+    (void)state;
+
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        struct dm_conf *c;
+        snprintf(yaml, sizeof(yaml), LISTEN POOL_WEB "    hash: {balance: %s}\n", good[i].text);
+        c = load_ok(yaml);
+        assert_true(c->pools[0].hash.balance == good[i].value);
+        dm_conf_destroy(c);
+    }
+}
+
+static void
+test_affinity_default_depends_on_balance(void **state)
+{
+    struct dm_conf *c;
+    (void)state;
+
+    c = load_ok(LISTEN POOL_WEB "    balance: leastconn\n");
+    assert_false(c->pools[0].affinity_connection);
+    dm_conf_destroy(c);
+    c = load_ok(LISTEN POOL_WEB "    balance: hash\n");
+    assert_false(c->pools[0].affinity_connection);
+    dm_conf_destroy(c);
+    /* The key may come before balance: the default is settled after both are read. */
+    c = load_ok(LISTEN "pools:\n  web:\n    affinity: connection\n    balance: roundrobin\n"
+                       "    servers: [{name: a, address: '127.0.0.1:1'}]\n");
+    assert_true(c->pools[0].affinity_connection);
+    dm_conf_destroy(c);
+
+    /* "age" is checked against the registry like every policy: test it once it is there. */
+    if (dm_balancer_find("age") == NULL) {
+        return;
+    }
+    c = load_ok(LISTEN POOL_WEB "    balance: age\n");
+    assert_true(c->pools[0].affinity_connection);
+    dm_conf_destroy(c);
+    c = load_ok(LISTEN "pools:\n  web:\n    affinity: request\n    balance: age\n"
+                       "    servers: [{name: a, address: '127.0.0.1:1'}]\n");
+    assert_false(c->pools[0].affinity_connection);
+    dm_conf_destroy(c);
+}
+
+static void
+test_catalog_keys_are_read(void **state)
+{
+    /* The test sources stand in for a docroot and a manifest: both must exist. */
+    const char *docroot = DM_TEST_DATA_DIR "/conf";
+    const char *manifest = DM_TEST_DATA_DIR "/conf/test_conf.c";
+    char yaml[8192];
+    struct dm_conf *c;
+    (void)state;
+
+    snprintf(yaml, sizeof(yaml),
+             LISTEN POOL_WEB "catalog:\n"
+                             "  memory: 64m\n"
+                             "  scan_limit: 0\n"
+                             "  learn: no\n"
+                             "  default_object_bytes: 2k\n"
+                             "  docroot: '%s'\n"
+                             "  manifest: '%s'\n"
+                             "  host: www.example.com\n",
+             docroot, manifest);
+    c = load_ok(yaml);
+    assert_int_equal(c->catalog.memory, 64 << 20);
+    assert_int_equal(c->catalog.scan_limit, 0);
+    assert_false(c->catalog.learn);
+    assert_int_equal(c->catalog.default_object_bytes, 2048);
+    assert_string_equal(c->catalog.docroot, docroot);
+    assert_string_equal(c->catalog.manifest, manifest);
+    assert_string_equal(c->catalog.host, "www.example.com");
+    dm_conf_destroy(c);
+
+    c = load_ok(LISTEN POOL_WEB "catalog: {learn: yes, host: '[::1]'}\n");
+    assert_true(c->catalog.learn);
+    assert_string_equal(c->catalog.host, "[::1]");
+    dm_conf_destroy(c);
+    c = load_ok(LISTEN POOL_WEB "catalog: {learn: false}\n");
+    assert_false(c->catalog.learn);
+    dm_conf_destroy(c);
+    c = load_ok(LISTEN POOL_WEB "catalog: {learn: true}\n");
+    assert_true(c->catalog.learn);
+    dm_conf_destroy(c);
+
+    c = load_ok(LISTEN POOL_WEB "catalog:\n");
+    assert_catalog_defaults(&c->catalog);
     dm_conf_destroy(c);
 }
 
@@ -530,6 +710,165 @@ test_integers_out_of_range(void **state)
                  "t.yaml:7:10: workers must be between 1 and 1024, got 0");
     expect_error(LISTEN POOL_WEB "    draws: 99999999999999999999999\n",
                  "t.yaml:7:12: draws must be between 1 and 1000, got 99999999999999999999999");
+}
+
+static void
+test_hash_errors(void **state)
+{
+    (void)state;
+    expect_error(LISTEN POOL_WEB "    hash: {key: url}\n",
+                 "t.yaml:7:17: unknown hash key \"url\" (known: client, uri, header, cookie)");
+    expect_error(
+        LISTEN POOL_WEB "    hash: {key: header}\n",
+        "t.yaml:7:11: pool \"web\": hash: missing required key \"name\" for key \"header\"");
+    expect_error(
+        LISTEN POOL_WEB "    hash:\n      key: cookie\n",
+        "t.yaml:8:7: pool \"web\": hash: missing required key \"name\" for key \"cookie\"");
+    expect_error(LISTEN POOL_WEB "    hash: {key: uri, name: x}\n",
+                 "t.yaml:7:28: hash name is only for key header or cookie (key is \"uri\")");
+    expect_error(LISTEN POOL_WEB "    hash: {name: X-Id}\n",
+                 "t.yaml:7:18: hash name is only for key header or cookie (key is \"client\")");
+    expect_error(LISTEN POOL_WEB "    hash: {key: header, name: 'X Id'}\n",
+                 "t.yaml:7:31: bad header name \"X Id\" "
+                 "(letters, digits and !#$%&'*+-.^_`|~ only)");
+    expect_error(LISTEN POOL_WEB "    hash: {key: cookie, name: 'a=b'}\n",
+                 "t.yaml:7:31: bad cookie name \"a=b\" "
+                 "(letters, digits and !#$%&'*+-.^_`|~ only)");
+    expect_error(LISTEN POOL_WEB "    hash: {key: header, name: [a]}\n",
+                 "t.yaml:7:31: expected a string, got a list");
+    expect_error(LISTEN POOL_WEB "    hash: {balance: 0.5}\n",
+                 "t.yaml:7:21: balance must be at least 1, got 0.5");
+    expect_error(LISTEN POOL_WEB "    hash: {balance: -2}\n",
+                 "t.yaml:7:21: balance must be at least 1, got -2");
+    expect_error(LISTEN POOL_WEB "    hash: {balance: 1e999}\n",
+                 "t.yaml:7:21: balance is too large, got 1e999");
+    expect_error(LISTEN POOL_WEB "    hash: {balance: }\n",
+                 "t.yaml:7:21: expected a number, got an empty value");
+    expect_error(LISTEN POOL_WEB "    hash: 1.25\n",
+                 "t.yaml:7:11: expected a mapping, got \"1.25\"");
+    expect_error(LISTEN POOL_WEB "    hash: {kye: uri}\n",
+                 "t.yaml:7:12: unknown key \"kye\" (did you mean \"key\"?)");
+    expect_error(LISTEN POOL_WEB "    hash: {key: uri, key: client}\n",
+                 "t.yaml:7:22: duplicate key \"key\" (first at line 7)");
+    expect_error(LISTEN POOL_WEB "    hash: {}\n    hash: {}\n",
+                 "t.yaml:8:5: duplicate key \"hash\" (first at line 7)");
+}
+
+static void
+test_numbers_that_are_not_numbers(void **state)
+{
+    static const char *const bad[] = {
+        "abc", "1.5x", "0x2", "inf", "nan", "1e", ".", "+", "'1,5'", "' 2'", "'2 '", "1_000",
+    };
+    char yaml[256], want[256];
+    (void)state;
+
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        const char *shown = bad[i];
+        size_t len = strlen(shown);
+        snprintf(yaml, sizeof(yaml), LISTEN POOL_WEB "    hash: {balance: %s}\n", bad[i]);
+        /* A quoted scalar is shown without its YAML quotes. */
+        if (shown[0] == '\'') {
+            snprintf(want, sizeof(want), "t.yaml:7:21: expected a number, got \"%.*s\"",
+                     (int)(len - 2), shown + 1);
+        } else {
+            snprintf(want, sizeof(want), "t.yaml:7:21: expected a number, got \"%s\"", shown);
+        }
+        expect_error(yaml, want);
+    }
+    expect_error(LISTEN POOL_WEB "    hash: {balance: [1]}\n",
+                 "t.yaml:7:21: expected a number, got a list");
+}
+
+static void
+test_age_and_affinity_errors(void **state)
+{
+    (void)state;
+    expect_error(LISTEN POOL_WEB "    age: {weight: -0.1}\n",
+                 "t.yaml:7:19: weight must be at least 0, got -0.1");
+    expect_error(LISTEN POOL_WEB "    age: {weight: heavy}\n",
+                 "t.yaml:7:19: expected a number, got \"heavy\"");
+    expect_error(LISTEN POOL_WEB "    age: {half_life: 0}\n",
+                 "t.yaml:7:22: half_life must be more than 0");
+    expect_error(LISTEN POOL_WEB "    age: {half_life: 1.5s}\n",
+                 "t.yaml:7:22: bad duration \"1.5s\" (use ms, s, m, h)");
+    expect_error(LISTEN POOL_WEB "    age: {request_cost: 8kb}\n",
+                 "t.yaml:7:25: bad size \"8kb\" (use a number of bytes, or k, m, g)");
+    expect_error(LISTEN POOL_WEB "    age: {halflife: 5s}\n",
+                 "t.yaml:7:11: unknown key \"halflife\" (did you mean \"half_life\"?)");
+    expect_error(LISTEN POOL_WEB "    age: [0.1]\n", "t.yaml:7:10: expected a mapping, got a list");
+    expect_error(LISTEN POOL_WEB "    affinity: sticky\n",
+                 "t.yaml:7:15: unknown affinity \"sticky\" (known: connection, request)");
+    expect_error(LISTEN POOL_WEB "    affinity:\n",
+                 "t.yaml:7:14: expected a string, got an empty value");
+    expect_error(LISTEN POOL_WEB "    afinity: request\n",
+                 "t.yaml:7:5: unknown key \"afinity\" (did you mean \"affinity\"?)");
+}
+
+static void
+test_catalog_errors(void **state)
+{
+    (void)state;
+    expect_error(LISTEN POOL_WEB "catalog: {memory: 0}\n",
+                 "t.yaml:7:19: memory must be at least 1, got \"0\"");
+    expect_error(LISTEN POOL_WEB "catalog: {scan_limit: 1t}\n",
+                 "t.yaml:7:23: bad size \"1t\" (use a number of bytes, or k, m, g)");
+    expect_error(LISTEN POOL_WEB "catalog: {default_object_bytes: -1}\n",
+                 "t.yaml:7:33: bad size \"-1\" (use a number of bytes, or k, m, g)");
+    expect_error(LISTEN POOL_WEB "catalog: {learn: maybe}\n",
+                 "t.yaml:7:18: expected true or false, got \"maybe\"");
+    expect_error(LISTEN POOL_WEB "catalog: {learn: on}\n",
+                 "t.yaml:7:18: expected true or false, got \"on\"");
+    expect_error(LISTEN POOL_WEB "catalog: {learn: }\n",
+                 "t.yaml:7:18: expected true or false, got an empty value");
+    expect_error(LISTEN POOL_WEB "catalog:\n  docroot: /nonexistent/dimmer/www\n",
+                 "t.yaml:8:12: docroot \"/nonexistent/dimmer/www\": No such file or directory");
+    expect_error(LISTEN POOL_WEB "catalog: {docroot: /dev/null}\n",
+                 "t.yaml:7:20: docroot \"/dev/null\": Not a directory");
+    expect_error(LISTEN POOL_WEB "catalog: {docroot: }\n",
+                 "t.yaml:7:20: expected a path, got an empty value");
+    expect_error(LISTEN POOL_WEB "catalog: {manifest: /nonexistent/manifest}\n",
+                 "t.yaml:7:21: manifest \"/nonexistent/manifest\": No such file or directory");
+    expect_error(LISTEN POOL_WEB "catalog: {manifest: /}\n",
+                 "t.yaml:7:21: manifest \"/\": Is a directory");
+    expect_error(LISTEN POOL_WEB "catalog: {manifest: /dev/null}\n",
+                 "t.yaml:7:21: manifest \"/dev/null\": not a regular file");
+    expect_error(LISTEN POOL_WEB "catalog: {host: 'www.example.com:80'}\n",
+                 "t.yaml:7:17: bad host \"www.example.com:80\" (a host name, with no port)");
+    expect_error(LISTEN POOL_WEB "catalog: {host: 'a b'}\n",
+                 "t.yaml:7:17: bad host \"a b\" (a host name, with no port)");
+    expect_error(LISTEN POOL_WEB "catalog: {host: '[::1]:80'}\n",
+                 "t.yaml:7:17: bad host \"[::1]:80\" (a host name, with no port)");
+    expect_error(LISTEN POOL_WEB "catalog: {scanlimit: 1m}\n",
+                 "t.yaml:7:11: unknown key \"scanlimit\" (did you mean \"scan_limit\"?)");
+    expect_error(LISTEN POOL_WEB "catalog: {memory: 1m, memory: 2m}\n",
+                 "t.yaml:7:23: duplicate key \"memory\" (first at line 7)");
+    expect_error(LISTEN POOL_WEB "catalog: 16m\n", "t.yaml:7:10: expected a mapping, got \"16m\"");
+    expect_error(LISTEN POOL_WEB "catalogue: {}\n",
+                 "t.yaml:7:1: unknown key \"catalogue\" (did you mean \"catalog\"?)");
+}
+
+/* A file the loader cannot read is refused with the system's reason. */
+static void
+test_catalog_manifest_must_be_readable(void **state)
+{
+    char path[] = "/tmp/dimmer-conf-XXXXXX";
+    char yaml[512], want[512];
+    int fd = mkstemp(path);
+    (void)state;
+
+    assert_true(fd >= 0);
+    close(fd);
+    assert_int_equal(chmod(path, 0), 0);
+    snprintf(yaml, sizeof(yaml), LISTEN POOL_WEB "catalog: {manifest: '%s'}\n", path);
+    if (geteuid() == 0) {
+        /* root reads a file of mode 000: the check cannot fail here. */
+        dm_conf_destroy(load_ok(yaml));
+    } else {
+        snprintf(want, sizeof(want), "t.yaml:7:21: manifest \"%s\": Permission denied", path);
+        expect_error(yaml, want);
+    }
+    assert_int_equal(unlink(path), 0);
 }
 
 static void
@@ -817,6 +1156,14 @@ test_from_args_builds_one_pool(void **state)
     assert_int_equal(c->default_pool, 0);
     assert_int_equal(c->timeouts.connect_ms, 5000);
     assert_null(c->access_log);
+    assert_int_equal(p->hash.key, DM_HASH_CLIENT);
+    assert_null(p->hash.name);
+    assert_true(p->hash.balance == 1.25);
+    assert_true(p->age.weight == 0.1);
+    assert_int_equal(p->age.half_life_ms, 10000);
+    assert_int_equal(p->age.request_cost, 8192);
+    assert_false(p->affinity_connection);
+    assert_catalog_defaults(&c->catalog);
     dm_conf_destroy(c);
 }
 
@@ -853,6 +1200,10 @@ main(void)
         cmocka_unit_test(test_bundled_example_loads),
         cmocka_unit_test(test_defaults_apply_when_keys_are_absent),
         cmocka_unit_test(test_every_key_is_read),
+        cmocka_unit_test(test_hash_age_and_affinity_keys_are_read),
+        cmocka_unit_test(test_numbers_are_read_strictly),
+        cmocka_unit_test(test_affinity_default_depends_on_balance),
+        cmocka_unit_test(test_catalog_keys_are_read),
         cmocka_unit_test(test_access_log_forms),
         cmocka_unit_test(test_pools_may_come_after_routes),
         cmocka_unit_test(test_yaml_anchors_and_aliases_are_resolved),
@@ -867,6 +1218,11 @@ main(void)
         cmocka_unit_test(test_unknown_pools_and_policies),
         cmocka_unit_test(test_bad_values),
         cmocka_unit_test(test_integers_out_of_range),
+        cmocka_unit_test(test_hash_errors),
+        cmocka_unit_test(test_numbers_that_are_not_numbers),
+        cmocka_unit_test(test_age_and_affinity_errors),
+        cmocka_unit_test(test_catalog_errors),
+        cmocka_unit_test(test_catalog_manifest_must_be_readable),
         cmocka_unit_test(test_several_errors_are_reported_in_file_order),
         cmocka_unit_test(test_unreadable_files),
         cmocka_unit_test(test_parse_duration),
