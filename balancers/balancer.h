@@ -41,11 +41,28 @@ struct dm_pick {
     struct dm_rng *rng;   /* the calling worker's generator */
 };
 
+/* One embedded object of a page, as the catalog knows it. */
+struct dm_bal_object {
+    uint64_t key;  /* dm_catalog key of the object (host + path hash) */
+    uint64_t work; /* expected work: expected bytes + the per-request cost */
+};
+
 /* What happened on the request path, for policies that keep their own state. */
 struct dm_bal_event {
     int server; /* index in the table */
     uint64_t now_us;
     uint64_t bytes; /* bytes expected or transferred, where known */
+    /*
+     * The connection's own state for the policy: ops->conn_state_size bytes,
+     * zeroed before the first event of a connection, owned by the proxy,
+     * touched only by the connection's worker. NULL when the size is 0.
+     */
+    void *conn;
+    uint64_t object; /* on_request: catalog key of the requested object */
+    /* on_request of a connection's first request: its page's embedded objects. */
+    const struct dm_bal_object *objects;
+    size_t nobjects;
+    bool first; /* on_request: first request of the connection */
 };
 
 struct dm_balancer_ops {

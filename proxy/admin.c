@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "parsers/catalog.h"
 #include "proxy/internal.h"
 #include "proxy/log.h"
 #include "proxy/worker.h"
@@ -62,6 +63,14 @@ static void __attribute__((format(printf, 2, 3))) sb_printf(struct sbuf *b, cons
     }
 }
 
+static struct dm_catalog *admin_catalog;
+
+void
+dm_admin_set_catalog(struct dm_catalog *c)
+{
+    admin_catalog = c;
+}
+
 /* JSON of every pool and server of the current runtime. */
 static void
 stats_json(struct sbuf *b)
@@ -87,17 +96,32 @@ stats_json(struct sbuf *b)
             sb_printf(b,
                       "%s{\"name\":\"%s\",\"address\":\"%s\",\"state\":\"%s\",\"weight\":%u,"
                       "\"capacity\":%u,\"connections\":%llu,\"inflight\":%llu,\"picks\":%llu,"
-                      "\"requests\":%llu,\"failures\":%llu}",
+                      "\"requests\":%llu,\"failures\":%llu,\"inflight_work\":%lld,"
+                      "\"potential\":%lld}",
                       j ? "," : "", s->name, p->cf->servers[j].addr.text, state, s->weight,
                       s->capacity, (unsigned long long)dm_counter_get(&s->conns),
                       (unsigned long long)dm_counter_get(&s->inflight),
                       (unsigned long long)dm_counter_get(&s->picks),
                       (unsigned long long)dm_counter_get(&s->requests),
-                      (unsigned long long)dm_counter_get(&s->failures));
+                      (unsigned long long)dm_counter_get(&s->failures),
+                      (long long)atomic_load_explicit(&s->inflight_work, memory_order_relaxed),
+                      (long long)atomic_load_explicit(&s->potential, memory_order_relaxed));
         }
         sb_printf(b, "]}");
     }
-    sb_printf(b, "]}\n");
+    sb_printf(b, "]");
+    if (admin_catalog != NULL) {
+        struct dm_catalog_stats cs;
+        dm_catalog_stats(admin_catalog, &cs);
+        sb_printf(b,
+                  ",\"catalog\":{\"pages\":%llu,\"objects\":%llu,\"bytes\":%llu,\"cap\":%llu,"
+                  "\"hits\":%llu,\"misses\":%llu,\"evictions\":%llu}",
+                  (unsigned long long)cs.pages, (unsigned long long)cs.objects,
+                  (unsigned long long)cs.bytes, (unsigned long long)cs.cap,
+                  (unsigned long long)cs.hits, (unsigned long long)cs.misses,
+                  (unsigned long long)cs.evictions);
+    }
+    sb_printf(b, "}\n");
     dm_runtime_unref(rt);
 }
 

@@ -20,6 +20,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "balancers/hash.h"
+#include "parsers/catalog.h"
+#include "parsers/html_scan.h"
 #include "proxy/log.h"
 #include "proxy/route.h"
 
@@ -33,6 +36,10 @@ static void up_process(struct dm_upstream *up);
 static void up_start_read(struct dm_upstream *up);
 static void req_finish(struct dm_req *req);
 static void req_await_response(struct dm_req *req);
+static void req_work_done(struct dm_req *req, int64_t n);
+static void client_age_close(struct dm_client *c);
+static void learn_object(void *arg, const char *host, size_t host_len, const char *path,
+                         size_t path_len, enum dm_html_kind kind);
 
 static const char *
 status_text(unsigned status)
@@ -148,6 +155,8 @@ req_free(struct dm_worker *w, struct dm_req *req)
     dm_buf_unref(w, req->head_buf);
     dm_buf_unref(w, req->out_head);
     dm_buf_unref(w, req->resp_head);
+    free(req->learn);
+    req->learn = NULL;
     w->busy--;
     if (w->nfree_reqs < DM_FREE_REQS_MAX) {
         struct dm_req_free *f = (struct dm_req_free *)req;
@@ -289,6 +298,7 @@ client_close(struct dm_client *c)
             up->req = NULL;
             dm_upstream_close(up);
         }
+        req_work_done(req, req->work);
         if (req->server != DM_NO_SERVER && req->attempts > 0) {
             /* A request that was counted against its server ends here. */
             struct dm_server *s = server_of(c->rt, req->pool, req->server);
@@ -299,6 +309,7 @@ client_close(struct dm_client *c)
         req_free(w, req);
         c->req = NULL;
     }
+    client_age_close(c);
     dm_buf_unref(w, c->in);
     c->in = NULL;
     if (c->prev != NULL) {
@@ -642,6 +653,10 @@ client_head_done(struct dm_client *c)
     req->close_client = !req->info.keep_alive || c->w->stopping;
     req->pool = dm_route_match(cf, req->info.host.p, req->info.host.len, req->info.path.p,
                                req->info.path.len);
+    if (c->rt->pools[req->pool].age) {
+        req->key = dm_catalog_key(req->info.host.p, req->info.host.len, req->info.path.p,
+                                  req->info.path.len);
+    }
     c->state = DM_C_CONNECT;
     client_timer_start(c, DM_T_REQUEST, cf->timeouts.request_ms);
     req_pick_and_connect(req);
@@ -842,6 +857,7 @@ dm_client_accept(struct dm_worker *w, uv_stream_t *listener)
     w->clients = c;
     w->nclients++;
     c->state = DM_C_IDLE;
+    c->bound = -1;
     client_timer_start(c, DM_T_HEADER, c->rt->conf->timeouts.client_header_ms);
     client_read_start(c);
 }
@@ -921,37 +937,276 @@ up_deadline(struct dm_upstream *up, uint64_t ms)
     }
 }
 
+/* The key a hashing policy places the request by (conf: pool hash.key). */
+static uint64_t
+req_hash_key(struct dm_req *req)
+{
+    const struct dm_conf_hash *h = &req->c->rt->conf->pools[req->pool].hash;
+    const struct dm_http_msg *m = &req->msg;
+    if (h->key == DM_HASH_URI) {
+        return dm_hash_bytes(req->info.path.p, req->info.path.len);
+    }
+    if (h->key == DM_HASH_HEADER || h->key == DM_HASH_COOKIE) {
+        size_t nlen = strlen(h->name);
+        for (unsigned i = 0; i < m->nfields; i++) {
+            struct dm_span n = m->fields[i].name;
+            struct dm_span v = m->fields[i].value;
+            if (h->key == DM_HASH_HEADER) {
+                if (n.len == nlen && strncasecmp(n.p, h->name, nlen) == 0) {
+                    return dm_hash_bytes(v.p, v.len);
+                }
+                continue;
+            }
+            if (!dm_span_ieq(n, "cookie")) {
+                continue;
+            }
+            /* Cookie: a=1; b=2 */
+            const char *p = v.p;
+            const char *end = v.p + v.len;
+            while (p < end) {
+                while (p < end && (*p == ' ' || *p == ';')) {
+                    p++;
+                }
+                const char *semi = memchr(p, ';', (size_t)(end - p));
+                const char *e = semi != NULL ? semi : end;
+                if ((size_t)(e - p) > nlen && memcmp(p, h->name, nlen) == 0 && p[nlen] == '=') {
+                    return dm_hash_bytes(p + nlen + 1, (size_t)(e - p - (ptrdiff_t)nlen - 1));
+                }
+                p = e;
+            }
+        }
+        /* No such header or cookie: fall back to the client address. */
+    }
+    const struct dm_client *c = req->c;
+    if (c->peer.sa.sa_family == AF_INET6) {
+        return dm_hash_bytes(&c->peer.in6.sin6_addr, sizeof(c->peer.in6.sin6_addr));
+    }
+    return dm_hash_bytes(&c->peer.in4.sin_addr, sizeof(c->peer.in4.sin_addr));
+}
+
 static void
 req_pick_and_connect(struct dm_req *req)
 {
     struct dm_client *c = req->c;
     struct dm_rpool *p = &c->rt->pools[req->pool];
     struct dm_pick pick = {
-        .key = 0,
+        .key = p->hashing ? req_hash_key(req) : 0,
         .tried = req->tried,
         .now_us = mono_us(),
         .rng = &c->w->rng,
     };
-    int idx = dm_balancer_pick(p->bal, &pick);
-    if (idx == DM_NO_SERVER) {
-        if (req->attempts == 0) {
-            client_respond_error(c, 503, "no server available");
-        } else {
-            client_respond_error(c, 502, "could not connect to any server");
+    int idx = DM_NO_SERVER;
+    bool affinity = p->cf->affinity_connection;
+    if (affinity && c->bound >= 0 && c->bound_pool == req->pool &&
+        !dm_pick_tried(&pick, (size_t)c->bound) &&
+        dm_server_is_usable(&p->sv->s[c->bound], pick.now_us)) {
+        idx = c->bound; /* affinity: connection */
+    } else {
+        idx = dm_balancer_pick(p->bal, &pick);
+        if (idx == DM_NO_SERVER) {
+            if (req->attempts == 0) {
+                client_respond_error(c, 503, "no server available");
+            } else {
+                client_respond_error(c, 502, "could not connect to any server");
+            }
+            return;
         }
-        return;
+        dm_counter_add(&p->sv->s[idx].picks, 1);
     }
     req->server = idx;
     req->attempts++;
     req->tried[idx / 8] |= (uint8_t)(1u << (idx % 8));
     struct dm_server *s = &p->sv->s[idx];
-    dm_counter_add(&s->picks, 1);
     dm_counter_add(&s->conns, 1);
     dm_counter_add(&s->inflight, 1);
-    struct dm_bal_event ev = { .server = idx, .now_us = pick.now_us };
-    dm_balancer_on_request(p->bal, &ev);
     req->up_start_us = uv_hrtime() / 1000;
     dm_upstream_take(c->w, c->rt, req->pool, idx, req, req_upstream_ready);
+}
+
+/* ---- AGE: expected work and the policy's per-connection state ---- */
+
+/* Subtracts up to n of the request's expected work from its server. */
+static void
+req_work_done(struct dm_req *req, int64_t n)
+{
+    if (req->work <= 0 || req->server == DM_NO_SERVER) {
+        return;
+    }
+    int64_t d = n < req->work ? n : req->work;
+    req->work -= d;
+    struct dm_server *s = server_of(req->c->rt, req->pool, req->server);
+    atomic_fetch_sub_explicit(&s->inflight_work, d, memory_order_relaxed);
+}
+
+static void
+client_age_unlink(struct dm_client *c)
+{
+    if (c->aprev != NULL) {
+        c->aprev->anext = c->anext;
+    } else {
+        c->w->aging = c->anext;
+    }
+    if (c->anext != NULL) {
+        c->anext->aprev = c->aprev;
+    }
+    c->aprev = c->anext = NULL;
+}
+
+/* FIN correction: the connection's potential leaves the table at once. */
+static void
+client_age_close(struct dm_client *c)
+{
+    if (c->age == NULL) {
+        return;
+    }
+    struct dm_bal_event ev = { .server = -1, .now_us = mono_us(), .conn = c->age };
+    dm_balancer_on_close(c->rt->pools[c->age_pool].bal, &ev);
+    client_age_unlink(c);
+    free(c->age);
+    c->age = NULL;
+}
+
+void
+dm_clients_age(struct dm_worker *w)
+{
+    uint64_t now = mono_us();
+    for (struct dm_client *c = w->aging; c != NULL; c = c->anext) {
+        struct dm_bal_event ev = { .server = -1, .now_us = now, .conn = c->age };
+        dm_balancer_on_tick(c->rt->pools[c->age_pool].bal, &ev);
+    }
+}
+
+/*
+ * The request is on its way to its server: count its expected work there and
+ * tell the policy (for age, the first request of a connection brings the
+ * potential load of its page's embedded objects, from the catalog).
+ */
+static void
+req_note_sent(struct dm_req *req)
+{
+    struct dm_client *c = req->c;
+    struct dm_rpool *p = &c->rt->pools[req->pool];
+    struct dm_bal_event ev = { .server = req->server, .now_us = mono_us() };
+    if (!p->age || req->added != 0) {
+        dm_balancer_on_request(p->bal, &ev);
+        return;
+    }
+    const struct dm_conf *cf = c->rt->conf;
+    uint64_t cost = cf->pools[req->pool].age.request_cost;
+    uint64_t dflt = cf->catalog.default_object_bytes;
+    struct dm_catalog *cat = c->rt->catalog;
+    int64_t work = (int64_t)((cat != NULL ? dm_catalog_size(cat, req->key, dflt) : dflt) + cost);
+    req->work = req->added = work;
+    atomic_fetch_add_explicit(&p->sv->s[req->server].inflight_work, work, memory_order_relaxed);
+    ev.conn = c->age;
+    ev.object = req->key;
+    ev.bytes = (uint64_t)work;
+    if (c->age == NULL && !c->served && cat != NULL) {
+        /* First request of the connection: its page's potential load. */
+        struct dm_bal_object objs[DM_CATALOG_PAGE_MAX];
+        size_t n = dm_catalog_lookup_url(cat, req->info.host.p, req->info.host.len,
+                                         req->info.path.p, req->info.path.len, objs,
+                                         DM_CATALOG_PAGE_MAX, cost, dflt, NULL, NULL);
+        size_t size = dm_balancer_conn_state_size(p->bal, n);
+        c->age = size > 0 ? calloc(1, size) : NULL;
+        if (c->age != NULL) {
+            c->age_pool = (uint16_t)req->pool;
+            c->anext = c->w->aging;
+            if (c->w->aging != NULL) {
+                c->w->aging->aprev = c;
+            }
+            c->w->aging = c;
+            ev.conn = c->age;
+            ev.first = true;
+            ev.objects = objs;
+            ev.nobjects = n;
+        }
+        dm_balancer_on_request(p->bal, &ev);
+        return;
+    }
+    if (c->age != NULL && c->age_pool != req->pool) {
+        ev.conn = NULL; /* another pool's request: not this state's business */
+    }
+    dm_balancer_on_request(p->bal, &ev);
+}
+
+/* Learning a page's embedded objects as its HTML passes (age pools). */
+struct dm_learn {
+    struct dm_html_scan scan;
+    char host[256];
+    size_t host_len;
+    unsigned n;
+    uint64_t keys[DM_CATALOG_PAGE_MAX];
+};
+
+static void
+learn_object(void *arg, const char *host, size_t host_len, const char *path, size_t path_len,
+             enum dm_html_kind kind)
+{
+    (void)kind;
+    struct dm_learn *l = arg;
+    if (l->n == DM_CATALOG_PAGE_MAX) {
+        return;
+    }
+    if (host_len == 0) {
+        host = l->host;
+        host_len = l->host_len;
+    }
+    l->keys[l->n++] = dm_catalog_key(host, host_len, path, path_len);
+}
+
+static void
+learn_start(struct dm_req *req)
+{
+    const struct dm_conf *cf = req->c->rt->conf;
+    if (!cf->catalog.learn || req->c->rt->catalog == NULL || req->status != 200 ||
+        !dm_span_ieq(req->msg.method, "get")) {
+        return;
+    }
+    bool html = false;
+    for (unsigned i = 0; i < req->rmsg.nfields; i++) {
+        struct dm_span n = req->rmsg.fields[i].name;
+        struct dm_span v = req->rmsg.fields[i].value;
+        if (dm_span_ieq(n, "content-type")) {
+            html = v.len >= 9 && strncasecmp(v.p, "text/html", 9) == 0;
+        } else if (dm_span_ieq(n, "content-encoding") && !dm_span_ieq(v, "identity")) {
+            return; /* compressed: nothing to scan */
+        }
+    }
+    char path[1024];
+    if (!html || req->info.host.len >= sizeof(((struct dm_learn *)0)->host) ||
+        req->info.path.len >= sizeof(path)) {
+        return;
+    }
+    struct dm_learn *l = malloc(sizeof(*l));
+    if (l == NULL) {
+        return;
+    }
+    memcpy(l->host, req->info.host.p, req->info.host.len);
+    l->host[req->info.host.len] = 0;
+    l->host_len = req->info.host.len;
+    memcpy(path, req->info.path.p, req->info.path.len);
+    path[req->info.path.len] = 0;
+    l->n = 0;
+    dm_html_scan_init(&l->scan, l->host, path, cf->catalog.scan_limit);
+    req->learn = l;
+}
+
+/* At the end of a response: what the catalog learns from it. */
+static void
+learn_finish(struct dm_req *req, uint64_t body_bytes)
+{
+    struct dm_catalog *cat = req->c->rt->catalog;
+    if (cat == NULL || !req->c->rt->conf->catalog.learn) {
+        return;
+    }
+    if (req->status == 200 && dm_span_ieq(req->msg.method, "get")) {
+        dm_catalog_learn_size(cat, req->key, body_bytes);
+    }
+    if (req->learn != NULL) {
+        dm_html_scan_finish(&req->learn->scan);
+        dm_catalog_learn_page(cat, req->key, req->learn->keys, req->learn->n);
+    }
 }
 
 /* Undoes the counters of the current pick (before another pick or at the end). */
@@ -1030,6 +1285,13 @@ req_upstream_ready(struct dm_req *req, struct dm_upstream *up, int status)
     }
     req->up = up;
     up->req = req;
+    if (c->rt->pools[req->pool].cf->affinity_connection && c->bound < 0) {
+        c->bound = req->server;
+        c->bound_pool = (uint16_t)req->pool;
+    }
+    if (req->added == 0) {
+        req_note_sent(req);
+    }
     dm_http_parser_init(&up->parser, false);
     up->parser.msg = &req->rmsg;
     dm_http_parser_expect_no_body(&up->parser, dm_span_ieq(req->msg.method, "head"));
@@ -1078,10 +1340,19 @@ req_finish(struct dm_req *req)
     struct dm_rpool *p = &c->rt->pools[req->pool];
     struct dm_server *s = &p->sv->s[req->server];
     dm_counter_add(&s->requests, 1);
-    struct dm_bal_event ev = { .server = req->server,
-                               .now_us = mono_us(),
-                               .bytes = req->resp_bytes };
+    uint64_t body = up != NULL ? up->parser.body_bytes : 0;
+    if (p->age) {
+        learn_finish(req, body);
+    }
+    struct dm_bal_event ev = {
+        .server = req->server,
+        .now_us = mono_us(),
+        .bytes = (uint64_t)req->added,
+        .conn = c->age != NULL && c->age_pool == req->pool ? c->age : NULL,
+        .object = req->key,
+    };
     dm_balancer_on_response(p->bal, &ev);
+    req_work_done(req, req->work);
     req_unpick(req);
     req->server = req->server; /* kept for the log line */
     log_access(req);
@@ -1313,6 +1584,7 @@ up_forward_slice(struct dm_upstream *up, uint32_t from, uint32_t to)
         b[n] = uv_buf_init(up->in->data + from, to - from);
         hold[n++] = up->in;
         req->resp_bytes += to - from;
+        req_work_done(req, (int64_t)(to - from));
     }
     if (n == 0) {
         return;
@@ -1340,17 +1612,23 @@ up_recycle_in(struct dm_upstream *up)
     }
 }
 
-/* HTTP/1.0 clients get a chunked response without its framing. */
-struct dechunk {
-    struct dm_upstream *up;
-};
-
+/*
+ * Decoded body bytes: scanned for embedded objects when the page is learned,
+ * and written to an HTTP/1.0 client that gets a chunked response without its
+ * framing.
+ */
 static void
-dechunk_body(void *arg, const char *p, size_t len)
+up_body_cb(void *arg, const char *p, size_t len)
 {
     struct dm_upstream *up = arg;
     struct dm_req *req = up->req;
     if (req == NULL || req->c->closing) {
+        return;
+    }
+    if (req->learn != NULL) {
+        dm_html_scan_feed(&req->learn->scan, p, len, learn_object, req->learn);
+    }
+    if (!req->dechunk) {
         return;
     }
     up_forward_slice(up, 0, 0); /* the pending head first */
@@ -1359,6 +1637,7 @@ dechunk_body(void *arg, const char *p, size_t len)
     }
     uv_buf_t b = uv_buf_init((char *)p, (unsigned)len);
     req->resp_bytes += len;
+    req_work_done(req, (int64_t)len);
     client_write(req->c, &b, 1, &up->in, 1);
 }
 
@@ -1400,8 +1679,24 @@ up_head_done(struct dm_upstream *up)
         up_fail(up, 502, "response head too large");
         return;
     }
-    if (req->dechunk) {
+    if (!informational && c->rt->pools[req->pool].age) {
+        if (req->rinfo.has_length && req->work > 0) {
+            /* The real size replaces the estimate in the server's in-flight work. */
+            int64_t cost = (int64_t)c->rt->conf->pools[req->pool].age.request_cost;
+            int64_t real = (int64_t)req->rinfo.content_length + cost;
+            struct dm_server *s = server_of(c->rt, req->pool, req->server);
+            atomic_fetch_add_explicit(&s->inflight_work, real - req->work, memory_order_relaxed);
+            req->work = real;
+        }
+        learn_start(req);
+    }
+    if (req->dechunk || req->learn != NULL) {
+        up->parser.on_body = up_body_cb;
+        up->parser.body_arg = up;
+    }
+    if (req->dechunk && n < b->cap) {
         /* Drop "Transfer-Encoding: chunked": the body goes out raw until close. */
+        b->data[n] = 0;
         char *te = strcasestr(b->data, "\r\ntransfer-encoding:");
         if (te != NULL) {
             char *eol = strstr(te + 2, "\r\n");
@@ -1410,8 +1705,6 @@ up_head_done(struct dm_upstream *up)
                 n -= (size_t)(eol - te);
             }
         }
-        up->parser.on_body = dechunk_body;
-        up->parser.body_arg = up;
     }
     b->len = (uint32_t)n;
     req->resp_bytes += n;

@@ -37,10 +37,15 @@ struct dm_client {
         struct sockaddr_in in4;
         struct sockaddr_in6 in6;
     } peer;
-    uint32_t writes;     /* writes in flight */
-    uint32_t head_start; /* offset in `in` where the current head starts */
-    uint8_t state;       /* enum dm_client_state */
-    uint8_t tkind;       /* enum dm_tkind */
+    void *age;                       /* the pool policy's per-connection state, or NULL */
+    struct dm_client *aprev, *anext; /* the worker's list of clients with state */
+    int32_t bound;                   /* affinity: server of the first request, or -1 */
+    uint16_t bound_pool;             /* its pool */
+    uint16_t age_pool;               /* pool whose policy owns `age` */
+    uint32_t writes;                 /* writes in flight */
+    uint32_t head_start;             /* offset in `in` where the current head starts */
+    uint8_t state;                   /* enum dm_client_state */
+    uint8_t tkind;                   /* enum dm_tkind */
     bool reading;
     bool paused;      /* reading stopped by back-pressure */
     bool eof;         /* the client sent FIN */
@@ -98,7 +103,11 @@ struct dm_req {
     unsigned attempts;
     unsigned status;
     uint32_t head_len;
-    uint32_t tail; /* last four bytes of a chunked request body */
+    uint32_t tail;          /* last four bytes of a chunked request body */
+    uint64_t key;           /* catalog key of the target (age pools) */
+    int64_t work;           /* expected work still counted in the server's inflight_work */
+    int64_t added;          /* expected work this request added, for on_response */
+    struct dm_learn *learn; /* HTML scan of this response (age pools), or NULL */
     uint64_t start_us;
     uint64_t up_start_us;
     uint64_t resp_bytes;

@@ -53,6 +53,8 @@ struct dm_rpool {
     struct dm_balancer *bal;
     /* Idle keep-alive server connections: idle[worker * sv->n + server]. */
     struct dm_upstream **idle;
+    bool age;     /* the policy keeps per-connection state (AGE): track work, learn */
+    bool hashing; /* the policy reads dm_pick.key */
 };
 
 struct dm_runtime {
@@ -63,12 +65,15 @@ struct dm_runtime {
     unsigned nworkers;
     uint64_t generation;
     uint32_t buf_cap;
-    uint32_t tried_bytes; /* bitmap bytes for the largest pool */
+    uint32_t tried_bytes;       /* bitmap bytes for the largest pool */
+    struct dm_catalog *catalog; /* borrowed: the process's object catalog */
 };
 
 /* Builds the runtime of conf (taken) for nworkers; NULL with *err on failure. */
+struct dm_catalog;
 struct dm_runtime *dm_runtime_create(struct dm_conf *conf, unsigned nworkers,
-                                     const struct dm_runtime *previous, const char **err);
+                                     const struct dm_runtime *previous, struct dm_catalog *catalog,
+                                     const char **err);
 void dm_runtime_ref(struct dm_runtime *rt);
 void dm_runtime_unref(struct dm_runtime *rt);
 
@@ -106,6 +111,8 @@ struct dm_worker {
     uv_timer_t tick; /* expires client timeouts */
     struct dm_client *tq_head[DM_T_KINDS];
     struct dm_client *tq_tail[DM_T_KINDS];
+    struct dm_client *aging; /* clients with policy state, for on_tick */
+    unsigned ticks;
     uv_tcp_t *listeners;
     size_t nlisteners;
     struct dm_runtime *rt; /* the runtime this worker last saw */
@@ -164,6 +171,8 @@ void dm_clients_drain(struct dm_worker *w);
 void dm_clients_close_all(struct dm_worker *w);
 /* Handles every client timeout that is due (called by the worker's tick). */
 void dm_clients_expire(struct dm_worker *w);
+/* Lets the policies age the state of every client that has some. */
+void dm_clients_age(struct dm_worker *w);
 
 /* ---- server side (proxy/upstream.c) ---- */
 
@@ -189,5 +198,7 @@ void dm_upstream_close_idle(struct dm_worker *w, struct dm_runtime *rt);
 struct dm_admin;
 struct dm_admin *dm_admin_start(uv_loop_t *loop, const struct dm_conf_addr *addr, int *err);
 void dm_admin_stop(struct dm_admin *a);
+/* The catalog whose counters GET /stats shows (borrowed, outlives the admin). */
+void dm_admin_set_catalog(struct dm_catalog *c);
 
 #endif

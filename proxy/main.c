@@ -14,6 +14,7 @@
 #include <uv.h>
 
 #include "conf/conf.h"
+#include "parsers/catalog.h"
 #include "proxy/health.h"
 #include "proxy/internal.h"
 #include "proxy/log.h"
@@ -32,6 +33,7 @@ struct control {
     struct dm_admin *admin;
     struct dm_worker *workers;
     unsigned nworkers;
+    struct dm_catalog *catalog;
     const char *conf_path;
     bool stopping;
 };
@@ -92,6 +94,23 @@ same_listeners(const struct dm_conf *a, const struct dm_conf *b)
     return true;
 }
 
+/* Fills the catalog from the configured docroot and manifest. */
+static int
+preload(struct dm_catalog *cat, const struct dm_conf *conf, char *err, size_t errlen)
+{
+    const struct dm_conf_catalog *cc = &conf->catalog;
+    if (cc->docroot != NULL) {
+        int r = dm_catalog_preload_docroot(cat, cc->docroot, cc->host, cc->scan_limit, err, errlen);
+        if (r < 0) {
+            return r;
+        }
+    }
+    if (cc->manifest != NULL) {
+        return dm_catalog_preload_manifest(cat, cc->manifest, cc->host, err, errlen);
+    }
+    return 0;
+}
+
 static void
 reload(struct control *ctl)
 {
@@ -117,8 +136,12 @@ reload(struct control *ctl)
         strcmp(conf->admin.text, ctl->rt->conf->admin.text) != 0) {
         dm_log_warn("reload: admin listener changes take effect at the next restart");
     }
+    char perr[512];
+    if (preload(ctl->catalog, conf, perr, sizeof(perr)) < 0) {
+        dm_log_error("reload: %s (the catalog keeps what it had)", perr);
+    }
     const char *why = NULL;
-    struct dm_runtime *rt = dm_runtime_create(conf, ctl->nworkers, ctl->rt, &why);
+    struct dm_runtime *rt = dm_runtime_create(conf, ctl->nworkers, ctl->rt, ctl->catalog, &why);
     if (rt == NULL) {
         dm_log_error("reload failed (%s), keeping the running configuration", why);
         return;
@@ -262,8 +285,20 @@ main(int argc, char **argv)
     struct control ctl = { .loop = uv_default_loop(),
                            .nworkers = nworkers,
                            .conf_path = conf_path };
+    /* One catalog for the life of the process: a reload keeps what it learnt. */
+    ctl.catalog = dm_catalog_create(conf->catalog.memory);
+    char perr[512];
+    if (ctl.catalog == NULL) {
+        fprintf(stderr, "dimmer: out of memory\n");
+        return 1;
+    }
+    if (preload(ctl.catalog, conf, perr, sizeof(perr)) < 0) {
+        fprintf(stderr, "dimmer: catalog: %s\n", perr);
+        return 1;
+    }
+    dm_admin_set_catalog(ctl.catalog);
     const char *why = NULL;
-    ctl.rt = dm_runtime_create(conf, nworkers, NULL, &why);
+    ctl.rt = dm_runtime_create(conf, nworkers, NULL, ctl.catalog, &why);
     if (ctl.rt == NULL) {
         fprintf(stderr, "dimmer: %s\n", why);
         return 1;
@@ -305,6 +340,7 @@ main(int argc, char **argv)
     dm_runtime_unref(ctl.prev);
     dm_runtime_unref(ctl.rt);
     uv_loop_close(ctl.loop);
+    dm_catalog_destroy(ctl.catalog);
     if (access_fd > 2) {
         close(access_fd);
     }

@@ -37,7 +37,7 @@ find_previous(const struct dm_runtime *prev, const struct dm_conf_pool *pc,
 
 struct dm_runtime *
 dm_runtime_create(struct dm_conf *conf, unsigned nworkers, const struct dm_runtime *previous,
-                  const char **err)
+                  struct dm_catalog *catalog, const char **err)
 {
     struct dm_runtime *rt = calloc(1, sizeof(*rt));
     if (rt == NULL) {
@@ -49,6 +49,7 @@ dm_runtime_create(struct dm_conf *conf, unsigned nworkers, const struct dm_runti
     rt->conf = conf;
     rt->nworkers = nworkers;
     rt->generation = atomic_fetch_add(&generations, 1) + 1;
+    rt->catalog = catalog;
     uint32_t cap = (uint32_t)conf->limits.header_bytes + 8192;
     rt->buf_cap = cap < DM_BUF_MIN ? DM_BUF_MIN : cap;
     rt->pools = calloc(conf->npools, sizeof(*rt->pools));
@@ -79,11 +80,18 @@ dm_runtime_create(struct dm_conf *conf, unsigned nworkers, const struct dm_runti
         uint32_t tb = (uint32_t)((pc->nservers + 7) / 8);
         rt->tried_bytes = tb > rt->tried_bytes ? tb : rt->tried_bytes;
         const struct dm_balancer_ops *ops = dm_balancer_find(pc->balance);
-        struct dm_bal_conf bc = { .draws = pc->draws };
+        struct dm_bal_conf bc = {
+            .draws = pc->draws,
+            .hash_balance = pc->hash.balance,
+            .age_weight = pc->age.weight,
+            .age_half_life_us = pc->age.half_life_ms * 1000,
+        };
         p->bal = ops != NULL ? dm_balancer_create(ops, p->sv, &bc) : NULL;
         if (p->bal == NULL) {
             goto fail;
         }
+        p->age = ops->conn_state_size != NULL;
+        p->hashing = strcmp(ops->name, "hash") == 0;
         p->idle =
             calloc((size_t)nworkers * (pc->nservers > 0 ? pc->nservers : 1), sizeof(*p->idle));
         if (p->idle == NULL) {

@@ -382,6 +382,9 @@ tick_cb(uv_timer_t *t)
 {
     struct dm_worker *w = t->data;
     dm_clients_expire(w);
+    if (++w->ticks % 2 == 0 && w->aging != NULL) {
+        dm_clients_age(w); /* every 100 ms */
+    }
     /* After a burst, hand the memory of its requests back once the worker
      * has been quiet for a moment: idle connections should cost only their
      * own few hundred bytes, not the peak's buffers. */
