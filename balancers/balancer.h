@@ -27,9 +27,9 @@ struct dm_balancer {
 
 /* Per-pool settings a policy may read; zero means "the policy's default". */
 struct dm_bal_conf {
-    unsigned draws;            /* random: power of d choices, default 2 */
-    double hash_balance;       /* hash: load bound factor c >= 1, default 1.25 */
-    double age_weight;         /* age: weight w of potential load in a pick, default 0.1 */
+    unsigned draws;      /* random: power of d choices, default 2 */
+    double hash_balance; /* hash: load bound factor c >= 1, default 1.25 */
+    double age_weight;   /* age: weight w of potential load, used as given (config default 0.1) */
     uint64_t age_half_life_us; /* age: potential load halves in this time, default 10 s */
 };
 

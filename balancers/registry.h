@@ -26,5 +26,6 @@ extern const struct dm_balancer_ops dm_bal_p2c_shadow;
 
 /* "hybrid": split by server class capacity, then power of two (balancers/hybrid.c). */
 extern const struct dm_balancer_ops dm_bal_hybrid;
+extern const struct dm_balancer_ops dm_bal_age; /* "age": aged potential load (age.c) */
 
 #endif

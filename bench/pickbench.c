@@ -41,6 +41,7 @@ static const struct {
     const char *why;
 } linear_policies[] = {
     { "leastconn", "scans every server on each pick" },
+    { "age", "scans every server on each pick (lowest work + w x potential per capacity)" },
 };
 
 static const char *
