@@ -129,9 +129,11 @@ void dm_catalog_stats(struct dm_catalog *c, struct dm_catalog_stats *out);
  *                              browser does (relative, //host, http(s)://)
  *   size /img/big.jpg 40000    a size alone, for an object of no page here
  *
- * URLs have no blanks (write %20). A page listed again replaces the earlier
- * list. Returns 0, -EINVAL with "path:line: message" in err (errlen bytes,
- * NUL-terminated, may be 0), or another negative errno ("path: message").
+ * URLs have no blanks (write %20). A line that is not indented ends the
+ * page; a page listed again replaces the earlier list; objects past the
+ * DM_CATALOG_PAGE_MAX-th distinct one are ignored. Returns 0, -EINVAL with
+ * "path:line: message" in err (errlen bytes, NUL-terminated, may be 0), or
+ * another negative errno ("path: message").
  * Reads the file: call it from the control thread, not a worker.
  */
 int dm_catalog_preload_manifest(struct dm_catalog *c, const char *path, const char *host, char *err,

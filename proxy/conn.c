@@ -654,8 +654,11 @@ client_head_done(struct dm_client *c)
     req->pool = dm_route_match(cf, req->info.host.p, req->info.host.len, req->info.path.p,
                                req->info.path.len);
     if (c->rt->pools[req->pool].age) {
-        req->key = dm_catalog_key(req->info.host.p, req->info.host.len, req->info.path.p,
-                                  req->info.path.len);
+        /* A connection whose page came from a host-less preload keys its
+         * objects without host too, so that they match the page's list. */
+        bool any = c->any_host;
+        req->key = dm_catalog_key(any ? "" : req->info.host.p, any ? 0 : req->info.host.len,
+                                  req->info.path.p, req->info.path.len);
     }
     c->state = DM_C_CONNECT;
     client_timer_start(c, DM_T_REQUEST, cf->timeouts.request_ms);
@@ -1104,9 +1107,11 @@ req_note_sent(struct dm_req *req)
     if (c->age == NULL && !c->served && cat != NULL) {
         /* First request of the connection: its page's potential load. */
         struct dm_bal_object objs[DM_CATALOG_PAGE_MAX];
+        bool any_host = false;
         size_t n = dm_catalog_lookup_url(cat, req->info.host.p, req->info.host.len,
                                          req->info.path.p, req->info.path.len, objs,
-                                         DM_CATALOG_PAGE_MAX, cost, dflt, NULL, NULL);
+                                         DM_CATALOG_PAGE_MAX, cost, dflt, NULL, &any_host);
+        c->any_host = any_host;
         size_t size = dm_balancer_conn_state_size(p->bal, n);
         c->age = size > 0 ? calloc(1, size) : NULL;
         if (c->age != NULL) {
@@ -1152,7 +1157,13 @@ learn_object(void *arg, const char *host, size_t host_len, const char *path, siz
         host = l->host;
         host_len = l->host_len;
     }
-    l->keys[l->n++] = dm_catalog_key(host, host_len, path, path_len);
+    uint64_t key = dm_catalog_key(host, host_len, path, path_len);
+    for (unsigned i = 0; i < l->n; i++) {
+        if (l->keys[i] == key) {
+            return; /* a repeated image must not crowd out later objects */
+        }
+    }
+    l->keys[l->n++] = key;
 }
 
 static void

@@ -51,7 +51,8 @@ struct dm_client {
     bool eof;         /* the client sent FIN */
     bool close_after; /* close when the writes in flight are done */
     bool closing;
-    bool served; /* at least one request was served (header vs keep-alive timeout) */
+    bool served;   /* at least one request was served (header vs keep-alive timeout) */
+    bool any_host; /* its page is known under the empty host (a host-less preload) */
 };
 
 enum dm_upstream_state {

@@ -47,8 +47,8 @@ def _find_binary(env, rel):
     return max(found, key=os.path.getmtime)
 
 
-DIMMER = _find_binary("DIMMER", os.path.join("proxy", "dimmer"))
-DIMMER_BACKEND = _find_binary("DIMMER_BACKEND", os.path.join("bench", "dimmer-backend"))
+DIMMER = _find_binary("DIMMER", "dimmer")
+DIMMER_BACKEND = _find_binary("DIMMER_BACKEND", "dimmer-backend")
 
 # ---- processes ----------------------------------------------------------
 

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# age_vs_rr.sh: what AGE and the object catalog cost the proxy. Three
+# dimmer-backends serve the demo site; one dimmer balances them with
+# roundrobin, another with age (HTML scanned, sizes and pages learnt, potential
+# load and in-flight work kept); wrk walks the site (pages then their objects,
+# keep-alive) against each in turn, interleaved, and the medians are compared.
+#   bench/age_vs_rr.sh [--build DIR] [--duration S] [--rounds R] [--conns C] [--pin]
+# Everything runs on 127.0.0.1 ports 18100-18105 and is stopped on exit.
+set -u
+BUILD=build DUR=5 ROUNDS=3 CONNS=50 PIN=0
+while [ $# -gt 0 ]; do
+  case $1 in
+    --build) BUILD=$2; shift ;; --duration) DUR=$2; shift ;; --rounds) ROUNDS=$2; shift ;;
+    --conns) CONNS=$2; shift ;; --pin) PIN=1 ;;
+    *) echo "unknown option $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+HERE=$(cd "$(dirname "$0")" && pwd)
+command -v wrk >/dev/null || { echo "missing: wrk (apt-get install wrk)" >&2; exit 1; }
+TMP=$(mktemp -d /tmp/agebench.XXXXXX)
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
+  wait 2>/dev/null
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+SRV= WRK=
+[ $PIN = 1 ] && SRV="taskset -c 1" WRK="taskset -c 0"
+for i in 1 2 3; do
+  $SRV "$BUILD/dimmer-backend" --listen 127.0.0.1:$((18100 + i)) --name b$i >/dev/null &
+  PIDS+=($!)
+done
+conf() { # port balance
+  cat <<C
+workers: 1
+listen: ["127.0.0.1:$1"]
+pools:
+  web:
+    balance: $2
+    servers:
+      - {name: b1, address: "127.0.0.1:18101"}
+      - {name: b2, address: "127.0.0.1:18102"}
+      - {name: b3, address: "127.0.0.1:18103"}
+C
+}
+conf 18104 roundrobin >"$TMP/rr.yaml"
+conf 18105 age >"$TMP/age.yaml"
+$SRV "$BUILD/dimmer" -c "$TMP/rr.yaml" 2>"$TMP/rr.log" & PIDS+=($!)
+$SRV "$BUILD/dimmer" -c "$TMP/age.yaml" 2>"$TMP/age.log" & PIDS+=($!)
+for port in 18101 18104 18105; do
+  for _ in $(seq 50); do curl -sf "http://127.0.0.1:$port/healthz" >/dev/null && break; sleep 0.1; done
+done
+# The walk: 50 pages, each followed by its objects.
+for n in $(seq 0 49); do
+  echo "/page/$n.html"
+  curl -sf "http://127.0.0.1:18101/page/$n.objects"
+done >"$TMP/paths"
+export SITE_PATHS="$TMP/paths"
+echo "site walk: $(wc -l <"$TMP/paths") paths; wrk -t1 -c$CONNS, ${DUR}s x $ROUNDS rounds"
+run() { # port -> req/s
+  $WRK wrk -t1 -c"$CONNS" -d"${DUR}s" -s "$HERE/site.lua" "http://127.0.0.1:$1/" 2>&1 |
+    awk '/^Requests\/sec/ { print $2 }'
+}
+run 18104 >/dev/null; run 18105 >/dev/null # warm-up: the age proxy learns the site here
+RR=() AGE=()
+for r in $(seq "$ROUNDS"); do
+  RR+=("$(run 18104)"); AGE+=("$(run 18105)")
+  echo "  round $r: roundrobin ${RR[-1]} req/s, age ${AGE[-1]} req/s"
+done
+med() { printf '%s\n' "$@" | sort -n | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
+m_rr=$(med "${RR[@]}") m_age=$(med "${AGE[@]}")
+awk -v a="$m_age" -v r="$m_rr" 'BEGIN { printf "median: roundrobin %.0f req/s, age %.0f req/s, age/roundrobin %.3f (cost %.1f%%)\n", r, a, a / r, (1 - a / r) * 100 }'
