@@ -5,7 +5,9 @@
 # load and in-flight work kept); wrk walks the site (pages then their objects,
 # keep-alive) against each in turn, interleaved, and the medians are compared.
 #   bench/age_vs_rr.sh [--build DIR] [--duration S] [--rounds R] [--conns C] [--pin]
-# Everything runs on 127.0.0.1 ports 18100-18105 and is stopped on exit.
+# A third dimmer runs age with catalog.learn off, to isolate what the HTML
+# scanner and the catalog cost. Everything runs on 127.0.0.1 ports
+# 18100-18106 and is stopped on exit.
 set -u
 BUILD=build DUR=5 ROUNDS=3 CONNS=50 PIN=0
 while [ $# -gt 0 ]; do
@@ -33,10 +35,11 @@ for i in 1 2 3; do
   $SRV "$BUILD/dimmer-backend" --listen 127.0.0.1:$((18100 + i)) --name b$i >/dev/null &
   PIDS+=($!)
 done
-conf() { # port balance
+conf() { # port balance [learn]
   cat <<C
 workers: 1
 listen: ["127.0.0.1:$1"]
+catalog: {learn: ${3:-true}}
 pools:
   web:
     balance: $2
@@ -48,9 +51,11 @@ C
 }
 conf 18104 roundrobin >"$TMP/rr.yaml"
 conf 18105 age >"$TMP/age.yaml"
+conf 18106 age false >"$TMP/age-nolearn.yaml"
 $SRV "$BUILD/dimmer" -c "$TMP/rr.yaml" 2>"$TMP/rr.log" & PIDS+=($!)
 $SRV "$BUILD/dimmer" -c "$TMP/age.yaml" 2>"$TMP/age.log" & PIDS+=($!)
-for port in 18101 18104 18105; do
+$SRV "$BUILD/dimmer" -c "$TMP/age-nolearn.yaml" 2>"$TMP/age-nolearn.log" & PIDS+=($!)
+for port in 18101 18104 18105 18106; do
   for _ in $(seq 50); do curl -sf "http://127.0.0.1:$port/healthz" >/dev/null && break; sleep 0.1; done
 done
 # The walk: 50 pages, each followed by its objects.
@@ -64,12 +69,14 @@ run() { # port -> req/s
   $WRK wrk -t1 -c"$CONNS" -d"${DUR}s" -s "$HERE/site.lua" "http://127.0.0.1:$1/" 2>&1 |
     awk '/^Requests\/sec/ { print $2 }'
 }
-run 18104 >/dev/null; run 18105 >/dev/null # warm-up: the age proxy learns the site here
-RR=() AGE=()
+run 18104 >/dev/null; run 18105 >/dev/null; run 18106 >/dev/null # warm-up: the age proxy learns here
+RR=() AGE=() NOL=()
 for r in $(seq "$ROUNDS"); do
-  RR+=("$(run 18104)"); AGE+=("$(run 18105)")
-  echo "  round $r: roundrobin ${RR[-1]} req/s, age ${AGE[-1]} req/s"
+  RR+=("$(run 18104)"); AGE+=("$(run 18105)"); NOL+=("$(run 18106)")
+  echo "  round $r: roundrobin ${RR[-1]}, age ${AGE[-1]}, age without learning ${NOL[-1]} req/s"
 done
 med() { printf '%s\n' "$@" | sort -n | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
-m_rr=$(med "${RR[@]}") m_age=$(med "${AGE[@]}")
-awk -v a="$m_age" -v r="$m_rr" 'BEGIN { printf "median: roundrobin %.0f req/s, age %.0f req/s, age/roundrobin %.3f (cost %.1f%%)\n", r, a, a / r, (1 - a / r) * 100 }'
+m_rr=$(med "${RR[@]}") m_age=$(med "${AGE[@]}") m_nol=$(med "${NOL[@]}")
+awk -v a="$m_age" -v r="$m_rr" -v n="$m_nol" 'BEGIN {
+  printf "median req/s: roundrobin %.0f, age %.0f, age without learning %.0f\n", r, a, n
+  printf "age / roundrobin %.3f; learning (HTML scan + catalog) costs %.1f%% of age throughput\n", a / r, (1 - a / n) * 100 }'
