@@ -23,21 +23,24 @@ def objects_of(backend, page):
     return r.body.decode().split()
 
 
-class AgeTest(H.DimmerTest):
+class AgeBase(H.DimmerTest):
+    """Three backends and helpers to read the load table and the catalog."""
+
     def setUp(self):
         super().setUp()
         self.backends = [self.start_backend("b%d" % i) for i in range(3)]
 
-    def start_with(self, half_life, weight="0.1", workers=1):
+    def start_with(self, half_life, weight="0.1", workers=1, catalog=""):
         servers = "".join('      - {name: %s, address: "127.0.0.1:%d"}\n' % (b.name, b.port)
                           for b in self.backends)
         self.admin_port = H.free_port()
         self.port = H.free_port()
         conf = ("workers: %d\nlisten: [\"127.0.0.1:%d\"]\nadmin: \"127.0.0.1:%d\"\n"
+                "%s"
                 "pools:\n  web:\n    balance: age\n"
                 "    age: {weight: %s, half_life: %s, request_cost: 8k}\n"
-                "    servers:\n%s") % (workers, self.port, self.admin_port, weight, half_life,
-                                      servers)
+                "    servers:\n%s") % (workers, self.port, self.admin_port, catalog, weight,
+                                      half_life, servers)
         path = self.write_config(conf)
         p = self.start_proc("dimmer", [H.DIMMER, "-c", path])
         H.wait_port(self.port, proc=p)
@@ -65,6 +68,7 @@ class AgeTest(H.DimmerTest):
                 self.assertEqual(c.request("GET", o).status, 200)
         H.wait_until(lambda: self.total_potential() == 0, 5, "the table back to zero")
 
+class AgeTest(AgeBase):
     def test_page_load_adds_potential_objects_take_it_back_and_close_zeroes(self):
         self.start_with("600s")
         page = 3
@@ -173,6 +177,41 @@ class AgeTest(H.DimmerTest):
         # The page and each object: sizes learnt as they passed.
         self.assertGreaterEqual(cat["objects"], len(objs) + 1)
         self.assertGreater(cat["hits"] + cat["misses"], 0)
+
+
+class PreloadTest(AgeBase):
+    def test_manifest_gives_the_first_visit_its_potential(self):
+        page = 9
+        objs = objects_of(self.backends[0], page)
+        sizes = {}
+        for o in objs:
+            r = H.get(self.backends[0].port, o)
+            sizes[o] = len(r.body)
+        manifest = self.path("site.manifest")
+        with open(manifest, "w") as f:
+            f.write("# the demo site's page %d\npage /page/%d.html\n" % (page, page))
+            for o in objs:
+                f.write("  %s %d\n" % (o, sizes[o]))
+        # Nothing is learnt from traffic: the potential can only come from the manifest.
+        self.start_with("600s", catalog="catalog: {manifest: \"%s\", learn: false}\n" % manifest)
+        self.assertGreaterEqual(self.catalog()["pages"], 1)
+        with H.Conn(self.port) as c:
+            self.assertEqual(c.request("GET", "/page/%d.html" % page).status, 200)
+            want = sum(sizes[o] + 8192 for o in set(objs))
+            self.assertEqual(self.total_potential(), want)
+        H.wait_until(lambda: self.total_potential() == 0, 5, "the table back to zero")
+
+    def test_a_bad_manifest_stops_the_start(self):
+        manifest = self.path("bad.manifest")
+        with open(manifest, "w") as f:
+            f.write("page /a.html\n  /b.png notanumber\n")
+        conf = self.write_config(
+            "listen: [\"127.0.0.1:%d\"]\ncatalog: {manifest: \"%s\"}\n"
+            "pools:\n  web:\n    servers:\n      - {name: a, address: \"127.0.0.1:%d\"}\n"
+            % (H.free_port(), manifest, self.backends[0].port), name="bad.yaml")
+        p = self.start_proc("dimmer-bad", [H.DIMMER, "-c", conf])
+        self.assertNotEqual(p.wait(10), 0)
+        self.assertIn("bad.manifest:2:", p.stderr())
 
 
 if __name__ == "__main__":
