@@ -150,7 +150,13 @@ test_bundled_example_loads(void **state)
     assert_int_equal(c->npools, 1);
     p = &c->pools[0];
     assert_string_equal(p->name, "web");
-    assert_string_equal(p->balance, "roundrobin");
+    assert_string_equal(p->balance, "age");
+    assert_true(p->affinity_connection);
+    assert_true(p->age.weight > 0.099 && p->age.weight < 0.101);
+    assert_int_equal(p->age.half_life_ms, 10000);
+    assert_int_equal(p->age.request_cost, 8192);
+    assert_int_equal(c->catalog.memory, 16u << 20);
+    assert_int_equal(c->catalog.scan_limit, 256u << 10);
     assert_int_equal(p->draws, 2);
     assert_true(p->health.enabled);
     assert_string_equal(p->health.path, "/healthz");
