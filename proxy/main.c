@@ -290,17 +290,21 @@ main(int argc, char **argv)
     char perr[512];
     if (ctl.catalog == NULL) {
         fprintf(stderr, "dimmer: out of memory\n");
+        dm_conf_destroy(conf);
         return 1;
     }
     if (preload(ctl.catalog, conf, perr, sizeof(perr)) < 0) {
         fprintf(stderr, "dimmer: catalog: %s\n", perr);
+        dm_conf_destroy(conf);
+        dm_catalog_destroy(ctl.catalog);
         return 1;
     }
     dm_admin_set_catalog(ctl.catalog);
     const char *why = NULL;
-    ctl.rt = dm_runtime_create(conf, nworkers, NULL, ctl.catalog, &why);
+    ctl.rt = dm_runtime_create(conf, nworkers, NULL, ctl.catalog, &why); /* takes conf */
     if (ctl.rt == NULL) {
         fprintf(stderr, "dimmer: %s\n", why);
+        dm_catalog_destroy(ctl.catalog);
         return 1;
     }
     dm_runtime_publish(ctl.rt);
@@ -319,13 +323,13 @@ main(int argc, char **argv)
         if (ctl.admin == NULL) {
             fprintf(stderr, "dimmer: cannot listen on admin address %s: %s\n",
                     ctl.rt->conf->admin.text, r < -1000 ? uv_strerror(r) : strerror(-r));
-            return 1;
+            goto fail;
         }
     }
     ctl.workers = dm_workers_start(nworkers, ctl.rt, access_fd, json, &r);
     if (ctl.workers == NULL) {
         fprintf(stderr, "dimmer: cannot start: %s\n", r < -1000 ? uv_strerror(r) : strerror(-r));
-        return 1;
+        goto fail;
     }
     ctl.servers = servers_of(ctl.rt);
     ctl.health = dm_health_start(ctl.loop, ctl.rt->conf, (struct dm_servers *const *)ctl.servers);
@@ -346,4 +350,20 @@ main(int argc, char **argv)
     }
     dm_log_info("stopped");
     return 0;
+
+fail:
+    /* Nothing was started: close what the control loop has and free it all. */
+    dm_admin_stop(ctl.admin);
+    uv_close((uv_handle_t *)&ctl.sigterm, NULL);
+    uv_close((uv_handle_t *)&ctl.sigint, NULL);
+    uv_close((uv_handle_t *)&ctl.sighup, NULL);
+    uv_run(ctl.loop, UV_RUN_DEFAULT);
+    uv_loop_close(ctl.loop);
+    dm_runtime_publish(NULL);
+    dm_runtime_unref(ctl.rt);
+    dm_catalog_destroy(ctl.catalog);
+    if (access_fd > 2) {
+        close(access_fd);
+    }
+    return 1;
 }

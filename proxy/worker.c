@@ -405,6 +405,33 @@ worker_main(void *arg)
     uv_run(&w->loop, UV_RUN_DEFAULT);
 }
 
+/* Undoes dm_workers_start() for the first n workers, before any thread ran. */
+static void
+workers_abandon(struct dm_worker *ws, unsigned n)
+{
+    for (unsigned i = 0; i < n; i++) {
+        struct dm_worker *w = &ws[i];
+        for (size_t l = 0; l < w->nlisteners; l++) {
+            if (w->listeners[l].type == UV_TCP) {
+                close_once((uv_handle_t *)&w->listeners[l]);
+            }
+        }
+        close_once((uv_handle_t *)&w->wake);
+        close_once((uv_handle_t *)&w->stop_timer);
+        close_once((uv_handle_t *)&w->drain_timer);
+        close_once((uv_handle_t *)&w->flush);
+        close_once((uv_handle_t *)&w->tick);
+        uv_run(&w->loop, UV_RUN_DEFAULT);
+        uv_loop_close(&w->loop);
+        free(w->listeners);
+        free(w->log_buf);
+        dm_runtime_unref(w->rt);
+    }
+    free(ws);
+    free(wake_of);
+    wake_of = NULL;
+}
+
 struct dm_worker *
 dm_workers_start(unsigned n, struct dm_runtime *rt, int access_log_fd, int json, int *err)
 {
@@ -449,7 +476,7 @@ dm_workers_start(unsigned n, struct dm_runtime *rt, int access_log_fd, int json,
             if (fd < 0) {
                 dm_log_error("cannot listen on %s: %s", cf->listeners[l].text, strerror(-fd));
                 *err = fd;
-                /* The threads that run already are stopped by the caller's exit. */
+                workers_abandon(ws, i + 1);
                 return NULL;
             }
             uv_tcp_init(&w->loop, &w->listeners[l]);
@@ -458,6 +485,7 @@ dm_workers_start(unsigned n, struct dm_runtime *rt, int access_log_fd, int json,
             int r = uv_listen((uv_stream_t *)&w->listeners[l], 4096, on_connection);
             if (r < 0) {
                 *err = r;
+                workers_abandon(ws, i + 1);
                 return NULL;
             }
         }
