@@ -37,6 +37,8 @@ static void up_start_read(struct dm_upstream *up);
 static void req_finish(struct dm_req *req);
 static void req_await_response(struct dm_req *req);
 static void req_work_done(struct dm_req *req, int64_t n);
+static void up_cork_drop(struct dm_upstream *up);
+static void up_flush(struct dm_upstream *up);
 static void client_age_close(struct dm_client *c);
 static void learn_object(void *arg, const char *host, size_t host_len, const char *path,
                          size_t path_len, enum dm_html_kind kind);
@@ -1445,6 +1447,7 @@ dm_upstream_close(struct dm_upstream *up)
     }
     idle_remove(up);
     up->closing = true;
+    up_cork_drop(up);
     dm_buf_unref(up->w, up->in);
     up->in = NULL;
     uv_close((uv_handle_t *)&up->timer, up_timer_closed);
@@ -1474,11 +1477,26 @@ up_write_done(void *arg, int status)
     }
 }
 
+/*
+ * Writes to a server are corked until the end of the loop iteration (the
+ * worker's check phase, dm_upstreams_flush): the requests read in one
+ * iteration go out in one burst, so a server sharing the CPU is woken once
+ * per burst rather than once per request (HAProxy sends at the end of its
+ * polling loop for the same reason). A full cork is flushed at once.
+ */
 static void
-up_write(struct dm_upstream *up, uv_buf_t *bufs, unsigned n, struct dm_buf **hold, unsigned nhold)
+up_flush(struct dm_upstream *up)
 {
-    int r =
-        dm_stream_write(up->w, (uv_stream_t *)&up->tcp, bufs, n, hold, nhold, up_write_done, up);
+    unsigned n = up->ncork;
+    if (n == 0) {
+        return;
+    }
+    up->ncork = 0;
+    int r = dm_stream_write(up->w, (uv_stream_t *)&up->tcp, up->cork_bufs, n, up->cork_hold, n,
+                            up_write_done, up);
+    for (unsigned i = 0; i < n; i++) {
+        dm_buf_unref(up->w, up->cork_hold[i]);
+    }
     if (r == 0) {
         up->writes++;
         struct dm_req *req = up->req;
@@ -1489,6 +1507,52 @@ up_write(struct dm_upstream *up, uv_buf_t *bufs, unsigned n, struct dm_buf **hol
         }
     }
     /* A failed write shows up as a read error on the same connection. */
+}
+
+/* Drops what is corked (the connection is closing). */
+static void
+up_cork_drop(struct dm_upstream *up)
+{
+    for (unsigned i = 0; i < up->ncork; i++) {
+        dm_buf_unref(up->w, up->cork_hold[i]);
+    }
+    up->ncork = 0;
+}
+
+static void
+up_write(struct dm_upstream *up, uv_buf_t *bufs, unsigned n, struct dm_buf **hold, unsigned nhold)
+{
+    (void)nhold; /* one hold per buffer */
+    if (up->ncork + n > DM_CORK_MAX) {
+        up_flush(up);
+    }
+    for (unsigned i = 0; i < n; i++) {
+        up->cork_bufs[up->ncork] = bufs[i];
+        up->cork_hold[up->ncork] = hold[i];
+        hold[i]->refs++;
+        up->ncork++;
+    }
+    if (!up->corked) {
+        up->corked = true;
+        up->cork_next = up->w->corked;
+        up->w->corked = up;
+    }
+}
+
+void
+dm_upstreams_flush(struct dm_worker *w)
+{
+    while (w->corked != NULL) {
+        struct dm_upstream *up = w->corked;
+        w->corked = up->cork_next;
+        up->cork_next = NULL;
+        up->corked = false;
+        /* A connection closed this iteration is still allocated (its close
+         * callbacks run after this phase), with nothing corked. */
+        if (!up->closing) {
+            up_flush(up);
+        }
+    }
 }
 
 static void
@@ -1949,6 +2013,7 @@ dm_upstream_take(struct dm_worker *w, struct dm_runtime *rt, size_t pool, int se
 void
 dm_upstream_release(struct dm_upstream *up, bool reusable)
 {
+    up_flush(up);
     up->req = NULL;
     up->parser.on_body = NULL;
     if (!reusable || up->closing || up->w->stopping || up->rt != up->w->rt) {

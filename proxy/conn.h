@@ -79,6 +79,11 @@ struct dm_upstream {
     uint64_t deadline_ms; /* loop time of the current timeout, UINT64_MAX = none */
     uint32_t head_start;
     uint32_t writes;
+    struct dm_upstream *cork_next;   /* the worker's list of corked connections */
+    uv_buf_t cork_bufs[DM_CORK_MAX]; /* writes waiting for the end of the iteration */
+    struct dm_buf *cork_hold[DM_CORK_MAX];
+    uint8_t ncork;
+    bool corked;   /* on the worker's list */
     uint8_t state; /* enum dm_upstream_state */
     bool reused;
     bool got_bytes;

@@ -31,6 +31,7 @@
 #define DM_BUF_MIN    (32 * 1024)
 #define DM_ERRBUF     512
 #define DM_SMALL_CAP  4096 /* pooled size class for heads and error pages */
+#define DM_CORK_MAX   4    /* writes a server connection holds until the flush */
 
 /* ---- buffers ---- */
 
@@ -111,7 +112,8 @@ struct dm_worker {
     uv_timer_t tick; /* expires client timeouts */
     struct dm_client *tq_head[DM_T_KINDS];
     struct dm_client *tq_tail[DM_T_KINDS];
-    struct dm_client *aging; /* clients with policy state, for on_tick */
+    struct dm_client *aging;    /* clients with policy state, for on_tick */
+    struct dm_upstream *corked; /* server connections with writes to flush */
     unsigned ticks;
     uv_tcp_t *listeners;
     size_t nlisteners;
@@ -192,6 +194,8 @@ void dm_upstream_release(struct dm_upstream *up, bool reusable);
 void dm_upstream_close(struct dm_upstream *up);
 /* Closes every idle connection of rt held by worker w. */
 void dm_upstream_close_idle(struct dm_worker *w, struct dm_runtime *rt);
+/* Sends what the server connections corked this loop iteration (check phase). */
+void dm_upstreams_flush(struct dm_worker *w);
 
 /* ---- admin (proxy/admin.c) ---- */
 

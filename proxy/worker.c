@@ -233,10 +233,12 @@ dm_worker_log_access(struct dm_worker *w, const char *line, size_t len)
     w->log_buf[w->log_len++] = '\n';
 }
 
+/* The end of each loop iteration: corked server writes, then the access log. */
 static void
 flush_cb(uv_check_t *h)
 {
     struct dm_worker *w = h->data;
+    dm_upstreams_flush(w);
     if (w->log_len > 0) {
         log_flush(w);
     }
@@ -466,9 +468,9 @@ dm_workers_start(unsigned n, struct dm_runtime *rt, int access_log_fd, int json,
         w->json_log = json;
         if (access_log_fd >= 0) {
             w->log_buf = malloc(DM_LOG_BUF);
-            uv_check_start(&w->flush, flush_cb);
-            uv_unref((uv_handle_t *)&w->flush);
         }
+        uv_check_start(&w->flush, flush_cb);
+        uv_unref((uv_handle_t *)&w->flush);
         w->listeners = calloc(cf->nlisteners, sizeof(*w->listeners));
         w->nlisteners = cf->nlisteners;
         for (size_t l = 0; l < cf->nlisteners; l++) {

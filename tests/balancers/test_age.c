@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "balancers/balancer.h"
+#include "balancers/fixture.h"
 #include "balancers/registry.h"
 #include "balancers/rng.h"
 #include "balancers/servers.h"
@@ -16,36 +17,14 @@
 #define HALF_LIFE_US 1000000u /* 1 s, so that tests age in few ticks */
 #define T0_US        5000000u
 
-struct age_fixture {
-    struct dm_servers *sv;
-    struct dm_balancer *bal;
-    struct dm_pick pick;
-    struct dm_rng rng;
-    uint8_t tried[1];
-};
-
-static struct age_fixture *
+static struct dm_fixture *
 age_fixture_create(size_t n, double weight, uint64_t half_life_us)
 {
-    struct age_fixture *f = calloc(1, sizeof(*f));
-    assert_non_null(f);
-    f->sv = dm_servers_create(n);
-    assert_non_null(f->sv);
-    struct dm_bal_conf cf = { .age_weight = weight, .age_half_life_us = half_life_us };
-    f->bal = dm_balancer_create(dm_balancer_find("age"), f->sv, &cf);
-    assert_non_null(f->bal);
-    dm_rng_init(&f->rng, 42);
-    f->pick.rng = &f->rng;
+    struct dm_fixture *f = dm_fixture_create(n);
     f->pick.now_us = T0_US;
+    struct dm_bal_conf cf = { .age_weight = weight, .age_half_life_us = half_life_us };
+    dm_fixture_set_balancer(f, dm_balancer_find("age"), &cf);
     return f;
-}
-
-static void
-age_fixture_destroy(struct age_fixture *f)
-{
-    dm_balancer_destroy(f->bal);
-    dm_servers_destroy(f->sv);
-    free(f);
 }
 
 /* Zeroed per-connection state, sized the way the proxy sizes it. */
@@ -60,7 +39,7 @@ conn_create(const struct dm_balancer *b, size_t nobjects)
 }
 
 static int64_t
-potential(const struct age_fixture *f, size_t i)
+potential(const struct dm_fixture *f, size_t i)
 {
     return atomic_load(&f->sv->s[i].potential);
 }
@@ -115,7 +94,7 @@ static void
 test_registered_with_its_hooks(void **state)
 {
     (void)state;
-    struct age_fixture *f = age_fixture_create(1, 0.1, 0);
+    struct dm_fixture *f = age_fixture_create(1, 0.1, 0);
     assert_ptr_equal(f->bal->ops, &dm_bal_age);
     assert_ptr_equal(f->bal->sv, f->sv);
     assert_non_null(dm_bal_age.conn_state_size);
@@ -131,14 +110,14 @@ test_registered_with_its_hooks(void **state)
                      dm_balancer_conn_state_size(f->bal, 256));
     assert_int_equal(dm_balancer_conn_state_size(f->bal, 100000),
                      dm_balancer_conn_state_size(f->bal, 256));
-    age_fixture_destroy(f);
+    dm_fixture_destroy(f);
 }
 
 static void
 test_first_request_adds_exactly_the_page_potential(void **state)
 {
     (void)state;
-    struct age_fixture *f = age_fixture_create(3, 0.1, HALF_LIFE_US);
+    struct dm_fixture *f = age_fixture_create(3, 0.1, HALF_LIFE_US);
     void *c = conn_create(f->bal, 3);
     first_request(f->bal, c, 1, T0_US, page3, 3);
     assert_int_equal(potential(f, 0), 0);
@@ -156,14 +135,14 @@ test_first_request_adds_exactly_the_page_potential(void **state)
     assert_int_equal(potential(f, 1), 0);
     free(c);
     free(c2);
-    age_fixture_destroy(f);
+    dm_fixture_destroy(f);
 }
 
 static void
 test_one_half_life_halves_it(void **state)
 {
     (void)state;
-    struct age_fixture *f = age_fixture_create(2, 0.1, HALF_LIFE_US);
+    struct dm_fixture *f = age_fixture_create(2, 0.1, HALF_LIFE_US);
     void *c = conn_create(f->bal, 3);
     first_request(f->bal, c, 0, T0_US, page3, 3);
     tick(f->bal, c, 0, T0_US + HALF_LIFE_US);
@@ -176,14 +155,14 @@ test_one_half_life_halves_it(void **state)
     close_conn(f->bal, c, 0, T0_US + 100 * (uint64_t)HALF_LIFE_US);
     assert_int_equal(potential(f, 0), 0);
     free(c);
-    age_fixture_destroy(f);
+    dm_fixture_destroy(f);
 }
 
 static void
 test_default_half_life_is_ten_seconds(void **state)
 {
     (void)state;
-    struct age_fixture *f = age_fixture_create(1, 0.1, 0);
+    struct dm_fixture *f = age_fixture_create(1, 0.1, 0);
     static const struct dm_bal_object big[] = { { .key = 1, .work = 1000000 } };
     void *c = conn_create(f->bal, 1);
     first_request(f->bal, c, 0, T0_US, big, 1);
@@ -192,7 +171,7 @@ test_default_half_life_is_ten_seconds(void **state)
     close_conn(f->bal, c, 0, T0_US + 10000000);
     assert_int_equal(potential(f, 0), 0);
     free(c);
-    age_fixture_destroy(f);
+    dm_fixture_destroy(f);
 }
 
 /* Ticks every 100 ms follow 2^(-t / half-life) and never raise the potential. */
@@ -200,7 +179,7 @@ static void
 test_ticks_follow_the_decay_and_only_shrink(void **state)
 {
     (void)state;
-    struct age_fixture *f = age_fixture_create(1, 0.1, HALF_LIFE_US);
+    struct dm_fixture *f = age_fixture_create(1, 0.1, HALF_LIFE_US);
     static const struct dm_bal_object big[] = { { .key = 1, .work = 123456789 } };
     void *c = conn_create(f->bal, 1);
     first_request(f->bal, c, 0, T0_US, big, 1);
@@ -219,14 +198,14 @@ test_ticks_follow_the_decay_and_only_shrink(void **state)
     assert_int_equal(potential(f, 0), 0);
     close_conn(f->bal, c, 0, T0_US);
     free(c);
-    age_fixture_destroy(f);
+    dm_fixture_destroy(f);
 }
 
 static void
 test_requested_object_subtracts_its_work_once(void **state)
 {
     (void)state;
-    struct age_fixture *f = age_fixture_create(2, 0.1, HALF_LIFE_US);
+    struct dm_fixture *f = age_fixture_create(2, 0.1, HALF_LIFE_US);
     void *c = conn_create(f->bal, 3);
     first_request(f->bal, c, 1, T0_US, page3, 3);
     object_request(f->bal, c, 1, T0_US, 22);
@@ -244,14 +223,14 @@ test_requested_object_subtracts_its_work_once(void **state)
     assert_int_equal(potential(f, 1), 0);
     assert_int_equal(potential(f, 0), 0);
     free(c);
-    age_fixture_destroy(f);
+    dm_fixture_destroy(f);
 }
 
 static void
 test_unknown_object_changes_nothing(void **state)
 {
     (void)state;
-    struct age_fixture *f = age_fixture_create(1, 0.1, HALF_LIFE_US);
+    struct dm_fixture *f = age_fixture_create(1, 0.1, HALF_LIFE_US);
     void *c = conn_create(f->bal, 3);
     first_request(f->bal, c, 0, T0_US, page3, 3);
     object_request(f->bal, c, 0, T0_US + 10, 12);
@@ -261,14 +240,14 @@ test_unknown_object_changes_nothing(void **state)
     assert_int_equal(potential(f, 0), 401);
     close_conn(f->bal, c, 0, T0_US + 10);
     free(c);
-    age_fixture_destroy(f);
+    dm_fixture_destroy(f);
 }
 
 static void
 test_duplicates_in_the_page_count_once(void **state)
 {
     (void)state;
-    struct age_fixture *f = age_fixture_create(1, 0.1, HALF_LIFE_US);
+    struct dm_fixture *f = age_fixture_create(1, 0.1, HALF_LIFE_US);
     static const struct dm_bal_object dup[] = {
         { .key = 7, .work = 300 }, { .key = 5, .work = 40 },  { .key = 7, .work = 300 },
         { .key = 9, .work = 2 },   { .key = 7, .work = 300 },
@@ -284,14 +263,14 @@ test_duplicates_in_the_page_count_once(void **state)
     close_conn(f->bal, c, 0, T0_US);
     assert_int_equal(potential(f, 0), 0);
     free(c);
-    age_fixture_destroy(f);
+    dm_fixture_destroy(f);
 }
 
 static void
 test_fin_removes_the_rest_at_once(void **state)
 {
     (void)state;
-    struct age_fixture *f = age_fixture_create(2, 0.1, HALF_LIFE_US);
+    struct dm_fixture *f = age_fixture_create(2, 0.1, HALF_LIFE_US);
     void *a = conn_create(f->bal, 3);
     void *b = conn_create(f->bal, 3);
     first_request(f->bal, a, 1, T0_US, page3, 3);
@@ -310,14 +289,14 @@ test_fin_removes_the_rest_at_once(void **state)
     assert_int_equal(potential(f, 0), 0);
     free(a);
     free(b);
-    age_fixture_destroy(f);
+    dm_fixture_destroy(f);
 }
 
 static void
 test_no_state_and_bad_server_are_ignored(void **state)
 {
     (void)state;
-    struct age_fixture *f = age_fixture_create(2, 0.1, HALF_LIFE_US);
+    struct dm_fixture *f = age_fixture_create(2, 0.1, HALF_LIFE_US);
     first_request(f->bal, NULL, 0, T0_US, page3, 3);
     object_request(f->bal, NULL, 0, T0_US, 11);
     tick(f->bal, NULL, 0, T0_US);
@@ -335,7 +314,7 @@ test_no_state_and_bad_server_are_ignored(void **state)
     close_conn(f->bal, c, 0, T0_US);
     free(c);
     free(d);
-    age_fixture_destroy(f);
+    dm_fixture_destroy(f);
 }
 
 /* A second first request (a retry on another server) moves the potential. */
@@ -343,7 +322,7 @@ static void
 test_second_first_request_moves_the_potential(void **state)
 {
     (void)state;
-    struct age_fixture *f = age_fixture_create(2, 0.1, HALF_LIFE_US);
+    struct dm_fixture *f = age_fixture_create(2, 0.1, HALF_LIFE_US);
     void *c = conn_create(f->bal, 3);
     first_request(f->bal, c, 0, T0_US, page3, 3);
     object_request(f->bal, c, 0, T0_US, 22);
@@ -354,7 +333,7 @@ test_second_first_request_moves_the_potential(void **state)
     close_conn(f->bal, c, 1, T0_US + 8);
     assert_int_equal(potential(f, 1), 0);
     free(c);
-    age_fixture_destroy(f);
+    dm_fixture_destroy(f);
 }
 
 /* Objects past the cap count in the potential but cannot be consumed. */
@@ -363,7 +342,7 @@ test_objects_past_the_cap_count_but_are_not_consumable(void **state)
 {
     (void)state;
     enum { N = 300, CAP = 256 };
-    struct age_fixture *f = age_fixture_create(1, 0.1, HALF_LIFE_US);
+    struct dm_fixture *f = age_fixture_create(1, 0.1, HALF_LIFE_US);
     struct dm_bal_object *objs = calloc(N + 1, sizeof(*objs));
     assert_non_null(objs);
     for (size_t k = 0; k < N; k++) {
@@ -382,11 +361,11 @@ test_objects_past_the_cap_count_but_are_not_consumable(void **state)
     assert_int_equal(potential(f, 0), 0);
     free(c);
     free(objs);
-    age_fixture_destroy(f);
+    dm_fixture_destroy(f);
 }
 
 static void
-set_load(struct age_fixture *f, size_t i, unsigned cap, int64_t work, int64_t pot)
+set_load(struct dm_fixture *f, size_t i, unsigned cap, int64_t work, int64_t pot)
 {
     f->sv->s[i].capacity = cap;
     atomic_store(&f->sv->s[i].inflight_work, work);
@@ -416,7 +395,7 @@ test_picks_lowest_weighted_load_per_capacity(void **state)
         { 0.5, { 1, 1, 1 }, { -40, 10, 5 }, { 0, 0, 0 }, 0 },          /* negative reads as 0 */
     };
     for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
-        struct age_fixture *f = age_fixture_create(3, cases[c].w, HALF_LIFE_US);
+        struct dm_fixture *f = age_fixture_create(3, cases[c].w, HALF_LIFE_US);
         for (size_t i = 0; i < 3; i++) {
             set_load(f, i, cases[c].cap[i], cases[c].work[i], cases[c].pot[i]);
         }
@@ -428,7 +407,7 @@ test_picks_lowest_weighted_load_per_capacity(void **state)
                 assert_int_equal(got, cases[c].want);
             }
         }
-        age_fixture_destroy(f);
+        dm_fixture_destroy(f);
     }
 }
 
@@ -436,7 +415,7 @@ static void
 test_ties_rotate(void **state)
 {
     (void)state;
-    struct age_fixture *f = age_fixture_create(4, 0.1, HALF_LIFE_US);
+    struct dm_fixture *f = age_fixture_create(4, 0.1, HALF_LIFE_US);
     unsigned count[4] = { 0 };
     int last = DM_NO_SERVER;
     for (int k = 0; k < 400; k++) {
@@ -449,14 +428,14 @@ test_ties_rotate(void **state)
     for (size_t i = 0; i < 4; i++) {
         assert_int_equal(count[i], 100);
     }
-    age_fixture_destroy(f);
+    dm_fixture_destroy(f);
 }
 
 static void
 test_unusable_and_tried_servers_are_never_picked(void **state)
 {
     (void)state;
-    struct age_fixture *f = age_fixture_create(6, 0.1, HALF_LIFE_US);
+    struct dm_fixture *f = age_fixture_create(6, 0.1, HALF_LIFE_US);
     for (size_t i = 0; i < 6; i++) {
         set_load(f, i, 1, i < 4 ? 0 : 1000, 0);
     }
@@ -478,11 +457,11 @@ test_unusable_and_tried_servers_are_never_picked(void **state)
     /* The passive down period ends. */
     f->pick.now_us += 1;
     assert_int_equal(dm_balancer_pick(f->bal, &f->pick), 1);
-    age_fixture_destroy(f);
+    dm_fixture_destroy(f);
 
     f = age_fixture_create(0, 0.1, HALF_LIFE_US);
     assert_int_equal(dm_balancer_pick(f->bal, &f->pick), DM_NO_SERVER);
-    age_fixture_destroy(f);
+    dm_fixture_destroy(f);
 }
 
 /* The potential a first request writes steers the next picks away. */
@@ -490,7 +469,7 @@ static void
 test_potential_steers_later_picks(void **state)
 {
     (void)state;
-    struct age_fixture *f = age_fixture_create(2, 0.5, HALF_LIFE_US);
+    struct dm_fixture *f = age_fixture_create(2, 0.5, HALF_LIFE_US);
     void *c = conn_create(f->bal, 3);
     int i = dm_balancer_pick(f->bal, &f->pick);
     first_request(f->bal, c, i, T0_US, page3, 3);
@@ -503,7 +482,7 @@ test_potential_steers_later_picks(void **state)
     int b = dm_balancer_pick(f->bal, &f->pick);
     assert_int_not_equal(a, b);
     free(c);
-    age_fixture_destroy(f);
+    dm_fixture_destroy(f);
 }
 
 /*
@@ -629,7 +608,7 @@ test_random_interleavings_never_negative_and_zero_at_rest(void **state)
     (void)state;
     enum { N = 5, STEPS = 200000 };
     for (uint64_t seed = 1; seed <= 4; seed++) {
-        struct age_fixture *f =
+        struct dm_fixture *f =
             age_fixture_create(N, seed == 4 ? 0.0 : 0.1 * (double)seed, seed * 300000);
         for (size_t i = 0; i < N; i++) {
             f->sv->s[i].capacity = 1 + (unsigned)i % 3;
@@ -665,7 +644,7 @@ test_random_interleavings_never_negative_and_zero_at_rest(void **state)
         }
         driver_fini(d);
         free(d);
-        age_fixture_destroy(f);
+        dm_fixture_destroy(f);
     }
 }
 
@@ -722,7 +701,7 @@ static void
 test_threads_on_a_shared_table_end_at_zero(void **state)
 {
     (void)state;
-    struct age_fixture *f = age_fixture_create(4, 0.1, HALF_LIFE_US);
+    struct dm_fixture *f = age_fixture_create(4, 0.1, HALF_LIFE_US);
     pthread_t th[THREADS];
     struct thread_arg args[THREADS];
     pthread_t watcher;
@@ -744,7 +723,7 @@ test_threads_on_a_shared_table_end_at_zero(void **state)
     for (size_t i = 0; i < 4; i++) {
         assert_int_equal(potential(f, i), 0);
     }
-    age_fixture_destroy(f);
+    dm_fixture_destroy(f);
 }
 
 int

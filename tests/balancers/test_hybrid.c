@@ -2,51 +2,20 @@
 #include "dm_test.h"
 
 #include <math.h>
-#include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
 
 #include "balancers/balancer.h"
+#include "balancers/fixture.h"
 #include "balancers/registry.h"
-#include "balancers/rng.h"
 #include "balancers/servers.h"
 
-#define MAX_SERVERS 1024
 #define MAX_CLASSES 8
 
-struct hy_fixture {
-    struct dm_servers *sv;
-    struct dm_balancer *bal;
-    struct dm_pick pick;
-    struct dm_rng rng;
-    uint8_t tried[MAX_SERVERS / 8];
-};
-
-static struct hy_fixture *
+static struct dm_fixture *
 hy_fixture_create(const unsigned *caps, size_t n)
 {
-    struct hy_fixture *f = calloc(1, sizeof(*f));
-    assert_non_null(f);
-    f->sv = dm_servers_create(n);
-    assert_non_null(f->sv);
-    for (size_t i = 0; i < n; i++) {
-        f->sv->s[i].capacity = caps != NULL ? caps[i] : 1;
-        f->sv->s[i].weight = (unsigned)(n - i); /* not this policy's business */
-    }
-    f->bal = dm_balancer_create(&dm_bal_hybrid, f->sv, NULL);
-    assert_non_null(f->bal);
-    dm_rng_init(&f->rng, 42);
-    f->pick.rng = &f->rng;
-    f->pick.now_us = 1000000;
-    return f;
-}
-
-static void
-hy_fixture_destroy(struct hy_fixture *f)
-{
-    dm_balancer_destroy(f->bal);
-    dm_servers_destroy(f->sv);
-    free(f);
+    return dm_fixture_create_by_capacity(&dm_bal_hybrid, caps, n);
 }
 
 /*
@@ -55,7 +24,7 @@ hy_fixture_destroy(struct hy_fixture *f)
  * usable capacity over the pool's. Returns the number of classes.
  */
 static size_t
-expected_split(const struct hy_fixture *f, unsigned *class_cap, double *share)
+expected_split(const struct dm_fixture *f, unsigned *class_cap, double *share)
 {
     size_t nclasses = 0;
     for (size_t i = 0; i < f->sv->n; i++) {
@@ -92,7 +61,7 @@ expected_split(const struct hy_fixture *f, unsigned *class_cap, double *share)
 
 /* Picks `picks` times with no load and checks each class's share within `tol`. */
 static void
-check_split(struct hy_fixture *f, const double *want, size_t nclasses, int picks, double tol)
+check_split(struct dm_fixture *f, const double *want, size_t nclasses, int picks, double tol)
 {
     unsigned class_cap[MAX_CLASSES];
     double share[MAX_CLASSES];
@@ -123,11 +92,11 @@ static void
 test_create_sets_ops_and_table(void **state)
 {
     (void)state;
-    struct hy_fixture *f = hy_fixture_create(NULL, 3);
+    struct dm_fixture *f = hy_fixture_create(NULL, 3);
     assert_ptr_equal(f->bal->ops, &dm_bal_hybrid);
     assert_ptr_equal(f->bal->sv, f->sv);
     assert_ptr_equal(dm_balancer_find("hybrid"), &dm_bal_hybrid);
-    hy_fixture_destroy(f);
+    dm_fixture_destroy(f);
 }
 
 static void
@@ -136,14 +105,11 @@ test_unusable_and_tried_servers_are_never_picked(void **state)
     (void)state;
     enum { N = 10 };
     static const unsigned caps[N] = { 4, 4, 4, 4, 4, 4, 1, 1, 4, 2 };
-    struct hy_fixture *f = hy_fixture_create(caps, N);
-    atomic_store(&f->sv->s[0].down, true);
-    atomic_store(&f->sv->s[1].down_until_us, f->pick.now_us + 1);
-    atomic_store(&f->sv->s[2].power, DM_POWER_ASLEEP);
-    atomic_store(&f->sv->s[3].power, DM_POWER_BOOTING);
-    atomic_store(&f->sv->s[4].power, DM_POWER_DRAINING);
-    f->pick.tried = f->tried;
-    f->tried[0] = 1u << 5;
+    struct dm_fixture *f = hy_fixture_create(caps, N);
+    static const struct dm_fixture_out out = {
+        .down = 0, .passive = 1, .asleep = 2, .booting = 3, .draining = 4, .tried = 5
+    };
+    dm_fixture_take_out(f, &out);
     unsigned count[N] = { 0 };
     for (int k = 0; k < 30000; k++) {
         int i = dm_balancer_pick(f->bal, &f->pick);
@@ -160,12 +126,8 @@ test_unusable_and_tried_servers_are_never_picked(void **state)
     assert_true(count[8] > 14000 && count[8] < 16000);
     assert_true(count[6] > 3000 && count[7] > 3000 && count[9] > 6500);
     f->pick.now_us++;
-    bool seen = false;
-    for (int k = 0; k < 1000 && !seen; k++) {
-        seen = dm_balancer_pick(f->bal, &f->pick) == 1;
-    }
-    assert_true(seen);
-    hy_fixture_destroy(f);
+    assert_true(dm_fixture_picks_within(f, 1, 1000));
+    dm_fixture_destroy(f);
 }
 
 static void
@@ -173,7 +135,7 @@ test_no_usable_server_gives_no_server(void **state)
 {
     (void)state;
     static const unsigned caps[3] = { 1, 2, 2 };
-    struct hy_fixture *f = hy_fixture_create(caps, 3);
+    struct dm_fixture *f = hy_fixture_create(caps, 3);
     atomic_store(&f->sv->s[0].down, true);
     atomic_store(&f->sv->s[1].power, DM_POWER_ASLEEP);
     f->pick.tried = f->tried;
@@ -183,11 +145,11 @@ test_no_usable_server_gives_no_server(void **state)
     for (int k = 0; k < 10; k++) {
         assert_int_equal(dm_balancer_pick(f->bal, &f->pick), 2);
     }
-    hy_fixture_destroy(f);
+    dm_fixture_destroy(f);
 
     f = hy_fixture_create(NULL, 0);
     assert_int_equal(dm_balancer_pick(f->bal, &f->pick), DM_NO_SERVER);
-    hy_fixture_destroy(f);
+    dm_fixture_destroy(f);
 }
 
 /*
@@ -201,7 +163,7 @@ test_split_follows_class_capacity(void **state)
     enum { PICKS = 300000 };
     /* Classes 1 (x4), 2 (x2), 4 (x1): capacities 4, 4, 4. */
     static const unsigned caps[7] = { 1, 2, 1, 4, 1, 2, 1 };
-    struct hy_fixture *f = hy_fixture_create(caps, 7);
+    struct dm_fixture *f = hy_fixture_create(caps, 7);
     static const double thirds[3] = { 1.0 / 3, 1.0 / 3, 1.0 / 3 };
     check_split(f, thirds, 3, PICKS, 0.005);
 
@@ -219,14 +181,14 @@ test_split_follows_class_capacity(void **state)
     atomic_store(&f->sv->s[3].down, false);
     atomic_store(&f->sv->s[5].power, DM_POWER_AWAKE);
     check_split(f, thirds, 3, PICKS, 0.005);
-    hy_fixture_destroy(f);
+    dm_fixture_destroy(f);
 
     /* Uneven classes: 1+1+1 = 3, 3+3 = 6, 8: shares 3/17, 6/17, 8/17. */
     static const unsigned caps2[6] = { 8, 3, 1, 3, 1, 1 };
     f = hy_fixture_create(caps2, 6);
     static const double seventeenths[3] = { 3.0 / 17, 6.0 / 17, 8.0 / 17 };
     check_split(f, seventeenths, 3, PICKS, 0.005);
-    hy_fixture_destroy(f);
+    dm_fixture_destroy(f);
 }
 
 /*
@@ -240,7 +202,7 @@ test_power_of_two_inside_the_class(void **state)
     (void)state;
     enum { PICKS = 110000 };
     static const unsigned caps[4] = { 2, 2, 2, 5 };
-    struct hy_fixture *f = hy_fixture_create(caps, 4);
+    struct dm_fixture *f = hy_fixture_create(caps, 4);
     atomic_store(&f->sv->s[0].inflight, 0);
     atomic_store(&f->sv->s[1].inflight, 5);
     atomic_store(&f->sv->s[2].inflight, 9);
@@ -254,13 +216,13 @@ test_power_of_two_inside_the_class(void **state)
     double cls = PICKS * 6.0 / 11;
     assert_true(count[0] > cls * 2 / 3 * 0.98 && count[0] < cls * 2 / 3 * 1.02);
     assert_true(count[3] > PICKS * 5.0 / 11 * 0.98 && count[3] < PICKS * 5.0 / 11 * 1.02);
-    hy_fixture_destroy(f);
+    dm_fixture_destroy(f);
 }
 
 /*
- * A closed loop with servers that work at the speed of their capacity (see
- * test_p2c_shadow.c): picks follow capacity, every class at the same
- * utilisation.
+ * A closed loop with servers that work at the speed of their capacity
+ * (dm_fixture_run_capacity_loop): picks follow capacity, every class at the
+ * same utilisation.
  */
 static void
 test_picks_follow_capacity_under_load(void **state)
@@ -268,38 +230,15 @@ test_picks_follow_capacity_under_load(void **state)
     (void)state;
     enum { N = 8, LIVE = 160, STEPS = 200000, WARMUP = 2000 };
     static const unsigned caps[N] = { 1, 1, 1, 1, 2, 2, 4, 4 };
-    struct hy_fixture *f = hy_fixture_create(caps, N);
-    for (int k = 0; k < LIVE; k++) {
-        dm_counter_add(&f->sv->s[dm_balancer_pick(f->bal, &f->pick)].inflight, 1);
-    }
+    struct dm_fixture *f = hy_fixture_create(caps, N);
     uint64_t picks[N] = { 0 };
-    for (int step = 0; step < STEPS; step++) {
-        uint64_t busy = 0;
-        for (size_t j = 0; j < N; j++) {
-            busy += dm_counter_get(&f->sv->s[j].inflight) > 0 ? caps[j] : 0;
-        }
-        uint64_t r = dm_rng_below(&f->rng, busy);
-        size_t j = 0;
-        for (;; j++) {
-            uint64_t c = dm_counter_get(&f->sv->s[j].inflight) > 0 ? caps[j] : 0;
-            if (r < c) {
-                break;
-            }
-            r -= c;
-        }
-        dm_counter_sub(&f->sv->s[j].inflight, 1);
-        int i = dm_balancer_pick(f->bal, &f->pick);
-        dm_counter_add(&f->sv->s[i].inflight, 1);
-        if (step >= WARMUP) {
-            picks[i]++;
-        }
-    }
+    dm_fixture_run_capacity_loop(f, LIVE, STEPS, WARMUP, picks);
     for (size_t i = 0; i < N; i++) {
         double want = (double)(STEPS - WARMUP) * caps[i] / 16.0;
         print_message("server %zu capacity %u: %.3f of its share\n", i, caps[i], picks[i] / want);
         assert_true(picks[i] > want * 0.95 && picks[i] < want * 1.05);
     }
-    hy_fixture_destroy(f);
+    dm_fixture_destroy(f);
 }
 
 /* A big pool with three servers awake in two classes: the split still holds. */
@@ -312,7 +251,7 @@ test_mostly_asleep_pool(void **state)
     for (size_t i = 0; i < N; i++) {
         caps[i] = 1 + (unsigned)(i % 4);
     }
-    struct hy_fixture *f = hy_fixture_create(caps, N);
+    struct dm_fixture *f = hy_fixture_create(caps, N);
     for (size_t i = 0; i < N; i++) {
         atomic_store(&f->sv->s[i].power, DM_POWER_ASLEEP);
     }
@@ -329,81 +268,20 @@ test_mostly_asleep_pool(void **state)
     }
     assert_int_equal(c4 + c8 + c11, PICKS);
     assert_true(c11 > PICKS * 4 / 6 * 0.97 && c11 < PICKS * 4 / 6 * 1.03);
-    hy_fixture_destroy(f);
+    dm_fixture_destroy(f);
     free(caps);
 }
 
 /* Four threads share the balancer and the table, as the workers do. */
-struct thread_arg {
-    struct dm_balancer *bal;
-    struct dm_servers *sv;
-    uint64_t seed;
-    uint64_t picks[16];
-    unsigned errors;
-};
-
-static void *
-picker_thread(void *p)
-{
-    struct thread_arg *a = p;
-    struct dm_rng rng;
-    dm_rng_init(&rng, a->seed);
-    struct dm_pick in = { .rng = &rng, .now_us = 1 };
-    int open[64];
-    size_t nopen = 0;
-    for (int k = 0; k < 100000; k++) {
-        int i = dm_balancer_pick(a->bal, &in);
-        if (i < 0 || i >= 16 || i == 3) {
-            a->errors++;
-            continue;
-        }
-        a->picks[i]++;
-        dm_counter_add(&a->sv->s[i].conns, 1);
-        dm_counter_add(&a->sv->s[i].inflight, 1);
-        open[nopen++] = i;
-        if (nopen == 64) {
-            size_t j = (size_t)dm_rng_below(&rng, nopen);
-            dm_counter_sub(&a->sv->s[open[j]].conns, 1);
-            dm_counter_sub(&a->sv->s[open[j]].inflight, 1);
-            open[j] = open[--nopen];
-        }
-    }
-    while (nopen > 0) {
-        nopen--;
-        dm_counter_sub(&a->sv->s[open[nopen]].conns, 1);
-        dm_counter_sub(&a->sv->s[open[nopen]].inflight, 1);
-    }
-    return NULL;
-}
-
 static void
 test_concurrent_picks_add_up(void **state)
 {
     (void)state;
-    enum { N = 16, THREADS = 4 };
+    enum { N = 16 };
     static const unsigned caps[N] = { 1, 2, 4, 8, 1, 2, 4, 8, 1, 2, 4, 8, 1, 2, 4, 8 };
-    struct hy_fixture *f = hy_fixture_create(caps, N);
-    atomic_store(&f->sv->s[3].down, true);
-    struct thread_arg args[THREADS];
-    pthread_t th[THREADS];
-    for (int t = 0; t < THREADS; t++) {
-        args[t] = (struct thread_arg){ .bal = f->bal, .sv = f->sv, .seed = 100 + t };
-        assert_int_equal(pthread_create(&th[t], NULL, picker_thread, &args[t]), 0);
-    }
-    uint64_t total = 0;
-    for (int t = 0; t < THREADS; t++) {
-        assert_int_equal(pthread_join(th[t], NULL), 0);
-        assert_int_equal(args[t].errors, 0);
-        for (size_t i = 0; i < N; i++) {
-            total += args[t].picks[i];
-        }
-    }
-    assert_int_equal(total, THREADS * 100000);
-    for (size_t i = 0; i < N; i++) {
-        assert_int_equal(dm_counter_get(&f->sv->s[i].conns), 0);
-        assert_int_equal(dm_counter_get(&f->sv->s[i].inflight), 0);
-    }
-    hy_fixture_destroy(f);
+    struct dm_fixture *f = hy_fixture_create(caps, N);
+    dm_fixture_run_pickers(f, 3, 100000, 0); /* server 3 down, no keys */
+    dm_fixture_destroy(f);
 }
 
 int

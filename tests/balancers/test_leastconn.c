@@ -5,43 +5,21 @@
 #include <stdlib.h>
 
 #include "balancers/balancer.h"
+#include "balancers/fixture.h"
 #include "balancers/registry.h"
 #include "balancers/rng.h"
 #include "balancers/servers.h"
 
-struct lc_fixture {
-    struct dm_servers *sv;
-    struct dm_balancer *bal;
-    struct dm_pick pick;
-    struct dm_rng rng;
-    uint8_t tried[1];
-};
-
-static struct lc_fixture *
+static struct dm_fixture *
 lc_fixture_create(const unsigned *weights, const uint64_t *conns, size_t n)
 {
-    struct lc_fixture *f = calloc(1, sizeof(*f));
-    assert_non_null(f);
-    f->sv = dm_servers_create(n);
-    assert_non_null(f->sv);
+    struct dm_fixture *f = dm_fixture_create(n);
+    dm_fixture_set_weights(f, weights);
     for (size_t i = 0; i < n; i++) {
-        f->sv->s[i].weight = weights[i];
         atomic_store(&f->sv->s[i].conns, conns != NULL ? conns[i] : 0);
     }
-    f->bal = dm_balancer_create(dm_balancer_find("leastconn"), f->sv, NULL);
-    assert_non_null(f->bal);
-    dm_rng_init(&f->rng, 42);
-    f->pick.rng = &f->rng;
-    f->pick.now_us = 1000000;
+    dm_fixture_set_balancer(f, dm_balancer_find("leastconn"), NULL);
     return f;
-}
-
-static void
-lc_fixture_destroy(struct lc_fixture *f)
-{
-    dm_balancer_destroy(f->bal);
-    dm_servers_destroy(f->sv);
-    free(f);
 }
 
 static void
@@ -49,10 +27,10 @@ test_create_sets_ops_and_table(void **state)
 {
     (void)state;
     static const unsigned w[] = { 1 };
-    struct lc_fixture *f = lc_fixture_create(w, NULL, 1);
+    struct dm_fixture *f = lc_fixture_create(w, NULL, 1);
     assert_ptr_equal(f->bal->ops, &dm_bal_leastconn);
     assert_ptr_equal(f->bal->sv, f->sv);
-    lc_fixture_destroy(f);
+    dm_fixture_destroy(f);
 }
 
 static void
@@ -73,12 +51,12 @@ test_picks_least_connections_per_weight(void **state)
         { { 7, 1, 5 }, { 1000, 200, 701 }, 2 },
     };
     for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
-        struct lc_fixture *f = lc_fixture_create(cases[c].w, cases[c].conns, 3);
+        struct dm_fixture *f = lc_fixture_create(cases[c].w, cases[c].conns, 3);
         /* Every start offset of the rotor gives the same answer. */
         for (int k = 0; k < 9; k++) {
             assert_int_equal(dm_balancer_pick(f->bal, &f->pick), cases[c].want);
         }
-        lc_fixture_destroy(f);
+        dm_fixture_destroy(f);
     }
 }
 
@@ -87,7 +65,7 @@ test_ties_rotate(void **state)
 {
     (void)state;
     static const unsigned w[] = { 1, 1, 1, 1 };
-    struct lc_fixture *f = lc_fixture_create(w, NULL, 4);
+    struct dm_fixture *f = lc_fixture_create(w, NULL, 4);
     unsigned count[4] = { 0 };
     int last = DM_NO_SERVER;
     for (int k = 0; k < 400; k++) {
@@ -100,7 +78,7 @@ test_ties_rotate(void **state)
     for (size_t i = 0; i < 4; i++) {
         assert_int_equal(count[i], 100);
     }
-    lc_fixture_destroy(f);
+    dm_fixture_destroy(f);
 }
 
 static void
@@ -110,14 +88,14 @@ test_ties_rotate_among_the_least_loaded_only(void **state)
     /* Servers 0, 2 and 3 all carry one connection per unit of weight. */
     static const unsigned w[] = { 2, 1, 1, 3 };
     static const uint64_t conns[] = { 2, 5, 1, 3 };
-    struct lc_fixture *f = lc_fixture_create(w, conns, 4);
+    struct dm_fixture *f = lc_fixture_create(w, conns, 4);
     unsigned count[4] = { 0 };
     for (int k = 0; k < 300; k++) {
         count[dm_balancer_pick(f->bal, &f->pick)]++;
     }
     assert_int_equal(count[1], 0);
     assert_true(count[0] >= 75 && count[2] >= 75 && count[3] >= 75);
-    lc_fixture_destroy(f);
+    dm_fixture_destroy(f);
 }
 
 static void
@@ -126,7 +104,7 @@ test_unusable_servers_are_never_picked(void **state)
     (void)state;
     static const unsigned w[] = { 1, 1, 1, 1, 1 };
     static const uint64_t conns[] = { 0, 0, 0, 9, 9 };
-    struct lc_fixture *f = lc_fixture_create(w, conns, 5);
+    struct dm_fixture *f = lc_fixture_create(w, conns, 5);
     atomic_store(&f->sv->s[0].down, true);
     atomic_store(&f->sv->s[1].down_until_us, f->pick.now_us + 1);
     atomic_store(&f->sv->s[2].power, DM_POWER_DRAINING);
@@ -141,7 +119,7 @@ test_unusable_servers_are_never_picked(void **state)
     /* The passive down period ends. */
     f->pick.now_us += 1;
     assert_int_equal(dm_balancer_pick(f->bal, &f->pick), 1);
-    lc_fixture_destroy(f);
+    dm_fixture_destroy(f);
 }
 
 static void
@@ -150,7 +128,7 @@ test_tried_servers_are_skipped(void **state)
     (void)state;
     static const unsigned w[] = { 1, 1, 1 };
     static const uint64_t conns[] = { 0, 4, 5 };
-    struct lc_fixture *f = lc_fixture_create(w, conns, 3);
+    struct dm_fixture *f = lc_fixture_create(w, conns, 3);
     f->pick.tried = f->tried;
     f->tried[0] = 1u << 0;
     for (int k = 0; k < 6; k++) {
@@ -160,7 +138,7 @@ test_tried_servers_are_skipped(void **state)
     assert_int_equal(dm_balancer_pick(f->bal, &f->pick), 2);
     f->tried[0] = 0x07;
     assert_int_equal(dm_balancer_pick(f->bal, &f->pick), DM_NO_SERVER);
-    lc_fixture_destroy(f);
+    dm_fixture_destroy(f);
 }
 
 static void
@@ -168,15 +146,15 @@ test_no_usable_server_gives_no_server(void **state)
 {
     (void)state;
     static const unsigned w[] = { 1, 2 };
-    struct lc_fixture *f = lc_fixture_create(w, NULL, 2);
+    struct dm_fixture *f = lc_fixture_create(w, NULL, 2);
     atomic_store(&f->sv->s[0].down, true);
     atomic_store(&f->sv->s[1].power, DM_POWER_ASLEEP);
     assert_int_equal(dm_balancer_pick(f->bal, &f->pick), DM_NO_SERVER);
-    lc_fixture_destroy(f);
+    dm_fixture_destroy(f);
 
     f = lc_fixture_create(NULL, NULL, 0);
     assert_int_equal(dm_balancer_pick(f->bal, &f->pick), DM_NO_SERVER);
-    lc_fixture_destroy(f);
+    dm_fixture_destroy(f);
 }
 
 /*
@@ -194,7 +172,7 @@ test_picks_follow_weights_under_random_closes(void **state)
     (void)state;
     enum { N = 4, LIVE = 1000, STEPS = 200000, WARMUP = 2000 };
     static const unsigned w[N] = { 4, 3, 2, 1 };
-    struct lc_fixture *f = lc_fixture_create(w, NULL, N);
+    struct dm_fixture *f = lc_fixture_create(w, NULL, N);
     uint64_t picks[N] = { 0 };
     uint64_t open = 0;
     for (int step = 0; step < STEPS; step++) {
@@ -225,7 +203,7 @@ test_picks_follow_weights_under_random_closes(void **state)
         double want = (double)(STEPS - WARMUP) * w[i] / 10.0;
         assert_true(picks[i] > want * 0.97 && picks[i] < want * 1.03);
     }
-    lc_fixture_destroy(f);
+    dm_fixture_destroy(f);
 }
 
 int

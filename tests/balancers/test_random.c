@@ -1,50 +1,23 @@
 /* Tests for balancers/random.c: power of d choices with weighted draws. */
 #include "dm_test.h"
 
-#include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
 
 #include "balancers/balancer.h"
+#include "balancers/fixture.h"
 #include "balancers/registry.h"
 #include "balancers/rng.h"
 #include "balancers/servers.h"
 
-#define MAX_SERVERS 1024
-
-struct rnd_fixture {
-    struct dm_servers *sv;
-    struct dm_balancer *bal;
-    struct dm_pick pick;
-    struct dm_rng rng;
-    uint8_t tried[MAX_SERVERS / 8];
-};
-
-static struct rnd_fixture *
+static struct dm_fixture *
 rnd_fixture_create(const unsigned *weights, size_t n, unsigned draws)
 {
-    struct rnd_fixture *f = calloc(1, sizeof(*f));
-    assert_non_null(f);
-    f->sv = dm_servers_create(n);
-    assert_non_null(f->sv);
-    for (size_t i = 0; i < n; i++) {
-        f->sv->s[i].weight = weights != NULL ? weights[i] : 1;
-    }
+    struct dm_fixture *f = dm_fixture_create(n);
+    dm_fixture_set_weights(f, weights);
     struct dm_bal_conf cf = { .draws = draws };
-    f->bal = dm_balancer_create(&dm_bal_random, f->sv, &cf);
-    assert_non_null(f->bal);
-    dm_rng_init(&f->rng, 42);
-    f->pick.rng = &f->rng;
-    f->pick.now_us = 1000000;
+    dm_fixture_set_balancer(f, &dm_bal_random, &cf);
     return f;
-}
-
-static void
-rnd_fixture_destroy(struct rnd_fixture *f)
-{
-    dm_balancer_destroy(f->bal);
-    dm_servers_destroy(f->sv);
-    free(f);
 }
 
 /*
@@ -79,11 +52,11 @@ static void
 test_create_sets_ops_and_table(void **state)
 {
     (void)state;
-    struct rnd_fixture *f = rnd_fixture_create(NULL, 3, 0);
+    struct dm_fixture *f = rnd_fixture_create(NULL, 3, 0);
     assert_ptr_equal(f->bal->ops, &dm_bal_random);
     assert_ptr_equal(f->bal->sv, f->sv);
     assert_ptr_equal(dm_balancer_find("random"), &dm_bal_random);
-    rnd_fixture_destroy(f);
+    dm_fixture_destroy(f);
 }
 
 static void
@@ -95,14 +68,11 @@ test_unusable_and_tried_servers_are_never_picked(void **state)
     /* 1 and 2 go through the draws, 200 through the scan of the whole pool. */
     static const unsigned draws[] = { 1, 2, 3, 200 };
     for (size_t d = 0; d < sizeof(draws) / sizeof(draws[0]); d++) {
-        struct rnd_fixture *f = rnd_fixture_create(w, N, draws[d]);
-        atomic_store(&f->sv->s[0].down, true);
-        atomic_store(&f->sv->s[2].down_until_us, f->pick.now_us + 1);
-        atomic_store(&f->sv->s[4].power, DM_POWER_ASLEEP);
-        atomic_store(&f->sv->s[6].power, DM_POWER_BOOTING);
-        atomic_store(&f->sv->s[8].power, DM_POWER_DRAINING);
-        f->pick.tried = f->tried;
-        f->tried[0] = 1u << 1;
+        struct dm_fixture *f = rnd_fixture_create(w, N, draws[d]);
+        static const struct dm_fixture_out out = {
+            .down = 0, .passive = 2, .asleep = 4, .booting = 6, .draining = 8, .tried = 1
+        };
+        dm_fixture_take_out(f, &out);
         unsigned count[N] = { 0 };
         for (int k = 0; k < 20000; k++) {
             int i = dm_balancer_pick(f->bal, &f->pick);
@@ -121,12 +91,8 @@ test_unusable_and_tried_servers_are_never_picked(void **state)
         }
         /* The passive down period ends: server 2 comes back. */
         f->pick.now_us++;
-        bool seen = false;
-        for (int k = 0; k < 2000 && !seen; k++) {
-            seen = dm_balancer_pick(f->bal, &f->pick) == 2;
-        }
-        assert_true(seen);
-        rnd_fixture_destroy(f);
+        assert_true(dm_fixture_picks_within(f, 2, 2000));
+        dm_fixture_destroy(f);
     }
 }
 
@@ -136,7 +102,7 @@ test_no_usable_server_gives_no_server(void **state)
     (void)state;
     static const unsigned draws[] = { 1, 2, 200 };
     for (size_t d = 0; d < sizeof(draws) / sizeof(draws[0]); d++) {
-        struct rnd_fixture *f = rnd_fixture_create(NULL, 3, draws[d]);
+        struct dm_fixture *f = rnd_fixture_create(NULL, 3, draws[d]);
         atomic_store(&f->sv->s[0].down, true);
         atomic_store(&f->sv->s[1].power, DM_POWER_ASLEEP);
         f->pick.tried = f->tried;
@@ -144,11 +110,11 @@ test_no_usable_server_gives_no_server(void **state)
         assert_int_equal(dm_balancer_pick(f->bal, &f->pick), DM_NO_SERVER);
         f->tried[0] = 0;
         assert_int_equal(dm_balancer_pick(f->bal, &f->pick), 2);
-        rnd_fixture_destroy(f);
+        dm_fixture_destroy(f);
 
         f = rnd_fixture_create(NULL, 0, draws[d]);
         assert_int_equal(dm_balancer_pick(f->bal, &f->pick), DM_NO_SERVER);
-        rnd_fixture_destroy(f);
+        dm_fixture_destroy(f);
     }
 }
 
@@ -159,7 +125,7 @@ test_one_draw_is_weighted_random(void **state)
     (void)state;
     enum { N = 4, PICKS = 200000 };
     static const unsigned w[N] = { 1, 2, 3, 4 };
-    struct rnd_fixture *f = rnd_fixture_create(w, N, 1);
+    struct dm_fixture *f = rnd_fixture_create(w, N, 1);
     atomic_store(&f->sv->s[3].conns, 1000);
     unsigned count[N] = { 0 };
     for (int k = 0; k < PICKS; k++) {
@@ -170,7 +136,7 @@ test_one_draw_is_weighted_random(void **state)
         double want = PICKS * w[i] / 10.0;
         assert_true(count[i] > want * 0.97 && count[i] < want * 1.03);
     }
-    rnd_fixture_destroy(f);
+    dm_fixture_destroy(f);
 }
 
 /*
@@ -183,7 +149,7 @@ test_two_draws_choose_the_lighter(void **state)
 {
     (void)state;
     enum { PICKS = 90000 };
-    struct rnd_fixture *f = rnd_fixture_create(NULL, 3, 2);
+    struct dm_fixture *f = rnd_fixture_create(NULL, 3, 2);
     atomic_store(&f->sv->s[0].conns, 1);
     atomic_store(&f->sv->s[1].conns, 5);
     atomic_store(&f->sv->s[2].conns, 10);
@@ -193,7 +159,7 @@ test_two_draws_choose_the_lighter(void **state)
     }
     assert_int_equal(count[2], 0);
     assert_true(count[0] > PICKS * 2 / 3 * 0.98 && count[0] < PICKS * 2 / 3 * 1.02);
-    rnd_fixture_destroy(f);
+    dm_fixture_destroy(f);
 
     /* Per unit of weight: 4 connections on weight 4 are lighter than 2 on weight 1. */
     static const unsigned w[2] = { 1, 4 };
@@ -203,7 +169,7 @@ test_two_draws_choose_the_lighter(void **state)
     for (int k = 0; k < 100; k++) {
         assert_int_equal(dm_balancer_pick(f->bal, &f->pick), 1);
     }
-    rnd_fixture_destroy(f);
+    dm_fixture_destroy(f);
 }
 
 static void
@@ -211,8 +177,8 @@ test_zero_draws_means_two(void **state)
 {
     (void)state;
     enum { N = 16 };
-    struct rnd_fixture *a = rnd_fixture_create(NULL, N, 0);
-    struct rnd_fixture *b = rnd_fixture_create(NULL, N, 2);
+    struct dm_fixture *a = rnd_fixture_create(NULL, N, 0);
+    struct dm_fixture *b = rnd_fixture_create(NULL, N, 2);
     for (size_t i = 0; i < N; i++) {
         atomic_store(&a->sv->s[i].conns, i * 7 % 5);
         atomic_store(&b->sv->s[i].conns, i * 7 % 5);
@@ -220,8 +186,8 @@ test_zero_draws_means_two(void **state)
     for (int k = 0; k < 1000; k++) {
         assert_int_equal(dm_balancer_pick(a->bal, &a->pick), dm_balancer_pick(b->bal, &b->pick));
     }
-    rnd_fixture_destroy(a);
-    rnd_fixture_destroy(b);
+    dm_fixture_destroy(a);
+    dm_fixture_destroy(b);
 }
 
 /* When d covers the pool (or exceeds the draw limit) the pick is the least loaded. */
@@ -232,7 +198,7 @@ test_many_draws_pick_the_least_loaded(void **state)
     enum { N = 100 };
     static const unsigned draws[] = { 100, 150, 80 };
     for (size_t d = 0; d < sizeof(draws) / sizeof(draws[0]); d++) {
-        struct rnd_fixture *f = rnd_fixture_create(NULL, N, draws[d]);
+        struct dm_fixture *f = rnd_fixture_create(NULL, N, draws[d]);
         for (size_t i = 0; i < N; i++) {
             atomic_store(&f->sv->s[i].conns, 10 + (i * 37) % 50);
         }
@@ -245,7 +211,7 @@ test_many_draws_pick_the_least_loaded(void **state)
         assert_int_equal(count[33] + count[66], 1000);
         /* Ties start from a random place: both get a fair part. */
         assert_true(count[33] > 400 && count[66] > 400);
-        rnd_fixture_destroy(f);
+        dm_fixture_destroy(f);
     }
 }
 
@@ -258,7 +224,7 @@ test_mostly_down_pool_keeps_weights(void **state)
 {
     (void)state;
     enum { N = 1024, PICKS = 60000 };
-    struct rnd_fixture *f = rnd_fixture_create(NULL, N, 1);
+    struct dm_fixture *f = rnd_fixture_create(NULL, N, 1);
     for (size_t i = 0; i < N; i++) {
         atomic_store(&f->sv->s[i].power, DM_POWER_ASLEEP);
     }
@@ -281,17 +247,17 @@ test_mostly_down_pool_keeps_weights(void **state)
     assert_int_equal(c10 + c500 + c1000, PICKS);
     assert_true(c10 > PICKS / 6 * 0.95 && c10 < PICKS / 6 * 1.05);
     assert_true(c1000 > PICKS / 2 * 0.97 && c1000 < PICKS / 2 * 1.03);
-    rnd_fixture_destroy(f);
+    dm_fixture_destroy(f);
 }
 
 struct loop_result {
-    uint64_t picks[MAX_SERVERS];
+    uint64_t picks[DM_FIXTURE_MAX_SERVERS];
     uint64_t max_conns; /* the most connections any server held, after warm-up */
 };
 
 /* Runs the closed loop of live_set for `steps` picks, counting after `warmup`. */
 static void
-run_closed_loop(struct rnd_fixture *f, size_t n, size_t live, int steps, int warmup,
+run_closed_loop(struct dm_fixture *f, size_t n, size_t live, int steps, int warmup,
                 struct loop_result *out)
 {
     struct live_set l = { calloc(live + 1, sizeof(int)), 0 };
@@ -332,7 +298,7 @@ test_picks_follow_weights_under_load(void **state)
     (void)state;
     enum { N = 6, STEPS = 300000, WARMUP = 5000 };
     static const unsigned w[N] = { 1, 1, 2, 2, 4, 6 };
-    struct rnd_fixture *f = rnd_fixture_create(w, N, 2);
+    struct dm_fixture *f = rnd_fixture_create(w, N, 2);
     struct loop_result *r = calloc(1, sizeof(*r));
     run_closed_loop(f, N, 800, STEPS, WARMUP, r);
     for (size_t i = 0; i < N; i++) {
@@ -340,7 +306,7 @@ test_picks_follow_weights_under_load(void **state)
         assert_true(r->picks[i] > want * 0.95 && r->picks[i] < want * 1.05);
     }
     free(r);
-    rnd_fixture_destroy(f);
+    dm_fixture_destroy(f);
 }
 
 /*
@@ -355,12 +321,12 @@ test_two_draws_beat_one_on_max_load(void **state)
     enum { N = 64, LIVE = 512, STEPS = 100000, WARMUP = 5000 };
     uint64_t max_load[3] = { 0 };
     for (unsigned d = 1; d <= 2; d++) {
-        struct rnd_fixture *f = rnd_fixture_create(NULL, N, d);
+        struct dm_fixture *f = rnd_fixture_create(NULL, N, d);
         struct loop_result *r = calloc(1, sizeof(*r));
         run_closed_loop(f, N, LIVE, STEPS, WARMUP, r);
         max_load[d] = r->max_conns;
         free(r);
-        rnd_fixture_destroy(f);
+        dm_fixture_destroy(f);
     }
     print_message("max open requests on one server (average 8): d=1 %llu, d=2 %llu\n",
                   (unsigned long long)max_load[1], (unsigned long long)max_load[2]);
@@ -370,76 +336,15 @@ test_two_draws_beat_one_on_max_load(void **state)
 }
 
 /* Four threads share the balancer and the table, as the workers do. */
-struct thread_arg {
-    struct dm_balancer *bal;
-    struct dm_servers *sv;
-    uint64_t seed;
-    uint64_t picks[16];
-    unsigned errors;
-};
-
-static void *
-picker_thread(void *p)
-{
-    struct thread_arg *a = p;
-    struct dm_rng rng;
-    dm_rng_init(&rng, a->seed);
-    struct dm_pick in = { .rng = &rng, .now_us = 1 };
-    int open[64];
-    size_t nopen = 0;
-    for (int k = 0; k < 100000; k++) {
-        int i = dm_balancer_pick(a->bal, &in);
-        if (i < 0 || i >= 16 || i == 3) {
-            a->errors++;
-            continue;
-        }
-        a->picks[i]++;
-        dm_counter_add(&a->sv->s[i].conns, 1);
-        dm_counter_add(&a->sv->s[i].inflight, 1);
-        open[nopen++] = i;
-        if (nopen == 64) {
-            size_t j = (size_t)dm_rng_below(&rng, nopen);
-            dm_counter_sub(&a->sv->s[open[j]].conns, 1);
-            dm_counter_sub(&a->sv->s[open[j]].inflight, 1);
-            open[j] = open[--nopen];
-        }
-    }
-    while (nopen > 0) {
-        nopen--;
-        dm_counter_sub(&a->sv->s[open[nopen]].conns, 1);
-        dm_counter_sub(&a->sv->s[open[nopen]].inflight, 1);
-    }
-    return NULL;
-}
-
 static void
 test_concurrent_picks_add_up(void **state)
 {
     (void)state;
-    enum { N = 16, THREADS = 4 };
+    enum { N = 16 };
     static const unsigned w[N] = { 1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 3, 4 };
-    struct rnd_fixture *f = rnd_fixture_create(w, N, 2);
-    atomic_store(&f->sv->s[3].down, true);
-    struct thread_arg args[THREADS];
-    pthread_t th[THREADS];
-    for (int t = 0; t < THREADS; t++) {
-        args[t] = (struct thread_arg){ .bal = f->bal, .sv = f->sv, .seed = 100 + t };
-        assert_int_equal(pthread_create(&th[t], NULL, picker_thread, &args[t]), 0);
-    }
-    uint64_t total = 0;
-    for (int t = 0; t < THREADS; t++) {
-        assert_int_equal(pthread_join(th[t], NULL), 0);
-        assert_int_equal(args[t].errors, 0);
-        for (size_t i = 0; i < N; i++) {
-            total += args[t].picks[i];
-        }
-    }
-    assert_int_equal(total, THREADS * 100000);
-    for (size_t i = 0; i < N; i++) {
-        assert_int_equal(dm_counter_get(&f->sv->s[i].conns), 0);
-        assert_int_equal(dm_counter_get(&f->sv->s[i].inflight), 0);
-    }
-    rnd_fixture_destroy(f);
+    struct dm_fixture *f = rnd_fixture_create(w, N, 2);
+    dm_fixture_run_pickers(f, 3, 100000, 0); /* server 3 down, no keys */
+    dm_fixture_destroy(f);
 }
 
 int

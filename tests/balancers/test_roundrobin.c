@@ -7,40 +7,17 @@
 #include <string.h>
 
 #include "balancers/balancer.h"
+#include "balancers/fixture.h"
 #include "balancers/registry.h"
 #include "balancers/servers.h"
 
-#define MAX_SERVERS 8
-
-struct rr_fixture {
-    struct dm_servers *sv;
-    struct dm_balancer *bal;
-    struct dm_pick pick;
-    uint8_t tried[(MAX_SERVERS + 7) / 8];
-};
-
-static struct rr_fixture *
+static struct dm_fixture *
 rr_fixture_create(const unsigned *weights, size_t n)
 {
-    struct rr_fixture *f = calloc(1, sizeof(*f));
-    assert_non_null(f);
-    f->sv = dm_servers_create(n);
-    assert_non_null(f->sv);
-    for (size_t i = 0; i < n; i++) {
-        f->sv->s[i].weight = weights[i];
-    }
-    f->bal = dm_balancer_create(dm_balancer_find("roundrobin"), f->sv, NULL);
-    assert_non_null(f->bal);
-    f->pick.now_us = 1000000;
+    struct dm_fixture *f = dm_fixture_create(n);
+    dm_fixture_set_weights(f, weights);
+    dm_fixture_set_balancer(f, dm_balancer_find("roundrobin"), NULL);
     return f;
-}
-
-static void
-rr_fixture_destroy(struct rr_fixture *f)
-{
-    dm_balancer_destroy(f->bal);
-    dm_servers_destroy(f->sv);
-    free(f);
 }
 
 static unsigned
@@ -58,10 +35,10 @@ test_create_sets_ops_and_table(void **state)
 {
     (void)state;
     static const unsigned w[] = { 1, 1 };
-    struct rr_fixture *f = rr_fixture_create(w, 2);
+    struct dm_fixture *f = rr_fixture_create(w, 2);
     assert_ptr_equal(f->bal->ops, &dm_bal_roundrobin);
     assert_ptr_equal(f->bal->sv, f->sv);
-    rr_fixture_destroy(f);
+    dm_fixture_destroy(f);
 }
 
 static void
@@ -71,13 +48,13 @@ test_weights_5_1_1_give_smooth_sequence(void **state)
     static const unsigned w[] = { 5, 1, 1 };
     /* nginx's documented order: a a b a c a a, repeated. */
     static const int want[] = { 0, 0, 1, 0, 2, 0, 0 };
-    struct rr_fixture *f = rr_fixture_create(w, 3);
+    struct dm_fixture *f = rr_fixture_create(w, 3);
     for (int round = 0; round < 3; round++) {
         for (size_t k = 0; k < 7; k++) {
             assert_int_equal(dm_balancer_pick(f->bal, &f->pick), want[k]);
         }
     }
-    rr_fixture_destroy(f);
+    dm_fixture_destroy(f);
 }
 
 static void
@@ -89,7 +66,7 @@ test_whole_periods_match_weights_exactly(void **state)
     };
     for (size_t set = 0; set < sizeof(sets) / sizeof(sets[0]); set++) {
         const unsigned *w = sets[set];
-        struct rr_fixture *f = rr_fixture_create(w, 4);
+        struct dm_fixture *f = rr_fixture_create(w, 4);
         unsigned total = sum_weights(w, 4);
         /* Start at an arbitrary point of the period: the ticket is shared. */
         for (unsigned k = 0; k < 13; k++) {
@@ -104,7 +81,7 @@ test_whole_periods_match_weights_exactly(void **state)
         for (size_t i = 0; i < 4; i++) {
             assert_int_equal(count[i], 10 * w[i]);
         }
-        rr_fixture_destroy(f);
+        dm_fixture_destroy(f);
     }
 }
 
@@ -120,7 +97,7 @@ test_any_window_is_close_to_weights(void **state)
     static const unsigned sets[][3] = { { 50, 50, 1 }, { 5, 1, 1 }, { 9, 7, 3 }, { 100, 1, 1 } };
     for (size_t set = 0; set < sizeof(sets) / sizeof(sets[0]); set++) {
         const unsigned *w = sets[set];
-        struct rr_fixture *f = rr_fixture_create(w, 3);
+        struct dm_fixture *f = rr_fixture_create(w, 3);
         unsigned total = sum_weights(w, 3);
         int *seq = calloc(2 * total, sizeof(*seq));
         assert_non_null(seq);
@@ -139,7 +116,7 @@ test_any_window_is_close_to_weights(void **state)
             }
         }
         free(seq);
-        rr_fixture_destroy(f);
+        dm_fixture_destroy(f);
     }
 }
 
@@ -149,7 +126,7 @@ test_large_weights_are_scaled_in_proportion(void **state)
     (void)state;
     /* gcd 1 and a sum above the 64Ki schedule cap. */
     static const unsigned w[] = { 70001, 30000, 50000, 1 };
-    struct rr_fixture *f = rr_fixture_create(w, 4);
+    struct dm_fixture *f = rr_fixture_create(w, 4);
     unsigned total = sum_weights(w, 4);
     unsigned count[4] = { 0 };
     const unsigned picks = 4 * 65536;
@@ -162,7 +139,7 @@ test_large_weights_are_scaled_in_proportion(void **state)
     }
     /* The lightest server keeps a slot in every period. */
     assert_true(count[3] >= 4);
-    rr_fixture_destroy(f);
+    dm_fixture_destroy(f);
 }
 
 static void
@@ -170,7 +147,7 @@ test_down_server_is_never_picked(void **state)
 {
     (void)state;
     static const unsigned w[] = { 5, 1, 1 };
-    struct rr_fixture *f = rr_fixture_create(w, 3);
+    struct dm_fixture *f = rr_fixture_create(w, 3);
     atomic_store(&f->sv->s[0].down, true);
     unsigned count[3] = { 0 };
     for (int k = 0; k < 1000; k++) {
@@ -181,7 +158,7 @@ test_down_server_is_never_picked(void **state)
     /* The down server's share is split by weight, not handed to its neighbour. */
     assert_int_equal(count[1], 500);
     assert_int_equal(count[2], 500);
-    rr_fixture_destroy(f);
+    dm_fixture_destroy(f);
 }
 
 static void
@@ -189,7 +166,7 @@ test_down_server_share_keeps_other_ratios(void **state)
 {
     (void)state;
     static const unsigned w[] = { 2, 6, 3, 1 };
-    struct rr_fixture *f = rr_fixture_create(w, 4);
+    struct dm_fixture *f = rr_fixture_create(w, 4);
     atomic_store(&f->sv->s[1].down, true);
     unsigned count[4] = { 0 };
     for (int k = 0; k < 6 * 100; k++) {
@@ -199,7 +176,7 @@ test_down_server_share_keeps_other_ratios(void **state)
     assert_int_equal(count[1], 0);
     assert_int_equal(count[2], 300);
     assert_int_equal(count[3], 100);
-    rr_fixture_destroy(f);
+    dm_fixture_destroy(f);
 }
 
 static void
@@ -207,7 +184,7 @@ test_passive_down_until_is_respected(void **state)
 {
     (void)state;
     static const unsigned w[] = { 1, 3, 1 };
-    struct rr_fixture *f = rr_fixture_create(w, 3);
+    struct dm_fixture *f = rr_fixture_create(w, 3);
     atomic_store(&f->sv->s[1].down_until_us, f->pick.now_us + 500);
     for (int k = 0; k < 100; k++) {
         assert_int_not_equal(dm_balancer_pick(f->bal, &f->pick), 1);
@@ -219,7 +196,7 @@ test_passive_down_until_is_respected(void **state)
         count[dm_balancer_pick(f->bal, &f->pick)]++;
     }
     assert_int_equal(count[1], 300);
-    rr_fixture_destroy(f);
+    dm_fixture_destroy(f);
 }
 
 static void
@@ -227,7 +204,7 @@ test_tried_servers_are_skipped(void **state)
 {
     (void)state;
     static const unsigned w[] = { 4, 2, 1, 1 };
-    struct rr_fixture *f = rr_fixture_create(w, 4);
+    struct dm_fixture *f = rr_fixture_create(w, 4);
     f->pick.tried = f->tried;
     f->tried[0] = 1u << 0 | 1u << 2;
     for (int k = 0; k < 200; k++) {
@@ -236,7 +213,7 @@ test_tried_servers_are_skipped(void **state)
     }
     f->tried[0] = 0x0f;
     assert_int_equal(dm_balancer_pick(f->bal, &f->pick), DM_NO_SERVER);
-    rr_fixture_destroy(f);
+    dm_fixture_destroy(f);
 }
 
 static void
@@ -244,7 +221,7 @@ test_no_usable_server_gives_no_server(void **state)
 {
     (void)state;
     static const unsigned w[] = { 3, 1, 2 };
-    struct rr_fixture *f = rr_fixture_create(w, 3);
+    struct dm_fixture *f = rr_fixture_create(w, 3);
     atomic_store(&f->sv->s[0].down, true);
     atomic_store(&f->sv->s[1].power, DM_POWER_ASLEEP);
     atomic_store(&f->sv->s[2].down_until_us, f->pick.now_us + 1);
@@ -256,16 +233,16 @@ test_no_usable_server_gives_no_server(void **state)
     for (int k = 0; k < 20; k++) {
         assert_int_equal(dm_balancer_pick(f->bal, &f->pick), 1);
     }
-    rr_fixture_destroy(f);
+    dm_fixture_destroy(f);
 }
 
 static void
 test_empty_table_gives_no_server(void **state)
 {
     (void)state;
-    struct rr_fixture *f = rr_fixture_create(NULL, 0);
+    struct dm_fixture *f = rr_fixture_create(NULL, 0);
     assert_int_equal(dm_balancer_pick(f->bal, &f->pick), DM_NO_SERVER);
-    rr_fixture_destroy(f);
+    dm_fixture_destroy(f);
 }
 
 #define THREADS        4
@@ -297,7 +274,7 @@ test_concurrent_picks_keep_exact_totals(void **state)
 {
     (void)state;
     static const unsigned w[] = { 5, 3, 1, 1 };
-    struct rr_fixture *f = rr_fixture_create(w, 4);
+    struct dm_fixture *f = rr_fixture_create(w, 4);
     struct rr_worker workers[THREADS];
     memset(workers, 0, sizeof(workers));
     for (int t = 0; t < THREADS; t++) {
@@ -316,7 +293,7 @@ test_concurrent_picks_keep_exact_totals(void **state)
     for (size_t i = 0; i < 4; i++) {
         assert_int_equal(total[i], THREADS * PERIODS_PER_TH * w[i]);
     }
-    rr_fixture_destroy(f);
+    dm_fixture_destroy(f);
 }
 
 int
