@@ -81,6 +81,7 @@ struct backend {
     uv_signal_t sigterm, sigint;
     llhttp_settings_t settings;
     struct dm_site *site;
+    char *fill[3]; /* object bodies: picture, script, stylesheet (see make_fills) */
     const char *name;
     uint64_t requests;
     uint64_t connections;
@@ -777,14 +778,18 @@ route_page(struct conn *c, struct span rest)
 static void
 route_obj(struct conn *c, struct span rest)
 {
+    /* Pictures are SVG whatever the extension says: a browser shows them
+     * (an <img> takes the type from Content-Type), and a size of 102 bytes
+     * still holds a whole picture. */
     static const struct {
         const char *ext;
         const char *ctype;
+        int fill;
     } types[] = {
-        { ".png", "image/png" },
-        { ".jpg", "image/jpeg" },
-        { ".js", "application/javascript" },
-        { ".css", "text/css" },
+        { ".png", "image/svg+xml", 0 },
+        { ".jpg", "image/svg+xml", 0 },
+        { ".js", "application/javascript", 1 },
+        { ".css", "text/css", 2 },
     };
     const char *dot = memchr(rest.p, '.', rest.len);
     uint64_t id;
@@ -795,12 +800,40 @@ route_obj(struct conn *c, struct span rest)
     struct span ext = { dot, (size_t)(rest.p + rest.len - dot) };
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         if (span_eq(ext, types[i].ext)) {
-            respond_mem(c, 200, types[i].ctype, (const char *)dm_site_pattern(c->be->site),
-                        DM_PATTERN_PERIOD, dm_site_obj_size(id), 0, NULL);
+            respond_mem(c, 200, types[i].ctype, c->be->fill[types[i].fill], 0, dm_site_obj_size(id),
+                        0, NULL);
             return;
         }
     }
     respond_msg(c, 404, "no such object\n", NULL);
+}
+
+/*
+ * The object bodies, each as long as the largest object: a valid file of its
+ * type padded with blanks, so every prefix that an object size asks for is
+ * still valid (an SVG picture then spaces, which XML allows after the root;
+ * a script that is one line comment; a stylesheet that is one comment, left
+ * open at the end as CSS allows).
+ */
+static bool
+make_fills(struct backend *be)
+{
+    static const char *const heads[3] = {
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"96\" height=\"64\">"
+        "<rect width=\"96\" height=\"64\" fill=\"#7a9\"/></svg>",
+        "// dimmer-backend demo script",
+        "/* dimmer-backend demo stylesheet",
+    };
+    size_t max = DM_SITE_OBJ_MAX;
+    for (int i = 0; i < 3; i++) {
+        be->fill[i] = malloc(max);
+        if (be->fill[i] == NULL) {
+            return false;
+        }
+        memset(be->fill[i], ' ', max);
+        memcpy(be->fill[i], heads[i], strlen(heads[i]));
+    }
+    return true;
 }
 
 /* /bytes/N, /chunked/N, /close/N: the pattern, framed three ways. */
@@ -1565,7 +1598,8 @@ usage(FILE *f)
         "Pattern: byte i is block[i %% 65521] with block[j] = ((j * 2654435761) >> 13) & 0xff;\n"
         "  python3: block = bytes((j * 2654435761 >> 13) & 255 for j in range(65521))\n"
         "           data = (block * (N // 65521 + 1))[:N]\n"
-        "  Object bodies are the first Content-Length bytes of the same pattern.\n",
+        "  Object bodies: pictures (png, jpg) are an SVG image (image/svg+xml) padded\n"
+        "  with spaces, scripts one // comment, stylesheets one /* comment.\n",
         DM_SITE_MAX_PAGES);
 }
 
@@ -1707,7 +1741,7 @@ main(int argc, char **argv)
     be.name = name;
     be.loop = uv_default_loop();
     be.site = dm_site_create(seed, (unsigned)pages);
-    if (!be.site) {
+    if (!be.site || !make_fills(&be)) {
         fprintf(stderr, "dimmer-backend: out of memory building the site\n");
         return 1;
     }
@@ -1746,6 +1780,9 @@ main(int argc, char **argv)
         free(o);
     }
     dm_site_destroy(be.site);
+    for (int i = 0; i < 3; i++) {
+        free(be.fill[i]);
+    }
     if (uv_loop_close(be.loop) != 0) {
         fprintf(stderr, "dimmer-backend: handles left open at exit\n");
     }

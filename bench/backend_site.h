@@ -49,5 +49,6 @@ const unsigned char *dm_site_pattern(const struct dm_site *s);
  * class (35% 102..921 B, 50% 1..9 KiB, 14% 10..90 KiB, 1% 100..900 KiB) and one of nine
  * sizes in it, both from a hash of `id`. */
 uint64_t dm_site_obj_size(uint64_t id);
+#define DM_SITE_OBJ_MAX (9 * 1024 * 100) /* the largest dm_site_obj_size() */
 
 #endif
