@@ -1367,7 +1367,6 @@ req_finish(struct dm_req *req)
     dm_balancer_on_response(p->bal, &ev);
     req_work_done(req, req->work);
     req_unpick(req);
-    req->server = req->server; /* kept for the log line */
     log_access(req);
     if (up != NULL) {
         bool reusable = req->rinfo.keep_alive && req->body_done && !c->w->stopping &&

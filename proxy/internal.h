@@ -145,13 +145,6 @@ struct dm_worker {
 struct dm_buf *dm_buf_get(struct dm_worker *w, uint32_t cap);
 void dm_buf_unref(struct dm_worker *w, struct dm_buf *b);
 
-/* Monotonic microseconds from the worker's loop (cached per iteration). */
-static inline uint64_t
-dm_worker_now_us(struct dm_worker *w)
-{
-    return uv_now(&w->loop) * 1000;
-}
-
 /*
  * Writes bufs to s, holding a reference to each of hold[] until the bytes are
  * written. done(arg) is called once the write completes (from the write
