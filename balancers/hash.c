@@ -80,18 +80,6 @@ hash_rotl(uint64_t x, int k)
     return (x << k) | (x >> (64 - k));
 }
 
-/* MurmurHash3's 64-bit finalizer: every input bit flips each output bit with probability ~1/2. */
-static inline uint64_t
-hash_fmix(uint64_t h)
-{
-    h ^= h >> 33;
-    h *= 0xff51afd7ed558ccdULL;
-    h ^= h >> 33;
-    h *= 0xc4ceb9fe1a85ec53ULL;
-    h ^= h >> 33;
-    return h;
-}
-
 static inline uint64_t
 hash_load_le(const unsigned char *b, size_t len)
 {
@@ -127,7 +115,7 @@ dm_hash_bytes(const void *p, size_t len)
     }
     /* The length tells "" from "\0" and "ab" from "ab\0". */
     h ^= (uint64_t)len;
-    return hash_fmix(h);
+    return dm_hash_mix(h);
 }
 
 struct hash_point {
@@ -214,7 +202,7 @@ hash_build_ring(struct hash_balancer *h, const struct dm_servers *sv)
         uint64_t count = hash_points_of(&sv->s[i], total_weight);
         for (uint64_t k = 0; k < count; k++) {
             /* fmix is a bijection: a server's points are distinct. */
-            pt[j++] = (struct hash_point){ hash_fmix(seed + (k + 1) * 0x9e3779b97f4a7c15ULL),
+            pt[j++] = (struct hash_point){ dm_hash_mix(seed + (k + 1) * 0x9e3779b97f4a7c15ULL),
                                            (unsigned)i };
         }
     }

@@ -19,4 +19,19 @@
  */
 uint64_t dm_hash_bytes(const void *p, size_t len);
 
+/*
+ * MurmurHash3's 64-bit finalizer: a bijection in which every input bit flips
+ * each output bit with probability about 1/2. Pure; any thread.
+ */
+static inline uint64_t
+dm_hash_mix(uint64_t h)
+{
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdULL;
+    h ^= h >> 33;
+    h *= 0xc4ceb9fe1a85ec53ULL;
+    h ^= h >> 33;
+    return h;
+}
+
 #endif

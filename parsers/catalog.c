@@ -9,7 +9,7 @@
  * and a few pointer moves (a page copy is at most 2 KiB); a lookup visits the
  * shards of its objects one after the other, grouped so each shard is locked
  * once, and never holds two locks. The shard is picked by the top bits of
- * the key mixed again (fmix64, a bijection, so keys need not be well spread
+ * the key mixed again (dm_hash_mix, a bijection, so keys need not be well spread
  * by their maker). A call finds its shard's lock taken only when one of the
  * other W - 1 workers is inside that same shard at that instant: at most
  * (W - 1) / 64 times the fraction of its time a worker spends in the catalog,
@@ -45,6 +45,7 @@
 #include <unistd.h>
 
 #include "balancers/balancer.h"
+#include "balancers/hash.h"
 #include "parsers/html_scan.h"
 
 #define SHARD_BITS  6
@@ -87,19 +88,9 @@ struct dm_catalog {
 #define FNV_OFFSET 0xcbf29ce484222325ull
 #define FNV_PRIME  0x100000001b3ull
 
-/* MurmurHash3's 64-bit finalizer: a bijection that spreads every input bit
- * over the whole word. FNV-1a alone mixes poorly: its multiply carries only
- * upward, so its low bits depend on few input bits. */
-static inline uint64_t
-fmix64(uint64_t h)
-{
-    h ^= h >> 33;
-    h *= 0xff51afd7ed558ccdull;
-    h ^= h >> 33;
-    h *= 0xc4ceb9fe1a85ec53ull;
-    h ^= h >> 33;
-    return h;
-}
+/* FNV-1a alone mixes poorly (its multiply carries only upward, so its low
+ * bits depend on few input bits): keys and shard choices go through
+ * dm_hash_mix(), MurmurHash3's finalizer. */
 
 /* The host without its port: "[v6]:port" keeps "[v6]", "name:port" keeps "name". */
 static size_t
@@ -141,7 +132,7 @@ dm_catalog_key(const char *host, size_t host_len, const char *path, size_t path_
     for (size_t i = 0; i < path_len; i++) {
         h = (h ^ (unsigned char)path[i]) * FNV_PRIME;
     }
-    return fmix64(h);
+    return dm_hash_mix(h);
 }
 
 /* A bounded set of distinct keys in insertion order: a page's object list
@@ -274,7 +265,7 @@ touch(struct shard *sh, struct entry *e)
 static void
 remove_entry(struct shard *sh, struct entry *e)
 {
-    struct entry **pp = bucket_of(sh, fmix64(e->key));
+    struct entry **pp = bucket_of(sh, dm_hash_mix(e->key));
     while (*pp != e) {
         pp = &(*pp)->next_in_bucket;
     }
@@ -324,7 +315,7 @@ maybe_grow(struct shard *sh)
         struct entry *e = sh->buckets[i];
         while (e) {
             struct entry *next = e->next_in_bucket;
-            struct entry **to = &b[fmix64(e->key) & (n - 1)];
+            struct entry **to = &b[dm_hash_mix(e->key) & (n - 1)];
             e->next_in_bucket = *to;
             *to = e;
             e = next;
@@ -449,7 +440,7 @@ smooth(uint64_t old, uint64_t sample)
 void
 dm_catalog_learn_size(struct dm_catalog *c, uint64_t object_key, uint64_t bytes)
 {
-    uint64_t mixed = fmix64(object_key);
+    uint64_t mixed = dm_hash_mix(object_key);
     struct shard *sh = shard_of(c, mixed);
     pthread_mutex_lock(&sh->lock);
     struct entry *e = get_entry(sh, object_key, mixed);
@@ -483,7 +474,7 @@ dm_catalog_learn_page(struct dm_catalog *c, uint64_t page_key, const uint64_t *o
         }
     }
 
-    uint64_t mixed = fmix64(page_key);
+    uint64_t mixed = dm_hash_mix(page_key);
     struct shard *sh = shard_of(c, mixed);
     pthread_mutex_lock(&sh->lock);
     struct entry *e = get_entry(sh, page_key, mixed);
@@ -525,7 +516,7 @@ unlock:
 static bool
 page_copy(struct dm_catalog *c, uint64_t page_key, uint64_t *keys, size_t *n, bool count_miss)
 {
-    uint64_t mixed = fmix64(page_key);
+    uint64_t mixed = dm_hash_mix(page_key);
     struct shard *sh = shard_of(c, mixed);
     pthread_mutex_lock(&sh->lock);
     struct entry *e = find(sh, page_key, mixed);
@@ -562,7 +553,7 @@ fill_objects(struct dm_catalog *c, const uint64_t *keys, size_t n, struct dm_bal
 
     /* Counting sort of the objects by shard. */
     for (size_t i = 0; i < n; i++) {
-        mixed[i] = fmix64(keys[i]);
+        mixed[i] = dm_hash_mix(keys[i]);
         start[(mixed[i] >> (64 - SHARD_BITS)) + 1]++;
     }
     for (unsigned s = 0; s < SHARDS; s++) {
@@ -653,7 +644,7 @@ dm_catalog_lookup_url(struct dm_catalog *c, const char *host, size_t host_len, c
 uint64_t
 dm_catalog_size(struct dm_catalog *c, uint64_t object_key, uint64_t default_bytes)
 {
-    uint64_t mixed = fmix64(object_key);
+    uint64_t mixed = dm_hash_mix(object_key);
     struct shard *sh = shard_of(c, mixed);
     uint64_t bytes = default_bytes;
     pthread_mutex_lock(&sh->lock);

@@ -892,6 +892,14 @@ dm_clients_close_all(struct dm_worker *w)
 
 /* ---- picking a server ---- */
 
+static uint64_t
+mono_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
+}
+
 static void
 server_failed(struct dm_runtime *rt, size_t pool, int server, const char *why)
 {
@@ -901,24 +909,13 @@ server_failed(struct dm_runtime *rt, size_t pool, int server, const char *why)
     unsigned fails = atomic_fetch_add_explicit(&s->fails, 1, memory_order_relaxed) + 1;
     dm_log_warn("server %s/%s: %s", pc->name, pc->servers[server].name, why);
     if (pc->passive.max_fails > 0 && fails >= pc->passive.max_fails) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        uint64_t now = (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
-        atomic_store_explicit(&s->down_until_us, now + pc->passive.fail_timeout_ms * 1000,
+        atomic_store_explicit(&s->down_until_us, mono_us() + pc->passive.fail_timeout_ms * 1000,
                               memory_order_relaxed);
         atomic_store_explicit(&s->fails, 0, memory_order_relaxed);
         dm_log_warn("server %s/%s is DOWN for %llu ms (%u consecutive failures)", pc->name,
                     pc->servers[server].name, (unsigned long long)pc->passive.fail_timeout_ms,
                     fails);
     }
-}
-
-static uint64_t
-mono_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
 }
 
 static void req_upstream_ready(struct dm_req *req, struct dm_upstream *up, int status);
