@@ -32,10 +32,22 @@ struct dm_server {
     atomic_uint fails;                  /* consecutive failures seen on the request path */
     atomic_int power;                   /* enum dm_power_state */
 
+    /*
+     * What the counters promise to an observer (GET /stats, another worker):
+     *   - a request is in conns and inflight from its pick until its response
+     *     is complete (or it fails), and leaves them, and enters `requests`,
+     *     before the last byte of its response is handed to the client's
+     *     socket: a client that has read a whole response and then asks
+     *     /stats sees it counted and no longer in flight;
+     *   - picks counts every balancer decision (retries included), at the
+     *     moment of the pick; failures counts each failure as it is seen.
+     * Each is exact once the proxy is quiet; under load they are read with
+     * relaxed loads, one at a time, so they need not agree with each other.
+     */
     atomic_uint_fast64_t conns;    /* server-side connections in use by a request */
     atomic_uint_fast64_t inflight; /* requests being served now */
     atomic_uint_fast64_t picks;    /* times a balancer chose it */
-    atomic_uint_fast64_t requests; /* requests completed */
+    atomic_uint_fast64_t requests; /* requests whose response completed */
     atomic_uint_fast64_t failures; /* connect failures, resets, timeouts */
     /*
      * In-flight work: expected bytes still to come (plus a per-request cost)

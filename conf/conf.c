@@ -890,6 +890,7 @@ enum {
     TMO_CONNECT,
     TMO_CLIENT_HEADER,
     TMO_CLIENT_KEEPALIVE,
+    TMO_CLIENT_BODY,
     TMO_SERVER_RESPONSE,
     TMO_REQUEST,
     TMO_SHUTDOWN,
@@ -899,6 +900,7 @@ static const char *const timeout_keys[TMO_N] = {
     [TMO_CONNECT] = "connect",
     [TMO_CLIENT_HEADER] = "client_header",
     [TMO_CLIENT_KEEPALIVE] = "client_keepalive",
+    [TMO_CLIENT_BODY] = "client_body",
     [TMO_SERVER_RESPONSE] = "server_response",
     [TMO_REQUEST] = "request",
     [TMO_SHUTDOWN] = "shutdown",
@@ -912,6 +914,7 @@ load_timeouts(struct loader *ld, const yaml_node_t *n)
         [TMO_CONNECT] = &t->connect_ms,
         [TMO_CLIENT_HEADER] = &t->client_header_ms,
         [TMO_CLIENT_KEEPALIVE] = &t->client_keepalive_ms,
+        [TMO_CLIENT_BODY] = &t->client_body_ms,
         [TMO_SERVER_RESPONSE] = &t->server_response_ms,
         [TMO_REQUEST] = &t->request_ms,
         [TMO_SHUTDOWN] = &t->shutdown_ms,
@@ -930,11 +933,17 @@ load_timeouts(struct loader *ld, const yaml_node_t *n)
     }
 }
 
-enum { LIM_HEADER_BYTES, LIM_HEADER_COUNT, LIM_BODY_BYTES, LIM_MAX_CONNS, LIM_N };
+enum {
+    LIM_HEADER_BYTES,
+    LIM_HEADER_COUNT,
+    LIM_BODY_BYTES,
+    LIM_BODY_MIN_RATE,
+    LIM_MAX_CONNS,
+    LIM_N
+};
 static const char *const limit_keys[LIM_N] = {
-    [LIM_HEADER_BYTES] = "header_bytes",
-    [LIM_HEADER_COUNT] = "header_count",
-    [LIM_BODY_BYTES] = "body_bytes",
+    [LIM_HEADER_BYTES] = "header_bytes", [LIM_HEADER_COUNT] = "header_count",
+    [LIM_BODY_BYTES] = "body_bytes",     [LIM_BODY_MIN_RATE] = "body_min_rate",
     [LIM_MAX_CONNS] = "max_conns",
 };
 
@@ -958,6 +967,9 @@ load_limits(struct loader *ld, const yaml_node_t *n)
     }
     if (v[LIM_BODY_BYTES] != NULL) {
         (void)get_size(ld, v[LIM_BODY_BYTES], "body_bytes", 0, UINT64_MAX, &l->body_bytes);
+    }
+    if (v[LIM_BODY_MIN_RATE] != NULL) {
+        (void)get_size(ld, v[LIM_BODY_MIN_RATE], "body_min_rate", 0, 1u << 30, &l->body_min_rate);
     }
     if (v[LIM_MAX_CONNS] != NULL) {
         (void)get_unsigned(ld, v[LIM_MAX_CONNS], "max_conns", 1, 10000000, &l->max_conns);
@@ -1674,6 +1686,7 @@ conf_defaults(struct dm_conf *c)
         .connect_ms = 5000,
         .client_header_ms = 10000,
         .client_keepalive_ms = 60000,
+        .client_body_ms = 10000,
         .server_response_ms = 60000,
         .request_ms = 0,
         .shutdown_ms = 10000,
@@ -1682,6 +1695,7 @@ conf_defaults(struct dm_conf *c)
         .header_bytes = 16384,
         .header_count = 100,
         .body_bytes = 0,
+        .body_min_rate = 500,
         .max_conns = 10000,
     };
     c->catalog = (struct dm_conf_catalog){

@@ -100,16 +100,18 @@ struct dm_conf_timeouts {
     uint64_t connect_ms;          /* default 5000 */
     uint64_t client_header_ms;    /* default 10000: whole request head */
     uint64_t client_keepalive_ms; /* default 60000: idle between requests */
+    uint64_t client_body_ms;      /* default 10000: window of the request body's minimum rate */
     uint64_t server_response_ms;  /* default 60000: server silent while a response is awaited */
     uint64_t request_ms;          /* default 0 = off: bound on one whole exchange */
     uint64_t shutdown_ms;         /* default 10000: SIGTERM drain bound */
 };
 
 struct dm_conf_limits {
-    size_t header_bytes;   /* default 16384: request or response head */
-    unsigned header_count; /* default 100 */
-    uint64_t body_bytes;   /* default 0 = unlimited: request body */
-    unsigned max_conns;    /* default 10000 per worker */
+    size_t header_bytes;    /* default 16384: request or response head */
+    unsigned header_count;  /* default 100 */
+    uint64_t body_bytes;    /* default 0 = unlimited: request body */
+    uint64_t body_min_rate; /* default 500: request body bytes/s, averaged per client_body */
+    unsigned max_conns;     /* default 10000 per worker */
 };
 
 struct dm_conf {

@@ -30,6 +30,8 @@ on_message_begin(llhttp_t *ll)
     p->_in_head = true;
     p->_open = true;
     p->_last = 0;
+    p->_versioned = false;
+    p->_url_end = NULL;
     p->body_bytes = 0;
     if (p->msg != NULL) {
         p->msg->method = (struct dm_span){ NULL, 0 };
@@ -54,9 +56,19 @@ static int
 on_url(llhttp_t *ll, const char *at, size_t len)
 {
     struct dm_http_parser *p = self(ll);
+    p->_url_end = at + len;
     if (p->msg != NULL) {
         span_extend(&p->msg->target, at, len);
     }
+    return 0;
+}
+
+static int
+on_version(llhttp_t *ll, const char *at, size_t len)
+{
+    (void)at;
+    (void)len;
+    self(ll)->_versioned = true;
     return 0;
 }
 
@@ -99,6 +111,10 @@ static int
 on_headers_complete(llhttp_t *ll)
 {
     struct dm_http_parser *p = self(ll);
+    if (ll->type == HTTP_REQUEST && !p->_versioned) {
+        p->_reason = "request line without an HTTP version (HTTP/0.9)";
+        return -1;
+    }
     p->_in_head = false;
     p->_ev = DM_HTTP_HEAD_DONE;
     /* Responses to HEAD, and 1xx, 204 and 304 responses, have no body whatever
@@ -122,6 +138,18 @@ on_body(llhttp_t *ll, const char *at, size_t len)
     return 0;
 }
 
+/* The last chunk of a request: pause where its trailer section begins, so
+ * the caller holds the trailers until they are checked (dm_http_check_trailers). */
+static int
+on_chunk_header(llhttp_t *ll)
+{
+    if (ll->type == HTTP_REQUEST && ll->content_length == 0) {
+        self(ll)->_ev = DM_HTTP_TRAILERS;
+        return HPE_PAUSED;
+    }
+    return 0;
+}
+
 static int
 on_message_complete(llhttp_t *ll)
 {
@@ -134,10 +162,12 @@ static const llhttp_settings_t settings = {
     .on_message_begin = on_message_begin,
     .on_method = on_method,
     .on_url = on_url,
+    .on_version = on_version,
     .on_header_field = on_header_field,
     .on_header_value = on_header_value,
     .on_headers_complete = on_headers_complete,
     .on_body = on_body,
+    .on_chunk_header = on_chunk_header,
     .on_message_complete = on_message_complete,
 };
 
@@ -156,6 +186,16 @@ dm_http_parse(struct dm_http_parser *p, const char *data, size_t len, size_t *co
 {
     p->_ev = DM_HTTP_AGAIN;
     llhttp_errno_t e = llhttp_execute(&p->_ll, data, len);
+    /* llhttp 8 reads a request line without a version (HTTP/0.9's simple
+     * request) as a head and goes on to wait for header fields: refuse it at
+     * once, as HAProxy does. The head is contiguous, so the byte after the
+     * target is in this call's data or the next one's. */
+    const char *u = p->_url_end;
+    if (u != NULL && !p->_versioned && p->_in_head && u >= data && u < data + len &&
+        (*u == '\r' || *u == '\n')) {
+        p->_reason = "request line without an HTTP version (HTTP/0.9)";
+        return -1;
+    }
     if (e == HPE_OK) {
         *consumed = len;
         return DM_HTTP_AGAIN;
@@ -203,6 +243,9 @@ dm_http_parser_next(struct dm_http_parser *p)
 const char *
 dm_http_parser_error(const struct dm_http_parser *p)
 {
+    if (p->_reason != NULL) {
+        return p->_reason;
+    }
     const char *r = llhttp_get_error_reason(&p->_ll);
     return r != NULL ? r : llhttp_errno_name(llhttp_get_errno(&p->_ll));
 }
@@ -465,6 +508,48 @@ check_fields(const char *head, size_t head_len, const struct dm_http_msg *msg,
         info->chunked = true;
     }
     return 0;
+}
+
+int
+dm_http_check_trailers(const char *p, size_t len, const char **reason)
+{
+    *reason = check_raw_head(p, len);
+    if (*reason == NULL && len > 0 && (p[0] == ' ' || p[0] == '\t')) {
+        *reason = "obs-fold (folded trailer line)";
+    }
+    if (*reason == NULL && (len < 2 || p[len - 2] != '\r' || p[len - 1] != '\n')) {
+        *reason = "trailer section does not end with CRLF";
+    }
+    const char *end = p + len;
+    bool ended = false;
+    while (*reason == NULL && p < end) {
+        const char *eol = memchr(p, '\r', (size_t)(end - p));
+        if (eol == NULL) {
+            break; /* not reached: check_raw_head saw every line end in CRLF */
+        }
+        if (eol == p) {
+            ended = true;
+            if (eol + 2 != end) {
+                *reason = "bytes after the end of the trailer section";
+            }
+            break;
+        }
+        const char *colon = memchr(p, ':', (size_t)(eol - p));
+        struct dm_span name = { p, colon != NULL ? (size_t)(colon - p) : 0 };
+        if (colon == NULL || !is_token(name)) {
+            *reason = "malformed trailer field name";
+        } else if (!value_ok((struct dm_span){ colon + 1, (size_t)(eol - colon - 1) })) {
+            *reason = "control byte in a trailer field";
+        } else if (dm_span_ieq(name, "content-length") || dm_span_ieq(name, "transfer-encoding") ||
+                   dm_span_ieq(name, "host") || dm_span_ieq(name, "trailer")) {
+            *reason = "trailer field that frames or routes the message";
+        }
+        p = eol + 2;
+    }
+    if (*reason == NULL && !ended) {
+        *reason = "trailer section without its final empty line";
+    }
+    return *reason != NULL ? 400 : 0;
 }
 
 int

@@ -44,6 +44,7 @@ enum dm_http_event {
     DM_HTTP_HEAD_DONE = 1, /* the head ended at *consumed */
     DM_HTTP_MSG_DONE = 2,  /* the message (body included) ended at *consumed */
     DM_HTTP_UPGRADE = 3,   /* the message ended and the connection changes protocol */
+    DM_HTTP_TRAILERS = 4,  /* requests: a chunked body's trailer section begins at *consumed */
 };
 
 /* Called with decoded body bytes (chunk framing removed), when set. */
@@ -57,9 +58,12 @@ struct dm_http_parser {
     uint64_t body_bytes; /* decoded body bytes of the current message */
     uint8_t _last;       /* 0 none, 1 field name, 2 field value, 3 url, 4 method */
     bool _in_head;
-    bool _no_body; /* response to HEAD */
-    bool _open;    /* a message has begun and not completed */
-    uint8_t _ev;   /* event the last pause stands for */
+    bool _no_body;        /* response to HEAD */
+    bool _open;           /* a message has begun and not completed */
+    bool _versioned;      /* the request line had a version */
+    const char *_url_end; /* just past the request target seen so far */
+    uint8_t _ev;          /* event the last pause stands for */
+    const char *_reason;  /* our own reason for the last error, or NULL (llhttp's) */
 };
 
 /* Initialises p for requests (is_request) or responses; p is caller memory. */
@@ -68,8 +72,11 @@ void dm_http_parser_init(struct dm_http_parser *p, bool is_request);
 /*
  * Feeds len bytes. Returns an enum dm_http_event with *consumed = the bytes up
  * to that event (all of them for DM_HTTP_AGAIN), or a negative value on
- * malformed input (dm_http_parser_error() says why). After HEAD_DONE or
- * MSG_DONE, call again with the rest. After UPGRADE, the rest is not HTTP.
+ * malformed input (dm_http_parser_error() says why). After HEAD_DONE,
+ * TRAILERS or MSG_DONE, call again with the rest. After UPGRADE, the rest is
+ * not HTTP. A request parser returns TRAILERS right after the last-chunk line
+ * of a chunked body: the bytes from there to MSG_DONE are the trailer section
+ * (and its final CRLF), which llhttp does not check as strictly as a head.
  */
 int dm_http_parse(struct dm_http_parser *p, const char *data, size_t len, size_t *consumed);
 
@@ -113,6 +120,16 @@ struct dm_http_info {
  */
 int dm_http_check_request(const char *head, size_t head_len, const struct dm_http_msg *msg,
                           unsigned version, struct dm_http_info *info, const char **reason);
+
+/*
+ * Checks a request's trailer section (p, len: the raw bytes after the
+ * last-chunk line, up to and including the final empty line) as strictly as
+ * a head: CRLF line ends only, no obs-fold, token names with the colon right
+ * after them, no control bytes in values, and none of the fields that frame
+ * or route a message (Content-Length, Transfer-Encoding, Host, Trailer).
+ * Returns 0, or 400 with *reason set to a static string.
+ */
+int dm_http_check_trailers(const char *p, size_t len, const char **reason);
 
 /* Checks a response head the same way (502 when it is unusable). */
 int dm_http_check_response(const char *head, size_t head_len, const struct dm_http_msg *msg,

@@ -57,6 +57,8 @@ status_text(unsigned status)
         return "Content Too Large";
     case 431:
         return "Request Header Fields Too Large";
+    case 500:
+        return "Internal Server Error";
     case 502:
         return "Bad Gateway";
     case 503:
@@ -157,6 +159,7 @@ req_free(struct dm_worker *w, struct dm_req *req)
     dm_buf_unref(w, req->head_buf);
     dm_buf_unref(w, req->out_head);
     dm_buf_unref(w, req->resp_head);
+    dm_buf_unref(w, req->trailers);
     free(req->learn);
     req->learn = NULL;
     w->busy--;
@@ -177,8 +180,11 @@ req_free(struct dm_worker *w, struct dm_req *req)
 /*
  * Client timeouts without a timer per connection (an idle keep-alive
  * connection should cost as little memory as possible): each kind of timeout
- * has one list per worker, in deadline order because every entry of a kind
- * has the same duration, and the worker's tick expires entries from the head.
+ * has one list per worker, kept in deadline order, and the worker's tick
+ * expires entries from the head. Entries of a kind mostly share one duration,
+ * so an insertion almost always lands at the tail; a shorter one (a reload
+ * changed the duration, or a request's remaining bound) walks back to its
+ * place.
  */
 static void
 client_timer_stop(struct dm_client *c)
@@ -201,38 +207,57 @@ client_timer_stop(struct dm_client *c)
     c->tkind = DM_T_NONE;
 }
 
+/* Puts c on the list of `kind` to fire at loop time deadline_ms. */
+static void
+client_timer_at(struct dm_client *c, enum dm_tkind kind, uint64_t deadline_ms)
+{
+    client_timer_stop(c);
+    struct dm_worker *w = c->w;
+    struct dm_client *after = w->tq_tail[kind];
+    while (after != NULL && after->deadline_ms > deadline_ms) {
+        after = after->tprev;
+    }
+    c->deadline_ms = deadline_ms;
+    c->tkind = (uint8_t)kind;
+    c->tprev = after;
+    if (after != NULL) {
+        c->tnext = after->tnext;
+        after->tnext = c;
+    } else {
+        c->tnext = w->tq_head[kind];
+        w->tq_head[kind] = c;
+    }
+    if (c->tnext != NULL) {
+        c->tnext->tprev = c;
+    } else {
+        w->tq_tail[kind] = c;
+    }
+}
+
+/* Arms the timeout of `kind` for ms from now; 0 leaves the client on no list. */
 static void
 client_timer_start(struct dm_client *c, enum dm_tkind kind, uint64_t ms)
 {
-    client_timer_stop(c);
     if (ms == 0) {
+        client_timer_stop(c);
         return;
     }
-    struct dm_worker *w = c->w;
-    c->deadline_ms = uv_now(&w->loop) + ms;
-    c->tkind = (uint8_t)kind;
-    c->tprev = w->tq_tail[kind];
-    c->tnext = NULL;
-    if (w->tq_tail[kind] != NULL) {
-        w->tq_tail[kind]->tnext = c;
-    } else {
-        w->tq_head[kind] = c;
-    }
-    w->tq_tail[kind] = c;
+    client_timer_at(c, kind, uv_now(&c->w->loop) + ms);
 }
 
-static void client_timeout(struct dm_client *c);
+static void client_timeout(struct dm_client *c, enum dm_tkind kind);
 
 void
 dm_clients_expire(struct dm_worker *w)
 {
     uint64_t now = uv_now(&w->loop);
-    for (int k = 0; k < DM_T_KINDS; k++) {
-        /* Bounded: each pass removes the head from the list. */
+    for (int k = DM_T_NONE + 1; k < DM_T_KINDS; k++) {
+        /* Bounded: each pass takes the head off the list (a body window that
+         * is re-armed goes back to a later deadline). */
         while (w->tq_head[k] != NULL && w->tq_head[k]->deadline_ms <= now) {
             struct dm_client *c = w->tq_head[k];
             client_timer_stop(c);
-            client_timeout(c);
+            client_timeout(c, (enum dm_tkind)k);
         }
     }
 }
@@ -301,7 +326,7 @@ client_close(struct dm_client *c)
             dm_upstream_close(up);
         }
         req_work_done(req, req->work);
-        if (req->server != DM_NO_SERVER && req->attempts > 0) {
+        if (req->server != DM_NO_SERVER && req->attempts > 0 && !req->counted) {
             /* A request that was counted against its server ends here. */
             struct dm_server *s = server_of(c->rt, req->pool, req->server);
             dm_counter_sub(&s->conns, 1);
@@ -504,23 +529,69 @@ client_respond_error(struct dm_client *c, unsigned status, const char *reason)
     }
 }
 
+/* A new window of the request body's minimum rate starts now (timeouts.client_body). */
 static void
-client_timeout(struct dm_client *c)
+client_body_window(struct dm_client *c)
 {
-    switch (c->state) {
-    case DM_C_IDLE:
-        client_close(c);
-        break;
-    case DM_C_HEAD:
-        if (c->in != NULL && c->in->len > c->head_start) {
+    struct dm_req *req = c->req;
+    uint64_t at = uv_now(&c->w->loop) + c->rt->conf->timeouts.client_body_ms;
+    if (req->request_deadline_ms != 0 && req->request_deadline_ms < at) {
+        at = req->request_deadline_ms;
+    }
+    req->body_mark = req->body_raw;
+    client_timer_at(c, DM_T_BODY, at);
+}
+
+/* The body is all read: only the whole-exchange bound (if any) is left. */
+static void
+client_request_timer(struct dm_client *c)
+{
+    struct dm_req *req = c->req;
+    if (req->request_deadline_ms != 0) {
+        client_timer_at(c, DM_T_REQUEST, req->request_deadline_ms);
+    } else {
+        client_timer_stop(c);
+    }
+}
+
+static void
+client_timeout(struct dm_client *c, enum dm_tkind kind)
+{
+    struct dm_req *req = c->req;
+    switch (kind) {
+    case DM_T_HEADER:
+        /* The whole head is bounded, however it trickles in (as HAProxy's
+         * timeout http-request); a connection that sent nothing just closes. */
+        if (c->state == DM_C_HEAD && c->in != NULL && c->in->len > c->head_start) {
             client_respond_error(c, 408, "request head not received in time");
         } else {
             client_close(c);
         }
         break;
-    default:
-        /* The whole-request bound (timeouts.request). */
+    case DM_T_BODY: {
+        if (req == NULL || c->state != DM_C_BODY) {
+            break;
+        }
+        if (req->request_deadline_ms != 0 && uv_now(&c->w->loop) >= req->request_deadline_ms) {
+            client_respond_error(c, 504, "request took longer than timeouts.request");
+            break;
+        }
+        const struct dm_conf *cf = c->rt->conf;
+        uint64_t need = cf->limits.body_min_rate * cf->timeouts.client_body_ms / 1000;
+        /* While the proxy does not read (the server is slower than the client),
+         * the client is not to blame: that window does not count. */
+        if (c->paused || !c->reading || req->body_raw - req->body_mark >= (need > 0 ? need : 1)) {
+            client_body_window(c);
+            break;
+        }
+        client_respond_error(c, 408, "request body slower than limits.body_min_rate");
+        break;
+    }
+    case DM_T_REQUEST:
         client_respond_error(c, 504, "request took longer than timeouts.request");
+        break;
+    default:
+        client_close(c);
         break;
     }
 }
@@ -574,7 +645,11 @@ client_start_request(struct dm_client *c)
     c->parser.on_body = NULL;
     c->head_start = c->in->off;
     c->state = DM_C_HEAD;
-    client_timer_start(c, DM_T_HEADER, c->rt->conf->timeouts.client_header_ms);
+    /* The first request's head is bounded from the accept on (its timer runs
+     * already); a later one's from its first byte. */
+    if (c->tkind != DM_T_HEADER) {
+        client_timer_start(c, DM_T_HEADER, c->rt->conf->timeouts.client_header_ms);
+    }
     return true;
 }
 
@@ -605,6 +680,55 @@ client_forward_slice(struct dm_client *c, uint32_t from, uint32_t to)
     if (n > 0) {
         up_write(req->up, b, n, hold, n);
     }
+}
+
+/*
+ * Copies [from, to) of the read buffer to the request's held trailer section,
+ * growing it up to limits.header_bytes. Returns 0, or <0 once the client has
+ * been answered (431, or 500 when out of memory).
+ */
+static int
+client_hold_trailers(struct dm_client *c, uint32_t from, uint32_t to)
+{
+    struct dm_req *req = c->req;
+    struct dm_buf *t = req->trailers;
+    uint32_t n = to - from;
+    if ((size_t)t->len + n > c->rt->conf->limits.header_bytes) {
+        client_respond_error(c, 431, "request trailers larger than limits.header_bytes");
+        return -1;
+    }
+    if (t->len + n > t->cap) {
+        uint32_t cap = t->cap * 2 > t->len + n ? t->cap * 2 : t->len + n;
+        struct dm_buf *nt = dm_buf_get(c->w, cap);
+        if (nt == NULL) {
+            client_respond_error(c, 500, "out of memory");
+            return -1;
+        }
+        memcpy(nt->data, t->data, t->len);
+        nt->len = t->len;
+        dm_buf_unref(c->w, t);
+        req->trailers = t = nt;
+    }
+    memcpy(t->data + t->len, c->in->data + from, n);
+    t->len += n;
+    return 0;
+}
+
+/* The request's trailer section is whole: checked, then forwarded (or 400). */
+static int
+client_send_trailers(struct dm_client *c)
+{
+    struct dm_req *req = c->req;
+    const char *reason = NULL;
+    if (dm_http_check_trailers(req->trailers->data, req->trailers->len, &reason) != 0) {
+        client_respond_error(c, 400, reason);
+        return -1;
+    }
+    if (req->up != NULL) {
+        uv_buf_t b = uv_buf_init(req->trailers->data, req->trailers->len);
+        up_write(req->up, &b, 1, &req->trailers, 1);
+    }
+    return 0;
 }
 
 /* After forwarding: a full buffer is recycled or handed over to its writers. */
@@ -663,7 +787,10 @@ client_head_done(struct dm_client *c)
                                   req->info.path.p, req->info.path.len);
     }
     c->state = DM_C_CONNECT;
-    client_timer_start(c, DM_T_REQUEST, cf->timeouts.request_ms);
+    if (cf->timeouts.request_ms > 0) {
+        req->request_deadline_ms = uv_now(&c->w->loop) + cf->timeouts.request_ms;
+    }
+    client_request_timer(c);
     req_pick_and_connect(req);
 }
 
@@ -683,10 +810,10 @@ client_process(struct dm_client *c)
                     client_close(c);
                     return;
                 }
-                if (c->served) {
+                if (c->served && c->tkind != DM_T_KEEPALIVE) {
                     client_timer_start(c, DM_T_KEEPALIVE,
                                        c->rt->conf->timeouts.client_keepalive_ms);
-                } else {
+                } else if (!c->served && c->tkind != DM_T_HEADER) {
                     client_timer_start(c, DM_T_HEADER, c->rt->conf->timeouts.client_header_ms);
                 }
                 client_read_start(c);
@@ -743,6 +870,7 @@ client_process(struct dm_client *c)
                 return;
             }
             in->off += (uint32_t)used;
+            req->body_raw += used;
             if (req->info.chunked) {
                 /* llhttp 8.1 accepts a bare LF as the last line of a chunked
                  * body: keep the last four bytes to check the ending ourselves. */
@@ -755,13 +883,34 @@ client_process(struct dm_client *c)
                     return;
                 }
             }
-            client_forward_slice(c, from, in->off);
+            if (req->trailers != NULL) {
+                /* The trailer section is held until it is whole and checked. */
+                if (client_hold_trailers(c, from, in->off) < 0) {
+                    return;
+                }
+            } else {
+                client_forward_slice(c, from, in->off);
+            }
             if (c->closing || c->req == NULL) {
+                return;
+            }
+            if (r == DM_HTTP_TRAILERS) {
+                req->trailers = dm_buf_get(c->w, DM_SMALL_CAP);
+                if (req->trailers == NULL) {
+                    client_respond_error(c, 500, "out of memory");
+                    return;
+                }
+                continue;
+            }
+            if (r == DM_HTTP_MSG_DONE && req->trailers != NULL && client_send_trailers(c) < 0) {
                 return;
             }
             if (r == DM_HTTP_MSG_DONE || r == DM_HTTP_UPGRADE) {
                 req->body_done = true;
                 c->state = DM_C_WAIT;
+                if (c->tkind == DM_T_BODY) {
+                    client_request_timer(c);
+                }
                 req_await_response(req);
                 if (req->info.upgrade) {
                     /* What follows belongs to the new protocol, after a 101. */
@@ -1316,6 +1465,8 @@ req_upstream_ready(struct dm_req *req, struct dm_upstream *up, int status)
     if (req->body_done) {
         c->state = DM_C_WAIT; /* a retry: the request went out whole before */
         req_await_response(req);
+    } else if (req->info.chunked || req->info.content_length > 0) {
+        client_body_window(c); /* the body is read from now on */
     }
     client_read_start(c);
     client_process(c);
@@ -1341,19 +1492,22 @@ req_retry(struct dm_req *req, struct dm_upstream *up)
     return true;
 }
 
-/* The response is complete: account, release the server connection, go on. */
+/*
+ * The response is complete: count it and give its server's counters back.
+ * Called before its last bytes go to the client, so that a client that has
+ * read a whole response and then asks /stats sees it counted (the promise in
+ * balancers/servers.h); once per request.
+ */
 static void
-req_finish(struct dm_req *req)
+req_account(struct dm_req *req)
 {
-    struct dm_client *c = req->c;
-    struct dm_upstream *up = req->up;
-    struct dm_rpool *p = &c->rt->pools[req->pool];
-    struct dm_server *s = &p->sv->s[req->server];
-    dm_counter_add(&s->requests, 1);
-    uint64_t body = up != NULL ? up->parser.body_bytes : 0;
-    if (p->age) {
-        learn_finish(req, body);
+    if (req->counted) {
+        return;
     }
+    req->counted = true;
+    struct dm_client *c = req->c;
+    struct dm_rpool *p = &c->rt->pools[req->pool];
+    dm_counter_add(&p->sv->s[req->server].requests, 1);
     struct dm_bal_event ev = {
         .server = req->server,
         .now_us = mono_us(),
@@ -1364,6 +1518,20 @@ req_finish(struct dm_req *req)
     dm_balancer_on_response(p->bal, &ev);
     req_work_done(req, req->work);
     req_unpick(req);
+}
+
+/* After the response: learn, log, release the server connection, go on. */
+static void
+req_finish(struct dm_req *req)
+{
+    struct dm_client *c = req->c;
+    struct dm_upstream *up = req->up;
+    struct dm_rpool *p = &c->rt->pools[req->pool];
+    req_account(req);
+    uint64_t body = up != NULL ? up->parser.body_bytes : 0;
+    if (p->age) {
+        learn_finish(req, body);
+    }
     log_access(req);
     if (up != NULL) {
         bool reusable = req->rinfo.keep_alive && req->body_done && !c->w->stopping &&
@@ -1470,6 +1638,9 @@ up_write_done(void *arg, int status)
         uv_stream_get_write_queue_size((uv_stream_t *)&up->tcp) < DM_WRITE_HIGH) {
         req->c->paused = false;
         client_read_start(req->c);
+        if (req->c->state == DM_C_BODY && req->c->tkind == DM_T_BODY) {
+            client_body_window(req->c); /* the pause did not count against it */
+        }
     }
 }
 
@@ -1841,6 +2012,9 @@ up_process(struct dm_upstream *up)
             return;
         }
         /* Body. */
+        if (r == DM_HTTP_MSG_DONE && dm_http_parser_status(&up->parser) >= 200) {
+            req_account(req); /* before its last bytes leave */
+        }
         up_forward_slice(up, from, req->dechunk ? from : in->off);
         if (up->closing || up->req == NULL) {
             return;

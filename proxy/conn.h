@@ -100,6 +100,7 @@ struct dm_req {
     struct dm_buf *head_buf;  /* holds the request head (msg spans point into it) */
     struct dm_buf *out_head;  /* the rewritten head, kept for a retry */
     struct dm_buf *resp_head; /* the rewritten response head, until written */
+    struct dm_buf *trailers;  /* a chunked request's trailer section, held until checked */
     struct dm_http_msg msg;
     struct dm_http_info info;
     struct dm_http_msg rmsg; /* response head */
@@ -116,8 +117,12 @@ struct dm_req {
     struct dm_learn *learn; /* HTML scan of this response (age pools), or NULL */
     uint64_t start_us;
     uint64_t up_start_us;
+    uint64_t request_deadline_ms; /* loop time of timeouts.request, 0 = none */
+    uint64_t body_raw;            /* request body bytes read, framing included */
+    uint64_t body_mark;           /* body_raw when the current body window began */
     uint64_t resp_bytes;
     bool body_done;
+    bool counted;      /* req_account() ran: the server's counters are given back */
     bool head_pending; /* out_head not written to the server yet */
     bool body_sent;    /* request body bytes went to the server: no retry */
     bool resp_started;

@@ -92,13 +92,17 @@ struct dm_req_free {
     size_t size;
 };
 
-/* Kinds of client timeout; each has its own list per worker. */
+/*
+ * Kinds of client timeout; each has its own list per worker, in deadline
+ * order. DM_T_NONE is 0 so that a zeroed client is on no list.
+ */
 enum dm_tkind {
-    DM_T_HEADER,    /* timeouts.client_header */
+    DM_T_NONE = 0,
+    DM_T_HEADER,    /* timeouts.client_header: the whole head, from its first byte or accept */
     DM_T_KEEPALIVE, /* timeouts.client_keepalive */
+    DM_T_BODY,      /* timeouts.client_body: one window of the request body's minimum rate */
     DM_T_REQUEST,   /* timeouts.request */
     DM_T_KINDS,
-    DM_T_NONE = DM_T_KINDS,
 };
 
 struct dm_worker {

@@ -279,6 +279,8 @@ feed(struct feeder *f, size_t from, size_t to)
         } else if (ev == DM_HTTP_MSG_DONE) {
             dm_http_parser_next(&f->p);
             f->msg_start = off;
+        } else if (ev == DM_HTTP_TRAILERS) {
+            /* the caller holds the trailer section from here */
         } else {
             assert_int_equal(ev, DM_HTTP_UPGRADE);
             f->stopped = true;
@@ -612,13 +614,18 @@ test_chunked_body_with_extensions_and_trailer_is_decoded(void **state)
                               "0;last\r\n"
                               "X-Trailer: t\r\n"
                               "\r\n";
+    static const char trailers[] = "X-Trailer: t\r\n"
+                                   "\r\n";
     struct run *r = parse_request(LIT(req));
-    assert_int_equal(r->nev, 2);
+    assert_int_equal(r->nev, 3);
     assert_int_equal(r->ev[0], DM_HTTP_HEAD_DONE);
     assert_int_equal(r->at[0], sizeof(head) - 1);
-    assert_int_equal(r->ev[1], DM_HTTP_MSG_DONE);
-    assert_int_equal(r->at[1], sizeof(req) - 1);
-    assert_int_equal(r->body_bytes[1], 21);
+    /* The trailer section begins right after the last-chunk line. */
+    assert_int_equal(r->ev[1], DM_HTTP_TRAILERS);
+    assert_int_equal(r->at[1], sizeof(req) - sizeof(trailers));
+    assert_int_equal(r->ev[2], DM_HTTP_MSG_DONE);
+    assert_int_equal(r->at[2], sizeof(req) - 1);
+    assert_int_equal(r->body_bytes[2], 21);
     assert_int_equal(r->nbody, 21);
     assert_memory_equal(r->body, "hello world0123456789", 21);
     assert_int_equal(r->head[0].check, 0);
@@ -1037,9 +1044,10 @@ test_transfer_encoding_ending_in_chunked_is_accepted(void **state)
         parse_accepted(LIT("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked\r\n"
                            "\r\n2\r\nab\r\n0\r\n\r\n"));
     assert_true(r->head[0].chunked);
-    assert_int_equal(r->nev, 2);
-    assert_int_equal(r->ev[1], DM_HTTP_MSG_DONE);
-    assert_int_equal(r->body_bytes[1], 2);
+    assert_int_equal(r->nev, 3);
+    assert_int_equal(r->ev[1], DM_HTTP_TRAILERS);
+    assert_int_equal(r->ev[2], DM_HTTP_MSG_DONE);
+    assert_int_equal(r->body_bytes[2], 2);
     free(r);
 }
 
@@ -1153,6 +1161,59 @@ test_unsupported_version_is_505(void **state)
     assert_check_answers(LIT("GET / HTTP/0.9\r\nHost: a\r\n\r\n"), &o, 505);
     const struct opts ro = { .response = true };
     assert_check_answers(LIT("HTTP/2.0 200 OK\r\nContent-Length: 0\r\n\r\n"), &ro, 502);
+}
+
+static void
+test_request_line_without_version_is_refused_at_once(void **state)
+{
+    (void)state;
+    /* HTTP/0.9's simple request: an error as soon as the line ends, without
+     * waiting for header fields that will never come. */
+    struct dm_http_parser p;
+    struct dm_http_field fields[8];
+    struct dm_http_msg msg = { .fields = fields, .max_fields = 8 };
+    p.msg = &msg;
+    dm_http_parser_init(&p, true);
+    size_t used = 0;
+    assert_int_equal(dm_http_parse(&p, LIT("GET /path"), &used), DM_HTTP_AGAIN);
+    assert_true(dm_http_parse(&p, LIT("\r\n"), &used) < 0);
+    assert_non_null(strstr(dm_http_parser_error(&p), "HTTP/0.9"));
+    dm_http_parser_init(&p, true);
+    assert_true(dm_http_parse(&p, LIT("GET /path\r\nHost: a\r\n\r\n"), &used) < 0);
+    /* A written version 0.9 still reaches the check, which answers 505. */
+    dm_http_parser_init(&p, true);
+    assert_int_equal(dm_http_parse(&p, LIT("GET / HTTP/0.9\r\nHost: a\r\n\r\n"), &used),
+                     DM_HTTP_HEAD_DONE);
+}
+
+static void
+test_trailers_are_checked_as_strictly_as_a_head(void **state)
+{
+    (void)state;
+    const char *reason = NULL;
+    assert_int_equal(dm_http_check_trailers(LIT("\r\n"), &reason), 0);
+    assert_int_equal(dm_http_check_trailers(LIT("X-Sum: 1\r\nX-B:\r\n\r\n"), &reason), 0);
+    static const char *const bad[] = {
+        "X-A: 1\r\n b\r\n\r\n",         /* obs-fold */
+        " X-A: 1\r\n\r\n",              /* folded first line */
+        "X-A: 1\n\r\n",                 /* bare LF */
+        "X-A: 1\rb\r\n\r\n",            /* bare CR */
+        "X-A : 1\r\n\r\n",              /* space before the colon */
+        "X-A 1\r\n\r\n",                /* no colon */
+        "X-A: \x01\r\n\r\n",            /* control byte */
+        "Content-Length: 5\r\n\r\n",    /* framing */
+        "transfer-encoding: x\r\n\r\n", /* framing, any case */
+        "Host: evil\r\n\r\n",           /* routing */
+        "X-A: 1\r\n",                   /* no final empty line */
+        "\r\nGET / HTTP/1.1\r\n\r\n",   /* bytes after the end */
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        reason = NULL;
+        if (dm_http_check_trailers(bad[i], strlen(bad[i]), &reason) != 400) {
+            fail_msg("trailer section %zu accepted: %s", i, bad[i]);
+        }
+        assert_non_null(reason);
+    }
 }
 
 static void
@@ -1696,6 +1757,8 @@ main(void)
         cmocka_unit_test(test_invalid_host_is_refused),
         cmocka_unit_test(test_unsupported_version_is_505),
         cmocka_unit_test(test_connect_is_405),
+        cmocka_unit_test(test_request_line_without_version_is_refused_at_once),
+        cmocka_unit_test(test_trailers_are_checked_as_strictly_as_a_head),
         cmocka_unit_test(test_too_many_fields_is_431),
         cmocka_unit_test(test_absolute_form_target_is_reduced_to_its_path),
         cmocka_unit_test(test_absolute_form_without_path_keeps_its_query),
