@@ -6,8 +6,11 @@
 # keep-alive) against each in turn, interleaved, and the medians are compared.
 #   bench/age_vs_rr.sh [--build DIR] [--duration S] [--rounds R] [--conns C] [--pin]
 # A third dimmer runs age with catalog.learn off, to isolate what the HTML
-# scanner and the catalog cost. Everything runs on 127.0.0.1 ports
-# 18100-18106 and is stopped on exit.
+# scanner and the catalog cost. At the end, each server's share of the
+# picks (with age's connection affinity, one per client connection) and of
+# the requests is printed for every proxy, from its admin /stats: a policy
+# that sends most of the load to one server shows there. Everything runs on
+# 127.0.0.1 ports 18100-18109 and is stopped on exit.
 set -u
 BUILD=build DUR=5 ROUNDS=3 CONNS=50 PIN=0
 while [ $# -gt 0 ]; do
@@ -39,6 +42,7 @@ conf() { # port balance [learn]
   cat <<C
 workers: 1
 listen: ["127.0.0.1:$1"]
+admin: "127.0.0.1:$(($1 + 3))"
 catalog: {learn: ${3:-true}}
 pools:
   web:
@@ -80,3 +84,17 @@ m_rr=$(med "${RR[@]}") m_age=$(med "${AGE[@]}") m_nol=$(med "${NOL[@]}")
 awk -v a="$m_age" -v r="$m_rr" -v n="$m_nol" 'BEGIN {
   printf "median req/s: roundrobin %.0f, age %.0f, age without learning %.0f\n", r, a, n
   printf "age / roundrobin %.3f; learning (HTML scan + catalog) costs %.1f%% of age throughput\n", a / r, (1 - a / n) * 100 }'
+shares() { # name admin-port
+  curl -sf "http://127.0.0.1:$2/stats" | python3 -c '
+import json, sys
+name = sys.argv[1]
+s = json.load(sys.stdin)["pools"][0]["servers"]
+for key in ("picks", "requests"):
+    total = sum(x[key] for x in s) or 1
+    print("  %-22s %-8s " % (name, key) + "  ".join(
+        "%s %5.1f%%" % (x["name"], 100.0 * x[key] / total) for x in s) +
+        "  (of %d)" % total)
+' "$1"
+}
+echo "share of each server (all rounds and the warm-up):"
+shares roundrobin 18107; shares age 18108; shares "age without learning" 18109

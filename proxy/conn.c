@@ -37,6 +37,7 @@ static void up_start_read(struct dm_upstream *up);
 static void req_finish(struct dm_req *req);
 static void req_await_response(struct dm_req *req);
 static void req_work_done(struct dm_req *req, int64_t n);
+static void req_reserve(struct dm_req *req);
 static void up_cork_drop(struct dm_upstream *up);
 static void up_flush(struct dm_upstream *up);
 static void client_age_close(struct dm_client *c);
@@ -1170,6 +1171,10 @@ req_pick_and_connect(struct dm_req *req)
     struct dm_server *s = &p->sv->s[idx];
     dm_counter_add(&s->conns, 1);
     dm_counter_add(&s->inflight, 1);
+    /* Everything the pick decided is on the server's counters before the
+     * next pick can read them, or a burst of new connections would all see
+     * the same minimum (the stale-information herd). */
+    req_reserve(req);
     req->up_start_us = uv_hrtime() / 1000;
     dm_upstream_take(c->w, c->rt, req->pool, idx, req, req_upstream_ready);
 }
@@ -1228,17 +1233,18 @@ dm_clients_age(struct dm_worker *w)
 }
 
 /*
- * The request is on its way to its server: count its expected work there and
- * tell the policy (for age, the first request of a connection brings the
- * potential load of its page's embedded objects, from the catalog).
+ * The request has just been given its server: count its expected work there
+ * and tell the policy (for age, the first request of a connection brings the
+ * potential load of its page's embedded objects, from the catalog). Undone by
+ * req_unreserve() when the server cannot be reached.
  */
 static void
-req_note_sent(struct dm_req *req)
+req_reserve(struct dm_req *req)
 {
     struct dm_client *c = req->c;
     struct dm_rpool *p = &c->rt->pools[req->pool];
     struct dm_bal_event ev = { .server = req->server, .now_us = mono_us() };
-    if (!p->age || req->added != 0) {
+    if (!p->age) {
         dm_balancer_on_request(p->bal, &ev);
         return;
     }
@@ -1252,14 +1258,16 @@ req_note_sent(struct dm_req *req)
     ev.conn = c->age;
     ev.object = req->key;
     ev.bytes = (uint64_t)work;
-    if (c->age == NULL && !c->served && cat != NULL) {
-        /* First request of the connection: its page's potential load. */
+    if (!c->served && cat != NULL && (c->age == NULL || c->age_pool == req->pool)) {
+        /* First request of the connection: its page's potential load (again
+         * on a retry elsewhere, which moves it: the policy starts over). */
         struct dm_bal_object objs[DM_CATALOG_PAGE_MAX];
         bool any_host = false;
         size_t n = dm_catalog_lookup_url(cat, req->info.host.p, req->info.host.len,
                                          req->info.path.p, req->info.path.len, objs,
                                          DM_CATALOG_PAGE_MAX, cost, dflt, NULL, &any_host);
         c->any_host = any_host;
+        client_age_close(c); /* a retry: what the failed pick held goes */
         size_t size = dm_balancer_conn_state_size(p->bal, n);
         c->age = size > 0 ? calloc(1, size) : NULL;
         if (c->age != NULL) {
@@ -1434,6 +1442,7 @@ req_upstream_ready(struct dm_req *req, struct dm_upstream *up, int status)
     struct dm_client *c = req->c;
     if (status < 0) {
         req->up = NULL;
+        req_work_done(req, req->work);
         req_unpick(req);
         server_failed(c->rt, req->pool, req->server,
                       status == UV_ETIMEDOUT ? "connect timed out" : uv_strerror(status));
@@ -1447,9 +1456,6 @@ req_upstream_ready(struct dm_req *req, struct dm_upstream *up, int status)
     if (c->rt->pools[req->pool].cf->affinity_connection && c->bound < 0) {
         c->bound = req->server;
         c->bound_pool = (uint16_t)req->pool;
-    }
-    if (req->added == 0) {
-        req_note_sent(req);
     }
     dm_http_parser_init(&up->parser, false);
     up->parser.msg = &req->rmsg;

@@ -214,5 +214,37 @@ class PreloadTest(AgeBase):
         self.assertIn("bad.manifest:2:", p.stderr())
 
 
+class AgeBurstTest(AgeBase):
+    def burst(self, n, page):
+        """n new connections send a page's first request at once; {server: count}."""
+        conns = [H.Conn(self.port) for _ in range(n)]
+        try:
+            req = H.build_request("GET", "/page/%d.html" % page)
+            for c in conns:
+                c.send(req)
+            seen = {}
+            for c in conns:
+                r = c.read_response()
+                self.assertEqual(r.status, 200)
+                seen[r.header("X-Backend")] = seen.get(r.header("X-Backend"), 0) + 1
+            return seen
+        finally:
+            for c in conns:
+                c.close()
+            H.wait_until(lambda: self.total_potential() == 0, 5, "the table back to zero")
+
+    def test_a_burst_of_new_connections_is_spread(self):
+        # Regression: the expected work and the potential of a pick were
+        # written when the server connection was ready, so every pick of a
+        # burst read the same scores and most went to one server.
+        self.start_with("600s")
+        self.learn(3)
+        for _ in range(3):
+            seen = self.burst(60, 3)
+            counts = [seen.get(b.name, 0) for b in self.backends]
+            self.assertEqual(sum(counts), 60)
+            self.assertLessEqual(max(counts) - min(counts), 6, counts)
+
+
 if __name__ == "__main__":
     unittest.main()

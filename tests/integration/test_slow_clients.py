@@ -1,0 +1,308 @@
+"""
+Clients that hold connections without finishing a request: silent ones, ones
+that trickle a head (slowloris) or a body, and inputs a strict proxy must
+answer at once (an HTTP/0.9 line) or refuse before anything invalid reaches
+a server (a folded trailer). Each fault runs while a normal request on
+another connection is served, and each wait is bounded.
+"""
+import hashlib
+import os
+import selectors
+import socket
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(__file__))
+import harness as H  # noqa: E402
+
+# Time dimmer may take beyond a timeout before the close is seen: the timeout
+# tick (50 ms), a loaded 2-core machine and the sanitizer build.
+SLACK = 4.0
+
+
+def open_many(port, n):
+    socks = []
+    for _ in range(n):
+        s = socket.create_connection((H.HOST, port), timeout=H.IO_TIMEOUT)
+        s.setblocking(False)
+        socks.append(s)
+    return socks
+
+
+def wait_closed(socks, deadline, on_tick=None, tick=None):
+    """
+    Reads every socket until the peer closes it, or until deadline. Returns
+    {socket: (monotonic time of the close, bytes received)} for the closed
+    ones. on_tick(open_socks) is called every `tick` seconds meanwhile.
+    """
+    sel = selectors.DefaultSelector()
+    got = {s: b"" for s in socks}
+    for s in socks:
+        sel.register(s, selectors.EVENT_READ)
+    closed = {}
+    next_tick = time.monotonic() + tick if tick else None
+    try:
+        while len(closed) < len(socks):
+            now = time.monotonic()
+            if now >= deadline:
+                break
+            wait = deadline - now
+            if next_tick is not None:
+                wait = max(0.0, min(wait, next_tick - now))
+            for key, _ in sel.select(wait):
+                s = key.fileobj
+                try:
+                    data = s.recv(65536)
+                except BlockingIOError:
+                    continue
+                except (ConnectionResetError, BrokenPipeError):
+                    data = b""
+                if data:
+                    got[s] += data
+                    continue
+                closed[s] = (time.monotonic(), got[s])
+                sel.unregister(s)
+            if next_tick is not None and time.monotonic() >= next_tick:
+                on_tick([s for s in socks if s not in closed])
+                next_tick += tick
+    finally:
+        sel.close()
+    return closed
+
+
+class Recorder:
+    """
+    A stand-in backend on 127.0.0.1:0 that records every byte it receives,
+    per connection, and answers 200 and closes once a chunked request has
+    ended (so that every request comes on a connection of its own).
+    """
+
+    def __init__(self):
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.bind((H.HOST, 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        self.conns = []  # [bytearray, closed Event]
+        self.lock = threading.Lock()
+        self.thread = threading.Thread(target=self._accept, daemon=True)
+        self.thread.start()
+
+    def _accept(self):
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            rec = [bytearray(), threading.Event()]
+            with self.lock:
+                self.conns.append(rec)
+            threading.Thread(target=self._serve, args=(c, rec), daemon=True).start()
+
+    def _serve(self, c, rec):
+        with c:
+            c.settimeout(30)
+            while True:
+                try:
+                    data = c.recv(65536)
+                except OSError:
+                    data = b""
+                if not data:
+                    rec[1].set()
+                    return
+                rec[0] += data
+                head_end = rec[0].find(b"\r\n\r\n")
+                if head_end >= 0 and rec[0].endswith(b"\r\n\r\n") and \
+                        b"\r\n0\r\n" in rec[0][head_end:]:
+                    c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n"
+                              b"Connection: close\r\n\r\nok")
+                    rec[0] += b"<answered>"
+                    rec[1].set()
+                    return
+
+    def close(self):
+        self.sock.close()
+
+
+class SlowClientTest(H.DimmerTest):
+    def setUp(self):
+        super().setUp()
+        self.b1 = self.start_backend("b1")
+
+    def assert_served(self):
+        r = H.get(self.d.port, "/bytes/100", timeout=5)
+        self.assertEqual(r.status, 200)
+        self.assertEqual(r.body, H.pattern(100))
+
+    def test_silent_connections_all_close_at_client_header(self):
+        # Regression: every accept used to cut the header-timeout list, so of
+        # many silent connections only the last one was ever closed.
+        self.d = self.start_dimmer({"web": self.pool(self.b1)},
+                                   timeouts={"client_header": "1s"})
+        opened = time.monotonic()
+        socks = open_many(self.d.port, 300)
+        try:
+            self.assert_served()  # a normal client is served meanwhile
+            closed = wait_closed(socks, opened + 1.0 + SLACK)
+            self.assertEqual(len(closed), len(socks), "%d of %d silent connections still open" %
+                             (len(socks) - len(closed), len(socks)))
+            first = min(t for t, _ in closed.values())
+            self.assertGreaterEqual(first - opened, 0.9, "closed before client_header")
+            # Nothing was asked, so nothing is answered: a plain close.
+            self.assertEqual({data for _, data in closed.values()}, {b""})
+            self.assert_served()
+        finally:
+            for s in socks:
+                s.close()
+
+    def test_trickled_heads_get_408_at_client_header(self):
+        # Slowloris: a header line every 200 ms does not extend the bound on
+        # the whole head.
+        self.d = self.start_dimmer({"web": self.pool(self.b1)},
+                                   timeouts={"client_header": "1s"})
+        opened = time.monotonic()
+        socks = open_many(self.d.port, 150)
+        try:
+            for s in socks:
+                s.send(b"GET /bytes/10 HTTP/1.1\r\nHost: test\r\n")
+            n = [0]
+
+            def trickle(open_socks):
+                n[0] += 1
+                for s in open_socks:
+                    try:
+                        s.send(b"X-Line-%d: x\r\n" % n[0])
+                    except OSError:
+                        pass  # closed under us: the read side says how
+
+            closed = wait_closed(socks, opened + 1.0 + SLACK, on_tick=trickle, tick=0.2)
+            self.assert_served()
+            self.assertEqual(len(closed), len(socks), "%d of %d trickling heads still open" %
+                             (len(socks) - len(closed), len(socks)))
+            for t, data in closed.values():
+                self.assertTrue(data.startswith(b"HTTP/1.1 408 "), data[:100])
+                self.assertGreaterEqual(t - opened, 0.9)
+            self.assertGreaterEqual(n[0], 4, "the heads were not trickled for long")
+            self.assertEqual(self.b1.requests(), 1, "a trickled head reached the backend")
+        finally:
+            for s in socks:
+                s.close()
+
+    def test_keepalive_request_head_is_bounded_from_its_first_byte(self):
+        self.d = self.start_dimmer({"web": self.pool(self.b1)},
+                                   timeouts={"client_header": "1s", "client_keepalive": "30s"})
+        with H.Conn(self.d.port) as c:
+            self.assertEqual(c.request("GET", "/bytes/5").status, 200)
+            # Idle past client_header: the keep-alive bound applies, not the head's.
+            time.sleep(1.5)
+            start = time.monotonic()
+            c.send(b"GET /bytes/5 HTTP/1.1\r\nHost: test\r\n")
+            self.assertTrue(c.closed_by_peer(timeout=1.0 + SLACK))
+            self.assertTrue(c.buf.startswith(b"HTTP/1.1 408 "), c.buf[:100])
+            self.assertGreaterEqual(time.monotonic() - start, 0.9)
+
+    def upload(self, port, total, piece, every, chunked=False):
+        """Sends a POST /sha256 body of `total` bytes, `piece` bytes every `every` s."""
+        body = H.pattern(total)
+        c = H.Conn(port, timeout=30)
+        head = [("Transfer-Encoding", "chunked")] if chunked else [("Content-Length",
+                                                                    str(total))]
+        c.send(H.build_request("POST", "/sha256", head))
+        sent = 0
+        try:
+            while sent < total:
+                part = body[sent:sent + piece]
+                c.send(b"%x\r\n%s\r\n" % (len(part), part) if chunked else part)
+                sent += len(part)
+                if sent < total:
+                    time.sleep(every)  # the pace is the test's input, not a wait
+            if chunked:
+                c.send(b"0\r\n\r\n")
+        except OSError:
+            pass  # answered and closed early: the response says how
+        return c, hashlib.sha256(body).hexdigest()
+
+    def test_trickled_body_gets_408_and_a_steady_one_passes(self):
+        self.d = self.start_dimmer({"web": self.pool(self.b1)},
+                                   timeouts={"client_body": "1s"},
+                                   limits={"body_min_rate": "1k"})
+        for chunked in (False, True):
+            with self.subTest(chunked=chunked):
+                # 20 bytes every 100 ms is 200 B/s, under 1 KiB/s: refused.
+                start = time.monotonic()
+                result = {}
+
+                def slow():
+                    c, _ = self.upload(self.d.port, 4000, 20, 0.1, chunked)
+                    with c:
+                        try:
+                            result["r"] = c.read_response(timeout=1.0 + SLACK)
+                        except Exception as e:  # noqa: BLE001
+                            result["e"] = e
+                    result["t"] = time.monotonic() - start
+
+                t = threading.Thread(target=slow)
+                t.start()
+                t.join(30)
+                self.assertFalse(t.is_alive())
+                self.assertNotIn("e", result, result.get("e"))
+                self.assertEqual(result["r"].status, 408, result["r"].body)
+                self.assertLess(result["t"], 1.0 + SLACK)
+                # 400 bytes every 100 ms is 4 KB/s: accepted, whole.
+                c, digest = self.upload(self.d.port, 12000, 400, 0.1, chunked)
+                with c:
+                    r = c.read_response(timeout=10)
+                self.assertEqual(r.status, 200, r.body)
+                self.assertIn(digest.encode(), r.body)
+                self.assert_served()
+
+    def test_http09_request_line_is_answered_400_at_once(self):
+        self.d = self.start_dimmer({"web": self.pool(self.b1)})  # client_header 10s
+        start = time.monotonic()
+        data, closed = H.raw_exchange(self.d.port, b"GET /bytes/10\r\n", timeout=3.0)
+        self.assertTrue(closed, "no close within 3 s: %r" % data)
+        self.assertLess(time.monotonic() - start, 3.0)
+        self.assertTrue(data.startswith(b"HTTP/1.1 400 "), data)
+        self.assertEqual(self.b1.requests(), 0)
+
+    def test_folded_trailer_never_reaches_the_server(self):
+        rec = Recorder()
+        self.addCleanup(rec.close)
+        self.d = self.start_dimmer({"web": {"balance": "roundrobin",
+                                            "servers": [("rec", rec.port)]}})
+        head = H.build_request("POST", "/t", [("Transfer-Encoding", "chunked")])
+        # Good trailers are forwarded after they are checked.
+        with H.Conn(self.d.port) as c:
+            c.send(head + b"3\r\nabc\r\n0\r\nX-Sum: 1\r\n\r\n")
+            self.assertEqual(c.read_response().status, 200)
+        H.wait_until(lambda: len(rec.conns) == 1, 5, "the recorder to see the request")
+        self.assertTrue(bytes(rec.conns[0][0]).endswith(
+            b"3\r\nabc\r\n0\r\nX-Sum: 1\r\n\r\n<answered>"), bytes(rec.conns[0][0]))
+        with rec.lock:
+            rec.conns.clear()
+        for name, trailer in [("obs-fold", b"X-A: 1\r\n folded\r\n\r\n"),
+                              ("bare LF", b"X-A: 1\n\r\n"),
+                              ("framing", b"Content-Length: 5\r\n\r\n"),
+                              ("space before colon", b"X-A : 1\r\n\r\n")]:
+            with self.subTest(name):
+                with H.Conn(self.d.port) as c:
+                    # The trailer arrives in a later read than the chunk before it.
+                    c.send(head + b"3\r\nabc\r\n")
+                    H.wait_until(lambda: len(rec.conns) == 1 and
+                                 rec.conns[-1][0].endswith(b"abc\r\n"), 5,
+                                 "the chunk to reach the recorder")
+                    c.send(b"0\r\n" + trailer)
+                    r = c.read_response()
+                    self.assertEqual(r.status, 400, r.body)
+                # The server connection is closed: what it got is all it gets.
+                conn = rec.conns[-1]
+                self.assertTrue(conn[1].wait(5), "the server connection stayed open")
+                got = bytes(conn[0])
+                self.assertTrue(got.endswith(b"3\r\nabc\r\n"), got)
+                self.assertNotIn(trailer.split(b":")[0], got[got.find(b"\r\n\r\n"):])
+                with rec.lock:
+                    rec.conns.clear()
+
+
+if __name__ == "__main__":
+    H.main()
