@@ -142,6 +142,19 @@ class BalanceTest(H.DimmerTest):
         self.assertEqual(r.status, 404)
         self.assertEqual(self.b1.requests() + self.b2.requests(), 30)
 
+    def test_a_whole_response_is_counted_before_the_client_has_it(self):
+        # Regression: the last bytes of a response reached the client (often at
+        # once) before the request was counted and left `inflight`, so a
+        # client asking /stats right after its response sometimes saw it
+        # missing. The promise is in balancers/servers.h.
+        self.d = self.start_dimmer({"web": self.pool(self.b1)})
+        with H.Conn(self.d.port) as c:
+            for i in range(1, 301):
+                self.assertEqual(c.request("GET", "/bytes/10").status, 200)
+                s = self.d.servers()["b1"]
+                self.assertEqual((s["requests"], s["inflight"], s["connections"]), (i, 0, 0),
+                                 "after response %d" % i)
+
     def test_admin_stats_counts_inflight(self):
         self.d = self.start_dimmer({"web": self.pool(self.b1)})
         with H.Conn(self.d.port, timeout=15) as slow:
