@@ -182,7 +182,10 @@ class ProxyTest(H.DimmerTest):
                 self.assertIsNone(r.header("Transfer-Encoding"))
             r = c.request("GET", "/bytes/4")
             self.assertEqual(r.body, H.pattern(4))
-            self.assertFalse(c.closed_by_peer(0.3))
+            # A marker on the same connection: stray body bytes of the 204/304
+            # would come before its status line, and a close would fail it.
+            r = c.request("GET", "/bytes/3")
+            self.assertEqual(r.body, H.pattern(3))
             self.assertEqual(c.buf, b"")
 
     def test_expect_100_continue(self):
