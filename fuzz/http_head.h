@@ -76,7 +76,7 @@ fuzz_http(const uint8_t *data, size_t size, bool is_request, fuzz_head_cb cb)
         dm_http_parser_expect_no_body(&p, flags & 1);
     }
 
-    size_t pos = 0, head_start = 0;
+    size_t pos = 0, head_start = 0, trailers = SIZE_MAX;
     for (unsigned steps = 0; pos < len && steps < 100000; steps++) {
         size_t lim = pos < split ? split : len;
         size_t consumed = SIZE_MAX;
@@ -91,7 +91,18 @@ fuzz_http(const uint8_t *data, size_t size, bool is_request, fuzz_head_cb cb)
         if (ev == DM_HTTP_HEAD_DONE) {
             fuzz_check_msg(&msg, buf + head_start, pos - head_start);
             cb(&p, buf + head_start, pos - head_start, &msg, flags);
+        } else if (ev == DM_HTTP_TRAILERS) {
+            trailers = pos;
         } else if (ev == DM_HTTP_MSG_DONE) {
+            if (trailers != SIZE_MAX) {
+                /* The held trailer section, as the proxy checks it. */
+                const char *reason = NULL;
+                int st = dm_http_check_trailers(buf + trailers, pos - trailers, &reason);
+                if ((st == 0) != (reason == NULL)) {
+                    abort();
+                }
+                trailers = SIZE_MAX;
+            }
             dm_http_parser_next(&p);
             memset(&msg, 0, sizeof msg);
             msg.fields = fields;
