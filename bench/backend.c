@@ -819,8 +819,9 @@ static bool
 make_fills(struct backend *be)
 {
     static const char *const heads[3] = {
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"96\" height=\"64\">"
-        "<rect width=\"96\" height=\"64\" fill=\"#7a9\"/></svg>",
+        /* One element, written on two lines: parentheses say the concatenation is meant. */
+        ("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"96\" height=\"64\">"
+         "<rect width=\"96\" height=\"64\" fill=\"#7a9\"/></svg>"),
         "// dimmer-backend demo script",
         "/* dimmer-backend demo stylesheet",
     };

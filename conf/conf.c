@@ -9,9 +9,11 @@
  */
 #include "conf/conf.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <netinet/in.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -477,8 +479,9 @@ get_size(struct loader *ld, const yaml_node_t *n, const char *key, uint64_t min,
     return true;
 }
 
+/* An address; listener: one to listen on, where port 0 (any free port) is allowed. */
 static bool
-get_addr(struct loader *ld, const yaml_node_t *n, struct dm_conf_addr *out)
+get_addr(struct loader *ld, const yaml_node_t *n, bool listener, struct dm_conf_addr *out)
 {
     const char *s = get_text(ld, n, "an address");
     const char *why;
@@ -488,7 +491,7 @@ get_addr(struct loader *ld, const yaml_node_t *n, struct dm_conf_addr *out)
     if (s == NULL) {
         return false;
     }
-    rc = dm_conf_parse_addr_why(s, out, &why);
+    rc = dm_conf_parse_addr_why(s, listener, out, &why);
     if (rc == -ENOMEM) {
         ld->oom = true;
         return false;
@@ -829,10 +832,23 @@ load_workers(struct loader *ld, const yaml_node_t *n)
     }
 }
 
+static uint16_t
+port_of(const struct dm_conf_addr *a)
+{
+    if (a->sa.ss_family == AF_INET6) {
+        return ntohs(((const struct sockaddr_in6 *)&a->sa)->sin6_port);
+    }
+    return ntohs(((const struct sockaddr_in *)&a->sa)->sin_port);
+}
+
+/*
+ * Whether two listen addresses would be the same socket. Port 0 never
+ * collides: each such listener binds a free port of its own.
+ */
 static bool
 same_addr(const struct dm_conf_addr *a, const struct dm_conf_addr *b)
 {
-    return a->salen == b->salen && memcmp(&a->sa, &b->sa, a->salen) == 0;
+    return a->salen == b->salen && memcmp(&a->sa, &b->sa, a->salen) == 0 && port_of(a) != 0;
 }
 
 static void
@@ -849,7 +865,7 @@ load_listen(struct loader *ld, const yaml_node_t *n)
             ld->oom = true;
             return;
         }
-        if (get_addr(ld, n, &c->listeners[0])) {
+        if (get_addr(ld, n, true, &c->listeners[0])) {
             c->nlisteners = 1;
         }
         return;
@@ -871,7 +887,7 @@ load_listen(struct loader *ld, const yaml_node_t *n)
     for (size_t i = 0; i < count; i++) {
         const yaml_node_t *item = node(ld, items[i]);
         struct dm_conf_addr *a = &c->listeners[c->nlisteners];
-        if (!get_addr(ld, item, a)) {
+        if (!get_addr(ld, item, true, a)) {
             continue;
         }
         c->nlisteners++;
@@ -1141,7 +1157,7 @@ load_server(struct loader *ld, struct dm_conf_pool *p, yaml_node_item_t *items, 
         }
     }
     if (v[SRV_ADDRESS] != NULL) {
-        (void)get_addr(ld, v[SRV_ADDRESS], &s->addr);
+        (void)get_addr(ld, v[SRV_ADDRESS], false, &s->addr);
     }
     if (v[SRV_WEIGHT] != NULL) {
         (void)get_unsigned(ld, v[SRV_WEIGHT], "weight", 1, 256, &s->weight);
@@ -1633,7 +1649,7 @@ load_root(struct loader *ld, const yaml_node_t *root)
     } else {
         load_listen(ld, v[TOP_LISTEN]);
     }
-    if (v[TOP_ADMIN] != NULL && get_addr(ld, v[TOP_ADMIN], &c->admin)) {
+    if (v[TOP_ADMIN] != NULL && get_addr(ld, v[TOP_ADMIN], true, &c->admin)) {
         for (size_t i = 0; i < c->nlisteners; i++) {
             if (same_addr(&c->admin, &c->listeners[i])) {
                 fail_at(ld, v[TOP_ADMIN], "admin address \"%s\" is also a listen address",
@@ -1933,7 +1949,7 @@ dm_conf_from_args(const char *listen, const char *backends, struct dm_conf_error
         fail_plain(&ld, "--listen: missing address");
     } else if ((c->listeners = calloc(1, sizeof(*c->listeners))) == NULL) {
         ld.oom = true;
-    } else if ((rc = dm_conf_parse_addr_why(listen, &c->listeners[0], &why)) == 0) {
+    } else if ((rc = dm_conf_parse_addr_why(listen, true, &c->listeners[0], &why)) == 0) {
         c->nlisteners = 1;
     } else if (rc == -ENOMEM) {
         ld.oom = true;
@@ -1983,7 +1999,7 @@ dm_conf_from_args(const char *listen, const char *backends, struct dm_conf_error
             ld.oom = true;
             goto out;
         }
-        rc = dm_conf_parse_addr_why(one, &sv->addr, &why);
+        rc = dm_conf_parse_addr_why(one, false, &sv->addr, &why);
         if (rc == 0) {
             sv->weight = 1;
             sv->capacity = 100;

@@ -115,8 +115,8 @@ struct dm_conf_limits {
 };
 
 struct dm_conf {
-    char *file; /* path it was read from, or NULL for the quick start */
-    struct dm_conf_addr *listeners;
+    char *file;                     /* path it was read from, or NULL for the quick start */
+    struct dm_conf_addr *listeners; /* port 0 allowed (here and in admin): a free port */
     size_t nlisteners;
     unsigned workers;          /* 0 = auto (one per CPU), the default */
     struct dm_conf_addr admin; /* admin.text NULL when there is no admin listener */

@@ -2,6 +2,7 @@
 #ifndef DM_CONF_INTERNAL_H
 #define DM_CONF_INTERNAL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 struct dm_conf_addr;
@@ -9,9 +10,12 @@ struct dm_conf_addr;
 /*
  * dm_conf_parse_addr(), and on -EINVAL *why is set to a short static reason
  * ("missing port", "port must be between 1 and 65535", ...) for the message.
- * On success out->text is a copy of text that the caller frees.
+ * listener: an address to listen on, where port 0 is allowed too (the kernel
+ * then picks a free port); otherwise the port is 1..65535. On success
+ * out->text is a copy of text that the caller frees.
  */
-int dm_conf_parse_addr_why(const char *text, struct dm_conf_addr *out, const char **why);
+int dm_conf_parse_addr_why(const char *text, bool listener, struct dm_conf_addr *out,
+                           const char **why);
 
 /*
  * Edit distance between a and b (insertions, deletions, substitutions and

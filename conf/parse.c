@@ -102,9 +102,9 @@ dm_conf_parse_size(const char *text, uint64_t *out)
     return 0;
 }
 
-/* Port 1..65535 as decimal digits only. */
+/* Port min..65535 (min is 0 or 1) as decimal digits only. */
 static int
-parse_port(const char *s, uint16_t *out, const char **why)
+parse_port(const char *s, unsigned min, uint16_t *out, const char **why)
 {
     uint64_t n;
     const char *p = s;
@@ -113,8 +113,8 @@ parse_port(const char *s, uint16_t *out, const char **why)
         *why = "missing port";
         return -EINVAL;
     }
-    if (parse_digits(&p, &n) != 0 || *p != '\0' || n < 1 || n > 65535) {
-        *why = "port must be between 1 and 65535";
+    if (parse_digits(&p, &n) != 0 || *p != '\0' || n < min || n > 65535) {
+        *why = min == 0 ? "port must be between 0 and 65535" : "port must be between 1 and 65535";
         return -EINVAL;
     }
     *out = (uint16_t)n;
@@ -148,7 +148,7 @@ is_dotted_numbers(const char *s)
 }
 
 int
-dm_conf_parse_addr_why(const char *text, struct dm_conf_addr *out, const char **why)
+dm_conf_parse_addr_why(const char *text, bool listener, struct dm_conf_addr *out, const char **why)
 {
     char host[256];
     const char *port_text;
@@ -198,7 +198,7 @@ dm_conf_parse_addr_why(const char *text, struct dm_conf_addr *out, const char **
         port_text = colon + 1;
     }
     host[host_len] = '\0';
-    if (parse_port(port_text, &port, why) != 0) {
+    if (parse_port(port_text, listener ? 0 : 1, &port, why) != 0) {
         return -EINVAL;
     }
 
@@ -260,7 +260,7 @@ int
 dm_conf_parse_addr(const char *text, struct dm_conf_addr *out)
 {
     const char *why;
-    return dm_conf_parse_addr_why(text, out, &why);
+    return dm_conf_parse_addr_why(text, false, out, &why);
 }
 
 #define EDIT_MAX 64

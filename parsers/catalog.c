@@ -801,7 +801,8 @@ manifest_line(struct manifest *m, char *line)
         return 0;
     }
 
-    uint64_t key, bytes;
+    /* bytes stays 0 when an object line gives no size (and is then not used). */
+    uint64_t key, bytes = 0;
     if (indented) {
         if (!m->in_page) {
             return manifest_error(m, "object line outside a page");

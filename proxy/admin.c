@@ -222,14 +222,15 @@ on_conn(uv_stream_t *server, int status)
 }
 
 struct dm_admin *
-dm_admin_start(uv_loop_t *loop, const struct dm_conf_addr *addr, int *err)
+dm_admin_start(uv_loop_t *loop, const struct dm_conf_addr *addr, struct sockaddr_storage *bound,
+               int *err)
 {
     struct dm_admin *a = calloc(1, sizeof(*a));
     if (a == NULL) {
         *err = UV_ENOMEM;
         return NULL;
     }
-    int fd = dm_listen_socket((const struct sockaddr *)&addr->sa, 128);
+    int fd = dm_listen_socket((const struct sockaddr *)&addr->sa, 128, bound);
     if (fd < 0) {
         *err = fd;
         free(a);
@@ -244,6 +245,9 @@ dm_admin_start(uv_loop_t *loop, const struct dm_conf_addr *addr, int *err)
         uv_close((uv_handle_t *)&a->tcp, free_handle);
         return NULL;
     }
+    char text[DM_ADDR_TEXT];
+    dm_log_info("admin listening on %s",
+                dm_addr_text((const struct sockaddr *)bound, text, sizeof(text)));
     return a;
 }
 

@@ -197,7 +197,12 @@ void dm_upstreams_flush(struct dm_worker *w);
 /* ---- admin (proxy/admin.c) ---- */
 
 struct dm_admin;
-struct dm_admin *dm_admin_start(uv_loop_t *loop, const struct dm_conf_addr *addr, int *err);
+/*
+ * Starts the admin listener on addr (port 0: a free port) and logs the address
+ * it is bound to, which bound receives. NULL with *err (-errno or a libuv code).
+ */
+struct dm_admin *dm_admin_start(uv_loop_t *loop, const struct dm_conf_addr *addr,
+                                struct sockaddr_storage *bound, int *err);
 void dm_admin_stop(struct dm_admin *a);
 /* The catalog whose counters GET /stats shows (borrowed, outlives the admin). */
 void dm_admin_set_catalog(struct dm_catalog *c);

@@ -51,6 +51,9 @@ usage(FILE *f)
                "  --listen ADDR       quick start listener, e.g. 127.0.0.1:8080\n"
                "  --backend LIST      quick start servers, e.g. 127.0.0.1:9001,127.0.0.1:9002\n"
                "  --workers N         worker threads (overrides the config; default auto)\n"
+               "  --ports-file FILE   once listening, write FILE (atomically), one line per\n"
+               "                      listener: \"listen ADDR BOUND\", then \"admin ADDR BOUND\"\n"
+               "                      (ADDR as configured; port 0 binds a free port)\n"
                "  -v, --version       print the version\n"
                "signals: SIGHUP reloads the configuration, SIGTERM drains and stops\n");
 }
@@ -189,6 +192,71 @@ on_signal(uv_signal_t *h, int signum)
     }
 }
 
+/*
+ * Writes the ports file: "listen TEXT BOUND" per listener, then "admin TEXT
+ * BOUND". Written to a temp file in the same directory and renamed over path,
+ * so a reader sees the whole file or none. Returns 0 or -errno.
+ */
+static int
+write_ports_file(const char *path, const struct dm_conf *c, const struct sockaddr_storage *bound,
+                 const struct sockaddr_storage *admin_bound)
+{
+    char at[DM_ADDR_TEXT];
+    size_t cap = (c->nlisteners + 1) * (2 * DM_ADDR_TEXT + 16);
+    for (size_t i = 0; i < c->nlisteners; i++) {
+        cap += strlen(c->listeners[i].text);
+    }
+    cap += c->admin.text != NULL ? strlen(c->admin.text) : 0;
+    char *text = malloc(cap);
+    if (text == NULL) {
+        return -ENOMEM;
+    }
+    size_t len = 0;
+    for (size_t i = 0; i < c->nlisteners; i++) {
+        len += (size_t)snprintf(text + len, cap - len, "listen %s %s\n", c->listeners[i].text,
+                                dm_addr_text((const struct sockaddr *)&bound[i], at, sizeof(at)));
+    }
+    if (c->admin.text != NULL) {
+        len += (size_t)snprintf(text + len, cap - len, "admin %s %s\n", c->admin.text,
+                                dm_addr_text((const struct sockaddr *)admin_bound, at, sizeof(at)));
+    }
+
+    size_t tmp_len = strlen(path) + 32;
+    char *tmp = malloc(tmp_len);
+    if (tmp == NULL) {
+        free(text);
+        return -ENOMEM;
+    }
+    snprintf(tmp, tmp_len, "%s.%ld.tmp", path, (long)getpid());
+    /* O_EXCL: never write through a file or link left there; one left by a
+     * dead process with our pid is ours to replace. */
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0 && errno == EEXIST && unlink(tmp) == 0) {
+        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    }
+    int rc = fd < 0 ? -errno : 0;
+    for (size_t off = 0; rc == 0 && off < len;) {
+        ssize_t n = write(fd, text + off, len - off);
+        if (n > 0) {
+            off += (size_t)n;
+        } else if (n == 0 || errno != EINTR) {
+            rc = n == 0 ? -EIO : -errno;
+        }
+    }
+    if (fd >= 0 && close(fd) < 0 && rc == 0) {
+        rc = -errno;
+    }
+    if (rc == 0 && rename(tmp, path) < 0) {
+        rc = -errno;
+    }
+    if (rc < 0 && fd >= 0) {
+        unlink(tmp);
+    }
+    free(tmp);
+    free(text);
+    return rc;
+}
+
 static int
 open_access_log(const struct dm_conf *c)
 {
@@ -211,6 +279,7 @@ main(int argc, char **argv)
     const char *conf_path = NULL;
     const char *listen = NULL;
     const char *backends = NULL;
+    const char *ports_file = NULL;
     long workers_arg = -1;
     bool test_only = false;
     for (int i = 1; i < argc; i++) {
@@ -224,6 +293,8 @@ main(int argc, char **argv)
             listen = argv[++i];
         } else if (strcmp(a, "--backend") == 0 && has_next) {
             backends = argv[++i];
+        } else if (strcmp(a, "--ports-file") == 0 && has_next) {
+            ports_file = argv[++i];
         } else if (strcmp(a, "--workers") == 0 && has_next) {
             char *end = NULL;
             workers_arg = strtol(argv[++i], &end, 10);
@@ -318,24 +389,41 @@ main(int argc, char **argv)
     uv_signal_start(&ctl.sigint, on_signal, SIGINT);
     uv_signal_start(&ctl.sighup, on_signal, SIGHUP);
     int r = 0;
-    if (ctl.rt->conf->admin.text != NULL) {
-        ctl.admin = dm_admin_start(ctl.loop, &ctl.rt->conf->admin, &r);
+    const struct dm_conf *cf = ctl.rt->conf;
+    struct sockaddr_storage admin_bound = { 0 };
+    struct sockaddr_storage *bound = calloc(cf->nlisteners, sizeof(*bound));
+    if (bound == NULL) {
+        fprintf(stderr, "dimmer: out of memory\n");
+        goto fail;
+    }
+    if (cf->admin.text != NULL) {
+        ctl.admin = dm_admin_start(ctl.loop, &cf->admin, &admin_bound, &r);
         if (ctl.admin == NULL) {
             fprintf(stderr, "dimmer: cannot listen on admin address %s: %s\n",
                     ctl.rt->conf->admin.text, r < -1000 ? uv_strerror(r) : strerror(-r));
             goto fail;
         }
     }
-    ctl.workers = dm_workers_start(nworkers, ctl.rt, access_fd, json, &r);
+    ctl.workers = dm_workers_start(nworkers, ctl.rt, access_fd, json, bound, &r);
     if (ctl.workers == NULL) {
         fprintf(stderr, "dimmer: cannot start: %s\n", r < -1000 ? uv_strerror(r) : strerror(-r));
         goto fail;
     }
+    for (size_t i = 0; i < cf->nlisteners; i++) {
+        char at[DM_ADDR_TEXT];
+        dm_log_info("listening on %s (%u workers)",
+                    dm_addr_text((const struct sockaddr *)&bound[i], at, sizeof(at)), nworkers);
+    }
+    /* Last, so that whoever waits for the file finds everything listening. */
+    if (ports_file != NULL && (r = write_ports_file(ports_file, cf, bound, &admin_bound)) < 0) {
+        fprintf(stderr, "dimmer: cannot write --ports-file %s: %s\n", ports_file, strerror(-r));
+        dm_workers_stop(ctl.workers, ctl.nworkers, 0);
+        goto fail;
+    }
+    free(bound);
+    bound = NULL;
     ctl.servers = servers_of(ctl.rt);
     ctl.health = dm_health_start(ctl.loop, ctl.rt->conf, (struct dm_servers *const *)ctl.servers);
-    for (size_t i = 0; i < ctl.rt->conf->nlisteners; i++) {
-        dm_log_info("listening on %s (%u workers)", ctl.rt->conf->listeners[i].text, nworkers);
-    }
     uv_run(ctl.loop, UV_RUN_DEFAULT);
 
     /* The control loop ran out: signals, admin and health checks are closed. */
@@ -352,7 +440,8 @@ main(int argc, char **argv)
     return 0;
 
 fail:
-    /* Nothing was started: close what the control loop has and free it all. */
+    /* No worker runs: close what the control loop has and free it all. */
+    free(bound);
     dm_admin_stop(ctl.admin);
     uv_close((uv_handle_t *)&ctl.sigterm, NULL);
     uv_close((uv_handle_t *)&ctl.sigint, NULL);

@@ -2,8 +2,10 @@
 
 #include <errno.h>
 #include <malloc.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -247,7 +249,7 @@ flush_cb(uv_check_t *h)
 /* ---- listeners ---- */
 
 int
-dm_listen_socket(const struct sockaddr *addr, int backlog)
+dm_listen_socket(const struct sockaddr *addr, int backlog, struct sockaddr_storage *bound)
 {
     int fd = socket(addr->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) {
@@ -268,7 +270,57 @@ dm_listen_socket(const struct sockaddr *addr, int backlog)
         close(fd);
         return -e;
     }
+    if (bound != NULL) {
+        socklen_t blen = sizeof(*bound);
+        memset(bound, 0, sizeof(*bound));
+        if (getsockname(fd, (struct sockaddr *)bound, &blen) < 0) {
+            int e = errno;
+            close(fd);
+            return -e;
+        }
+    }
     return fd;
+}
+
+const char *
+dm_addr_text(const struct sockaddr *sa, char *buf, size_t len)
+{
+    char host[NI_MAXHOST];
+    char port[NI_MAXSERV];
+    socklen_t salen;
+
+    if (sa->sa_family == AF_INET) {
+        salen = sizeof(struct sockaddr_in);
+    } else if (sa->sa_family == AF_INET6) {
+        salen = sizeof(struct sockaddr_in6);
+    } else {
+        snprintf(buf, len, "?");
+        return buf;
+    }
+    /* getnameinfo rather than inet_ntop: it keeps an IPv6 scope ("%eth0"). */
+    if (getnameinfo(sa, salen, host, sizeof(host), port, sizeof(port),
+                    NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
+        snprintf(buf, len, "?");
+        return buf;
+    }
+    snprintf(buf, len, sa->sa_family == AF_INET6 ? "[%s]:%s" : "%s:%s", host, port);
+    return buf;
+}
+
+/* The address of the listener l for worker i: worker 0's port once it has one. */
+static struct sockaddr_storage
+worker_listen_addr(const struct dm_conf_addr *a, unsigned i, const struct sockaddr_storage *bound)
+{
+    struct sockaddr_storage sa = a->sa;
+    if (i == 0) {
+        return sa;
+    }
+    if (sa.ss_family == AF_INET6) {
+        ((struct sockaddr_in6 *)&sa)->sin6_port = ((const struct sockaddr_in6 *)bound)->sin6_port;
+    } else {
+        ((struct sockaddr_in *)&sa)->sin_port = ((const struct sockaddr_in *)bound)->sin_port;
+    }
+    return sa;
 }
 
 static void
@@ -435,7 +487,8 @@ workers_abandon(struct dm_worker *ws, unsigned n)
 }
 
 struct dm_worker *
-dm_workers_start(unsigned n, struct dm_runtime *rt, int access_log_fd, int json, int *err)
+dm_workers_start(unsigned n, struct dm_runtime *rt, int access_log_fd, int json,
+                 struct sockaddr_storage *bound, int *err)
 {
     struct dm_worker *ws = calloc(n, sizeof(*ws));
     wake_of = calloc(n, sizeof(*wake_of));
@@ -474,9 +527,15 @@ dm_workers_start(unsigned n, struct dm_runtime *rt, int access_log_fd, int json,
         w->listeners = calloc(cf->nlisteners, sizeof(*w->listeners));
         w->nlisteners = cf->nlisteners;
         for (size_t l = 0; l < cf->nlisteners; l++) {
-            int fd = dm_listen_socket((const struct sockaddr *)&cf->listeners[l].sa, 4096);
+            /* Port 0: worker 0 gets a free port from the kernel, the others share it. */
+            struct sockaddr_storage sa = worker_listen_addr(&cf->listeners[l], i, &bound[l]);
+            int fd =
+                dm_listen_socket((const struct sockaddr *)&sa, 4096, i == 0 ? &bound[l] : NULL);
             if (fd < 0) {
-                dm_log_error("cannot listen on %s: %s", cf->listeners[l].text, strerror(-fd));
+                char at[DM_ADDR_TEXT];
+                dm_log_error("cannot listen on %s (%s): %s", cf->listeners[l].text,
+                             dm_addr_text((const struct sockaddr *)&sa, at, sizeof(at)),
+                             strerror(-fd));
                 *err = fd;
                 workers_abandon(ws, i + 1);
                 return NULL;

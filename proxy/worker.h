@@ -16,17 +16,32 @@ struct dm_runtime;
 
 /*
  * Opens a listening socket on addr with SO_REUSEPORT set before bind, so every
- * worker can have its own. Returns the fd or -errno.
+ * worker can have its own. When bound is not NULL, it receives the address
+ * the socket is bound to (with port 0 in addr: the port the kernel picked).
+ * Returns the fd or -errno.
  */
-int dm_listen_socket(const struct sockaddr *addr, int backlog);
+int dm_listen_socket(const struct sockaddr *addr, int backlog, struct sockaddr_storage *bound);
+
+/* Enough bytes for any text of dm_addr_text(), "[v6%scope]:port" included. */
+#define DM_ADDR_TEXT 96
+
+/*
+ * Writes sa as "127.0.0.1:8080" or "[::1]:8080" into buf (len bytes, at least
+ * DM_ADDR_TEXT) and returns buf; "?" for an address of another family.
+ */
+const char *dm_addr_text(const struct sockaddr *sa, char *buf, size_t len);
 
 /*
  * Creates and starts n workers serving rt (each takes its own reference).
- * access_log_fd: -1 for none; json selects the JSON format. Returns NULL
- * with *err (a libuv or errno code) on failure, with nothing left running.
+ * access_log_fd: -1 for none; json selects the JSON format. Worker 0 binds
+ * every listen address of rt->conf first, and the others bind the port it
+ * got, so a listener on port 0 is one port shared by all workers. bound
+ * (rt->conf->nlisteners entries) receives the address each listener is
+ * bound to. Returns NULL with *err (a libuv or errno code) on failure, with
+ * nothing left running.
  */
 struct dm_worker *dm_workers_start(unsigned n, struct dm_runtime *rt, int access_log_fd, int json,
-                                   int *err);
+                                   struct sockaddr_storage *bound, int *err);
 
 /* Asks every worker to pick up the runtime now published (after a reload). */
 void dm_workers_reload(struct dm_worker *w, unsigned n);

@@ -647,7 +647,10 @@ test_bad_addresses(void **state)
 {
     (void)state;
     expect_error("listen: 127.0.0.1:99999\n" POOL_WEB,
-                 "t.yaml:1:9: bad address \"127.0.0.1:99999\" (port must be between 1 and 65535)");
+                 "t.yaml:1:9: bad address \"127.0.0.1:99999\" (port must be between 0 and 65535)");
+    /* Port 0 is for listeners only: nothing can be connected to on it. */
+    expect_error(LISTEN "pools: {web: {servers: [{name: a, address: '127.0.0.1:0'}]}}\n",
+                 "t.yaml:2:44: bad address \"127.0.0.1:0\" (port must be between 1 and 65535)");
     expect_error("listen: 127.0.0.1\n" POOL_WEB,
                  "t.yaml:1:9: bad address \"127.0.0.1\" (missing port)");
     expect_error("listen: '127.0.0.1:'\n" POOL_WEB,
@@ -658,6 +661,39 @@ test_bad_addresses(void **state)
                                                 "(an IPv6 address needs brackets, as in [::1]:80)");
     expect_error(LISTEN POOL_WEB "admin: 'bad host:80'\n",
                  "t.yaml:7:8: bad address \"bad host:80\" (bad host name)");
+}
+
+/* Port 0 in listen and admin: the kernel picks a free port for each of them. */
+static void
+test_listeners_may_use_port_0(void **state)
+{
+    struct dm_conf_errors err = { 0 };
+    struct dm_conf *c;
+    (void)state;
+
+    c = load_ok("listen: 127.0.0.1:0\nadmin: 127.0.0.1:0\n" POOL_WEB);
+    assert_int_equal(c->nlisteners, 1);
+    assert_string_equal(c->listeners[0].text, "127.0.0.1:0");
+    assert_ipv4(&c->listeners[0], "127.0.0.1", 0);
+    assert_string_equal(c->admin.text, "127.0.0.1:0");
+    assert_ipv4(&c->admin, "127.0.0.1", 0);
+    dm_conf_destroy(c);
+
+    /* Two of them are two sockets on two ports, not a duplicate. */
+    c = load_ok("listen: ['127.0.0.1:0', '127.0.0.1:0', '[::1]:0']\n" POOL_WEB);
+    assert_int_equal(c->nlisteners, 3);
+    assert_int_equal(port_of(&c->listeners[2]), 0);
+    dm_conf_destroy(c);
+
+    c = dm_conf_from_args("127.0.0.1:0", "127.0.0.1:9001", &err);
+    assert_non_null(c);
+    assert_ipv4(&c->listeners[0], "127.0.0.1", 0);
+    dm_conf_destroy(c);
+    assert_null(dm_conf_from_args("127.0.0.1:0", "127.0.0.1:0", &err));
+    assert_int_equal(err.n, 1);
+    assert_string_equal(err.msg[0], "--backend: bad address \"127.0.0.1:0\" "
+                                    "(port must be between 1 and 65535)");
+    dm_conf_errors_fini(&err);
 }
 
 static void
@@ -881,7 +917,7 @@ static void
 test_several_errors_are_reported_in_file_order(void **state)
 {
     const char *const expected[] = {
-        "t.yaml:1:9: bad address \"127.0.0.1:0\" (port must be between 1 and 65535)",
+        "t.yaml:1:9: bad address \"127.0.0.1:65536\" (port must be between 0 and 65535)",
         "t.yaml:2:26: unknown pool \"nope\" (pools: web)",
         "t.yaml:3:14: pool \"web\": missing required key \"servers\"",
         "t.yaml:3:15: unknown key \"draw\" (did you mean \"draws\"?)",
@@ -893,7 +929,7 @@ test_several_errors_are_reported_in_file_order(void **state)
      * Routes are checked after pools, and a missing key is found after the
      * unknown ones, but the report is in file order.
      */
-    expect_errors("listen: 127.0.0.1:0\n"
+    expect_errors("listen: 127.0.0.1:65536\n"
                   "routes: [{path: /, pool: nope}]\n"
                   "pools: {web: {draw: 2,\n"
                   "    health_check: {}}}\n"
@@ -1221,6 +1257,7 @@ main(void)
         cmocka_unit_test(test_unknown_keys_suggest_the_nearest_known_key),
         cmocka_unit_test(test_duplicate_keys_and_names),
         cmocka_unit_test(test_bad_addresses),
+        cmocka_unit_test(test_listeners_may_use_port_0),
         cmocka_unit_test(test_unknown_pools_and_policies),
         cmocka_unit_test(test_bad_values),
         cmocka_unit_test(test_integers_out_of_range),

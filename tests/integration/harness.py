@@ -11,6 +11,10 @@ processes it started are printed.
 
 Start processes only from the main thread: the death signal follows the
 thread that forked.
+
+Every process listens on port 0 and reports the port it got (dimmer in its
+--ports-file, dimmer-backend on stdout): a port picked here and handed over
+could be taken by another test in between.
 """
 import atexit
 import ctypes
@@ -138,14 +142,21 @@ def _read_text(path):
         return ""
 
 
-def free_port():
-    """A port that was free a moment ago on 127.0.0.1."""
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+def read_ports_file(path):
+    """
+    The lines of a dimmer --ports-file as [(kind, configured, bound port)],
+    or None while the file does not exist (dimmer renames it into place whole).
+    """
     try:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
-    finally:
-        s.close()
+        with open(path) as f:
+            text = f.read()
+    except FileNotFoundError:
+        return None
+    out = []
+    for line in text.splitlines():
+        kind, configured, bound = line.split(" ")
+        out.append((kind, configured, int(bound.rsplit(":", 1)[1])))
+    return out
 
 
 def port_answers(port):
@@ -457,7 +468,8 @@ def curl(*args, timeout=60):
 def yaml_config(listen, pools, admin=None, workers=1, timeouts=None, limits=None,
                 access_log=None, error_log=None, routes=None, default_pool=None, extra=None):
     """
-    The YAML text of a config. pools: {name: {"balance": .., "servers":
+    The YAML text of a config. listen and admin are ports of 127.0.0.1 (0: dimmer
+    picks one, as every test does). pools: {name: {"balance": .., "servers":
     [(name, port[, {key: value}]), ...], "health_check": {..} or None,
     "passive": {..}}}; the optional mapping adds server keys (weight, ...).
     extra is raw YAML appended at the end (top-level keys not covered here).
@@ -519,11 +531,24 @@ class Backend:
 
 
 class Dimmer:
-    def __init__(self, proc, port, admin, conf_path):
+    """
+    A running dimmer: port is its first listener's bound port, ports all of
+    them, admin (also admin_port) the admin listener's or None; lines is its
+    ports file (the path ports_file) as read_ports_file() gives it.
+    """
+
+    def __init__(self, proc, lines, conf_path, ports_file):
         self.proc = proc
-        self.port = port
-        self.admin = admin
+        self.lines = lines
+        self.ports_file = ports_file
+        self.ports = [port for kind, _, port in lines if kind == "listen"]
+        self.port = self.ports[0]
+        self.admin = next((port for kind, _, port in lines if kind == "admin"), None)
         self.conf_path = conf_path
+
+    @property
+    def admin_port(self):
+        return self.admin
 
     def admin_stats(self):
         return stats(self.admin)
@@ -616,21 +641,33 @@ class DimmerTest(unittest.TestCase):
             f.write(text)
         return path
 
-    def start_dimmer(self, pools, admin=True, wait=True, **kw):
-        """dimmer with one worker in front of pools (see yaml_config)."""
-        port = free_port()
-        admin_port = free_port() if admin else None
-        conf = self.write_config(yaml_config(port, pools, admin=admin_port, **kw))
-        return self.start_dimmer_conf(conf, port, admin_port, wait)
+    def start_dimmer(self, pools, admin=True, **kw):
+        """dimmer with one worker (unless workers=) in front of pools (see yaml_config)."""
+        conf = self.write_config(yaml_config(0, pools, admin=0 if admin else None, **kw))
+        return self.start_dimmer_conf(conf)
 
-    def start_dimmer_conf(self, conf, port, admin_port=None, wait=True):
-        p = self.start_proc("dimmer-%d" % len(self.procs), [DIMMER, "-c", conf])
-        d = Dimmer(p, port, admin_port, conf)
-        if wait:
-            wait_port(port, proc=p)
-            if admin_port is not None:
-                wait_port(admin_port, proc=p)
-        return d
+    def start_dimmer_conf(self, conf):
+        """dimmer -c conf, whose listen and admin addresses should have port 0."""
+        return self.start_dimmer_args(["-c", conf], conf)
+
+    def start_dimmer_args(self, args, conf_path=None):
+        """
+        dimmer with args and a --ports-file in the temp dir; returns a Dimmer
+        once the file is there, that is once every listener listens.
+        """
+        name = "dimmer-%d" % len(self.procs)
+        ports_file = self.path(name + ".ports")
+        p = self.start_proc(name, [DIMMER] + list(args) + ["--ports-file", ports_file])
+
+        def ready():
+            lines = read_ports_file(ports_file)
+            if lines is None and not p.alive():
+                raise AssertionError("%s exited (code %s) before listening:\n%s" %
+                                     (name, p.p.returncode, p.stderr()))
+            return lines
+
+        lines = wait_until(ready, START_TIMEOUT, "%s to write %s" % (name, ports_file))
+        return Dimmer(p, lines, conf_path, ports_file)
 
     def pool(self, *backends, balance="roundrobin", health_check=None, passive=None):
         p = {"balance": balance, "servers": [(b.name, b.port) for b in backends]}

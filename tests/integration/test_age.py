@@ -33,18 +33,14 @@ class AgeBase(H.DimmerTest):
     def start_with(self, half_life, weight="0.1", workers=1, catalog=""):
         servers = "".join('      - {name: %s, address: "127.0.0.1:%d"}\n' % (b.name, b.port)
                           for b in self.backends)
-        self.admin_port = H.free_port()
-        self.port = H.free_port()
-        conf = ("workers: %d\nlisten: [\"127.0.0.1:%d\"]\nadmin: \"127.0.0.1:%d\"\n"
+        conf = ("workers: %d\nlisten: [\"127.0.0.1:0\"]\nadmin: \"127.0.0.1:0\"\n"
                 "%s"
                 "pools:\n  web:\n    balance: age\n"
                 "    age: {weight: %s, half_life: %s, request_cost: 8k}\n"
-                "    servers:\n%s") % (workers, self.port, self.admin_port, catalog, weight,
-                                      half_life, servers)
-        path = self.write_config(conf)
-        p = self.start_proc("dimmer", [H.DIMMER, "-c", path])
-        H.wait_port(self.port, proc=p)
-        H.wait_port(self.admin_port, proc=p)
+                "    servers:\n%s") % (workers, catalog, weight, half_life, servers)
+        d = self.start_dimmer_conf(self.write_config(conf))
+        self.port = d.port
+        self.admin_port = d.admin
 
     def servers(self):
         st = H.stats(self.admin_port)
@@ -206,9 +202,9 @@ class PreloadTest(AgeBase):
         with open(manifest, "w") as f:
             f.write("page /a.html\n  /b.png notanumber\n")
         conf = self.write_config(
-            "listen: [\"127.0.0.1:%d\"]\ncatalog: {manifest: \"%s\"}\n"
+            "listen: [\"127.0.0.1:0\"]\ncatalog: {manifest: \"%s\"}\n"
             "pools:\n  web:\n    servers:\n      - {name: a, address: \"127.0.0.1:%d\"}\n"
-            % (H.free_port(), manifest, self.backends[0].port), name="bad.yaml")
+            % (manifest, self.backends[0].port), name="bad.yaml")
         p = self.start_proc("dimmer-bad", [H.DIMMER, "-c", conf])
         self.assertNotEqual(p.wait(10), 0)
         self.assertIn("bad.manifest:2:", p.stderr())

@@ -37,15 +37,16 @@ def run(argv, timeout=20):
 
 class ConfigCheckTest(H.DimmerTest):
     def test_check_good_config(self):
-        conf = self.write_config(H.yaml_config(H.free_port(), {
+        # -t binds nothing; port 0 (any free port) is a valid listen and admin port.
+        conf = self.write_config(H.yaml_config(0, {
             "web": {"servers": [("a", 9001), ("b", 9002)], "balance": "leastconn",
-                    "health_check": {"interval": "1s"}}}, admin=H.free_port()))
+                    "health_check": {"interval": "1s"}}}, admin=0))
         r = run([H.DIMMER, "-t", "-c", conf])
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertEqual(r.stdout.decode().strip(), "configuration ok")
 
     def test_check_bad_config_reports_file_line_column(self):
-        conf = self.write_config(BAD_CONFIG.format(port=H.free_port()), "bad.yaml")
+        conf = self.write_config(BAD_CONFIG.format(port=0), "bad.yaml")
         r = run([H.DIMMER, "-t", "-c", conf])
         self.assertNotEqual(r.returncode, 0)
         self.assertNotIn(b"configuration ok", r.stdout)
@@ -70,14 +71,15 @@ class ConfigCheckTest(H.DimmerTest):
         self.assertIn(b"none.yaml", r.stderr)
 
     def test_bad_config_does_not_listen(self):
-        port = H.free_port()
-        conf = self.write_config(BAD_CONFIG.format(port=port), "bad.yaml")
-        p = self.start_proc("dimmer-bad", [H.DIMMER, "-c", conf])
+        conf = self.write_config(BAD_CONFIG.format(port=0), "bad.yaml")
+        ports_file = self.path("bad.ports")
+        p = self.start_proc("dimmer-bad", [H.DIMMER, "-c", conf, "--ports-file", ports_file])
         code = p.wait(10)
         self.assertIsNotNone(code, "dimmer kept running with a bad config")
         self.assertNotEqual(code, 0)
         self.assertIn("bad.yaml:4:1:", p.stderr())
-        self.assertFalse(H.port_answers(port))
+        self.assertNotIn("listening on", p.stderr())
+        self.assertFalse(os.path.exists(ports_file))
 
     def test_version_and_usage(self):
         r = run([H.DIMMER, "--version"])
@@ -86,7 +88,7 @@ class ConfigCheckTest(H.DimmerTest):
         r = run([H.DIMMER])
         self.assertNotEqual(r.returncode, 0)
         self.assertIn(b"usage", r.stderr)
-        r = run([H.DIMMER, "--listen", "127.0.0.1:%d" % H.free_port(), "--backend", "x"])
+        r = run([H.DIMMER, "--listen", "127.0.0.1:0", "--backend", "x"])
         self.assertNotEqual(r.returncode, 0)
         self.assertIn(b'--backend: bad address "x"', r.stderr)
 
@@ -98,13 +100,12 @@ class RunTest(H.DimmerTest):
         self.b2 = self.start_backend("b2")
 
     def test_quick_start_flags(self):
-        port = H.free_port()
-        p = self.start_proc("dimmer-quick", [
-            H.DIMMER, "--listen", "%s:%d" % (H.HOST, port),
+        d = self.start_dimmer_args([
+            "--listen", "%s:0" % H.HOST,
             "--backend", "%s:%d, %s:%d" % (H.HOST, self.b1.port, H.HOST, self.b2.port),
             "--workers", "1"])
-        H.wait_port(port, proc=p)
-        seen = {H.get(port, "/bytes/3").header("X-Backend") for _ in range(4)}
+        self.assertEqual(d.lines, [("listen", "127.0.0.1:0", d.port)])
+        seen = {H.get(d.port, "/bytes/3").header("X-Backend") for _ in range(4)}
         self.assertEqual(seen, {"b1", "b2"})
 
     def backend_of_new_connection(self, d):
@@ -117,7 +118,7 @@ class RunTest(H.DimmerTest):
         self.assertEqual(d.admin_stats()["generation"], 1)
         self.assertEqual({self.backend_of_new_connection(d) for _ in range(3)}, {"b1"})
         with open(d.conf_path, "w") as f:
-            f.write(H.yaml_config(d.port, {"web": self.pool(self.b2)}, admin=d.admin))
+            f.write(H.yaml_config(0, {"web": self.pool(self.b2)}, admin=0))
         d.proc.signal(signal.SIGHUP)
         H.wait_until(lambda: self.backend_of_new_connection(d) == "b2", 5,
                      "new connections to go to b2 after SIGHUP")
@@ -127,11 +128,14 @@ class RunTest(H.DimmerTest):
         self.assertEqual([s["name"] for s in st["pools"][0]["servers"]], ["b2"])
         self.assertIn("reloaded", d.proc.stderr())
         self.assertTrue(d.proc.alive())
+        # Still "127.0.0.1:0" as written: the same listeners, kept on their ports, no warning.
+        self.assertNotIn("take effect at the next restart", d.proc.stderr())
+        self.assertEqual(d.proc.stderr().count("listening on"), 2, d.proc.stderr())
 
     def test_sighup_with_broken_config_keeps_running_config(self):
         d = self.start_dimmer({"web": self.pool(self.b1)})
         with open(d.conf_path, "w") as f:
-            f.write(H.yaml_config(d.port, {"web": self.pool(self.b2)}, admin=d.admin) +
+            f.write(H.yaml_config(0, {"web": self.pool(self.b2)}, admin=0) +
                     "bogus_key: 1\n")
         d.proc.signal(signal.SIGHUP)
         H.wait_until(lambda: "reload failed" in d.proc.stderr(), 5, "the reload error in the log")
@@ -148,7 +152,7 @@ class RunTest(H.DimmerTest):
         self.assertEqual({self.backend_of_new_connection(d) for _ in range(3)}, {"b1"})
         # A good config afterwards is taken: the failed reloads broke nothing.
         with open(d.conf_path, "w") as f:
-            f.write(H.yaml_config(d.port, {"web": self.pool(self.b2)}, admin=d.admin))
+            f.write(H.yaml_config(0, {"web": self.pool(self.b2)}, admin=0))
         d.proc.signal(signal.SIGHUP)
         H.wait_until(lambda: self.backend_of_new_connection(d) == "b2", 5, "the good reload")
 

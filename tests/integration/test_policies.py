@@ -22,12 +22,11 @@ class PolicyTest(H.DimmerTest):
     def start_pool(self, pool_yaml):
         servers = "".join('      - {name: %s, address: "127.0.0.1:%d", capacity: %d}\n'
                           % (b.name, b.port, 10 * (i + 1)) for i, b in enumerate(self.backends))
-        self.port = H.free_port()
-        conf = ("workers: 1\nlisten: [\"127.0.0.1:%d\"]\npools:\n  web:\n%s    servers:\n%s"
-                % (self.port, pool_yaml, servers))
-        p = self.start_proc("dimmer", [H.DIMMER, "-c", self.write_config(conf)])
-        H.wait_port(self.port, proc=p)
-        self.dimmer = p
+        conf = ("workers: 1\nlisten: [\"127.0.0.1:0\"]\npools:\n  web:\n%s    servers:\n%s"
+                % (pool_yaml, servers))
+        d = self.start_dimmer_conf(self.write_config(conf))
+        self.port = d.port
+        self.dimmer = d.proc
 
     def stop_dimmer(self):
         """Stops this test's dimmer (the backends go on), for the next config."""
