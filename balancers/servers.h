@@ -38,7 +38,9 @@ struct dm_server {
      *     is complete (or it fails), and leaves them, and enters `requests`,
      *     before the last byte of its response is handed to the client's
      *     socket: a client that has read a whole response and then asks
-     *     /stats sees it counted and no longer in flight;
+     *     /stats sees it counted and no longer in flight (a response whose
+     *     end only its close tells, as one de-chunked for an HTTP/1.0 client,
+     *     is counted before that close);
      *   - picks counts every balancer decision (retries included), at the
      *     moment of the pick; failures counts each failure as it is seen.
      * Each is exact once the proxy is quiet; under load they are read with

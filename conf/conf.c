@@ -428,6 +428,11 @@ get_duration(struct loader *ld, const yaml_node_t *n, const char *key, bool zero
         fail_at(ld, n, "%s must be more than 0", key);
         return false;
     }
+    /* Bounded so that loop time plus a duration, or a rate times one, cannot wrap. */
+    if (v > DM_CONF_DURATION_MAX_MS) {
+        fail_at(ld, n, "%s must be at most 1000h", key);
+        return false;
+    }
     *out = v;
     return true;
 }

@@ -96,6 +96,9 @@ struct dm_conf_route {
     size_t pool;       /* index into dm_conf.pools */
 };
 
+/* The longest duration a config may give (1000 h), in milliseconds. */
+#define DM_CONF_DURATION_MAX_MS (1000ull * 3600 * 1000)
+
 struct dm_conf_timeouts {
     uint64_t connect_ms;          /* default 5000 */
     uint64_t client_header_ms;    /* default 10000: whole request head */

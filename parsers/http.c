@@ -510,6 +510,28 @@ check_fields(const char *head, size_t head_len, const struct dm_http_msg *msg,
     return 0;
 }
 
+static bool is_hop_by_hop(struct dm_span n);
+
+/*
+ * Fields a trailer may not carry: those that frame or route a message, the
+ * hop-by-hop ones, and those the proxy itself sets for the server, which a
+ * server merging trailers into the head would otherwise trust.
+ */
+static bool
+is_framing_or_proxied(struct dm_span n)
+{
+    static const char *const names[] = {
+        "content-length",    "transfer-encoding", "host", "forwarded", "via",
+        "x-forwarded-proto", "x-forwarded-for",
+    };
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        if (dm_span_ieq(n, names[i])) {
+            return true;
+        }
+    }
+    return is_hop_by_hop(n);
+}
+
 int
 dm_http_check_trailers(const char *p, size_t len, const char **reason)
 {
@@ -540,9 +562,8 @@ dm_http_check_trailers(const char *p, size_t len, const char **reason)
             *reason = "malformed trailer field name";
         } else if (!value_ok((struct dm_span){ colon + 1, (size_t)(eol - colon - 1) })) {
             *reason = "control byte in a trailer field";
-        } else if (dm_span_ieq(name, "content-length") || dm_span_ieq(name, "transfer-encoding") ||
-                   dm_span_ieq(name, "host") || dm_span_ieq(name, "trailer")) {
-            *reason = "trailer field that frames or routes the message";
+        } else if (is_framing_or_proxied(name)) {
+            *reason = "trailer field that frames, routes or is set by the proxy";
         }
         p = eol + 2;
     }

@@ -126,7 +126,9 @@ int dm_http_check_request(const char *head, size_t head_len, const struct dm_htt
  * last-chunk line, up to and including the final empty line) as strictly as
  * a head: CRLF line ends only, no obs-fold, token names with the colon right
  * after them, no control bytes in values, and none of the fields that frame
- * or route a message (Content-Length, Transfer-Encoding, Host, Trailer).
+ * or route a message (Content-Length, Transfer-Encoding, Host), the hop-by-hop
+ * ones (Connection, TE, Trailer, Upgrade, ...) or those the proxy sets
+ * (X-Forwarded-For/Proto, Forwarded, Via).
  * Returns 0, or 400 with *reason set to a static string.
  */
 int dm_http_check_trailers(const char *p, size_t len, const char **reason);

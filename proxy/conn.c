@@ -16,6 +16,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +39,8 @@ static void req_finish(struct dm_req *req);
 static void req_await_response(struct dm_req *req);
 static void req_work_done(struct dm_req *req, int64_t n);
 static void req_reserve(struct dm_req *req);
+static void tq_remove(struct dm_worker *w, struct dm_tnode *n);
+static void up_deadline(struct dm_upstream *up, uint64_t ms);
 static void up_cork_drop(struct dm_upstream *up);
 static void up_flush(struct dm_upstream *up);
 static void client_age_close(struct dm_client *c);
@@ -161,6 +164,7 @@ req_free(struct dm_worker *w, struct dm_req *req)
     dm_buf_unref(w, req->out_head);
     dm_buf_unref(w, req->resp_head);
     dm_buf_unref(w, req->trailers);
+    tq_remove(w, &req->bound);
     free(req->learn);
     req->learn = NULL;
     w->busy--;
@@ -188,54 +192,60 @@ req_free(struct dm_worker *w, struct dm_req *req)
  * place.
  */
 static void
-client_timer_stop(struct dm_client *c)
+tq_remove(struct dm_worker *w, struct dm_tnode *n)
 {
-    if (c->tkind == DM_T_NONE) {
+    if (n->kind == DM_T_NONE) {
         return;
     }
-    struct dm_worker *w = c->w;
-    if (c->tprev != NULL) {
-        c->tprev->tnext = c->tnext;
+    struct dm_tq *q = &w->tq[n->kind];
+    if (n->prev != NULL) {
+        n->prev->next = n->next;
     } else {
-        w->tq_head[c->tkind] = c->tnext;
+        q->head = n->next;
     }
-    if (c->tnext != NULL) {
-        c->tnext->tprev = c->tprev;
+    if (n->next != NULL) {
+        n->next->prev = n->prev;
     } else {
-        w->tq_tail[c->tkind] = c->tprev;
+        q->tail = n->prev;
     }
-    c->tprev = c->tnext = NULL;
-    c->tkind = DM_T_NONE;
+    n->prev = n->next = NULL;
+    n->kind = DM_T_NONE;
 }
 
-/* Puts c on the list of `kind` to fire at loop time deadline_ms. */
+/* Puts n on the list of `kind`, to fire at loop time deadline_ms. */
 static void
-client_timer_at(struct dm_client *c, enum dm_tkind kind, uint64_t deadline_ms)
+tq_insert(struct dm_worker *w, struct dm_tnode *n, enum dm_tkind kind, uint64_t deadline_ms)
 {
-    client_timer_stop(c);
-    struct dm_worker *w = c->w;
-    struct dm_client *after = w->tq_tail[kind];
+    tq_remove(w, n);
+    struct dm_tq *q = &w->tq[kind];
+    struct dm_tnode *after = q->tail;
     while (after != NULL && after->deadline_ms > deadline_ms) {
-        after = after->tprev;
+        after = after->prev;
     }
-    c->deadline_ms = deadline_ms;
-    c->tkind = (uint8_t)kind;
-    c->tprev = after;
+    n->deadline_ms = deadline_ms;
+    n->kind = (uint8_t)kind;
+    n->prev = after;
     if (after != NULL) {
-        c->tnext = after->tnext;
-        after->tnext = c;
+        n->next = after->next;
+        after->next = n;
     } else {
-        c->tnext = w->tq_head[kind];
-        w->tq_head[kind] = c;
+        n->next = q->head;
+        q->head = n;
     }
-    if (c->tnext != NULL) {
-        c->tnext->tprev = c;
+    if (n->next != NULL) {
+        n->next->prev = n;
     } else {
-        w->tq_tail[kind] = c;
+        q->tail = n;
     }
 }
 
-/* Arms the timeout of `kind` for ms from now; 0 leaves the client on no list. */
+static void
+client_timer_stop(struct dm_client *c)
+{
+    tq_remove(c->w, &c->timer);
+}
+
+/* Arms the client's timeout of `kind` for ms from now; 0 leaves it on no list. */
 static void
 client_timer_start(struct dm_client *c, enum dm_tkind kind, uint64_t ms)
 {
@@ -243,7 +253,7 @@ client_timer_start(struct dm_client *c, enum dm_tkind kind, uint64_t ms)
         client_timer_stop(c);
         return;
     }
-    client_timer_at(c, kind, uv_now(&c->w->loop) + ms);
+    tq_insert(c->w, &c->timer, kind, uv_now(&c->w->loop) + ms);
 }
 
 static void client_timeout(struct dm_client *c, enum dm_tkind kind);
@@ -255,9 +265,13 @@ dm_clients_expire(struct dm_worker *w)
     for (int k = DM_T_NONE + 1; k < DM_T_KINDS; k++) {
         /* Bounded: each pass takes the head off the list (a body window that
          * is re-armed goes back to a later deadline). */
-        while (w->tq_head[k] != NULL && w->tq_head[k]->deadline_ms <= now) {
-            struct dm_client *c = w->tq_head[k];
-            client_timer_stop(c);
+        struct dm_tnode *n;
+        while ((n = w->tq[k].head) != NULL && n->deadline_ms <= now) {
+            tq_remove(w, n);
+            struct dm_client *c =
+                k == DM_T_REQUEST
+                    ? ((struct dm_req *)((char *)n - offsetof(struct dm_req, bound)))->c
+                    : (struct dm_client *)((char *)n - offsetof(struct dm_client, timer));
             client_timeout(c, (enum dm_tkind)k);
         }
     }
@@ -534,25 +548,8 @@ client_respond_error(struct dm_client *c, unsigned status, const char *reason)
 static void
 client_body_window(struct dm_client *c)
 {
-    struct dm_req *req = c->req;
-    uint64_t at = uv_now(&c->w->loop) + c->rt->conf->timeouts.client_body_ms;
-    if (req->request_deadline_ms != 0 && req->request_deadline_ms < at) {
-        at = req->request_deadline_ms;
-    }
-    req->body_mark = req->body_raw;
-    client_timer_at(c, DM_T_BODY, at);
-}
-
-/* The body is all read: only the whole-exchange bound (if any) is left. */
-static void
-client_request_timer(struct dm_client *c)
-{
-    struct dm_req *req = c->req;
-    if (req->request_deadline_ms != 0) {
-        client_timer_at(c, DM_T_REQUEST, req->request_deadline_ms);
-    } else {
-        client_timer_stop(c);
-    }
+    c->req->body_mark = c->req->body_raw;
+    client_timer_start(c, DM_T_BODY, c->rt->conf->timeouts.client_body_ms);
 }
 
 static void
@@ -571,17 +568,18 @@ client_timeout(struct dm_client *c, enum dm_tkind kind)
         break;
     case DM_T_BODY: {
         if (req == NULL || c->state != DM_C_BODY) {
-            break;
-        }
-        if (req->request_deadline_ms != 0 && uv_now(&c->w->loop) >= req->request_deadline_ms) {
-            client_respond_error(c, 504, "request took longer than timeouts.request");
-            break;
+            break; /* a retry went back to CONNECT: the window restarts when it is ready */
         }
         const struct dm_conf *cf = c->rt->conf;
+        /* Durations are at most 1000 h and the rate 1 GiB/s: no overflow. */
         uint64_t need = cf->limits.body_min_rate * cf->timeouts.client_body_ms / 1000;
         /* While the proxy does not read (the server is slower than the client),
-         * the client is not to blame: that window does not count. */
-        if (c->paused || !c->reading || req->body_raw - req->body_mark >= (need > 0 ? need : 1)) {
+         * or the client waits for the server's 100 Continue (the server's
+         * silence is bounded by timeouts.server_response meanwhile), the client
+         * is not to blame: that window does not count. */
+        bool waiting = req->info.expect_continue && !req->continued && req->body_raw == 0;
+        if (c->paused || !c->reading || waiting ||
+            req->body_raw - req->body_mark >= (need > 0 ? need : 1)) {
             client_body_window(c);
             break;
         }
@@ -648,7 +646,7 @@ client_start_request(struct dm_client *c)
     c->state = DM_C_HEAD;
     /* The first request's head is bounded from the accept on (its timer runs
      * already); a later one's from its first byte. */
-    if (c->tkind != DM_T_HEADER) {
+    if (c->timer.kind != DM_T_HEADER) {
         client_timer_start(c, DM_T_HEADER, c->rt->conf->timeouts.client_header_ms);
     }
     return true;
@@ -788,10 +786,10 @@ client_head_done(struct dm_client *c)
                                   req->info.path.p, req->info.path.len);
     }
     c->state = DM_C_CONNECT;
+    client_timer_stop(c);
     if (cf->timeouts.request_ms > 0) {
-        req->request_deadline_ms = uv_now(&c->w->loop) + cf->timeouts.request_ms;
+        tq_insert(c->w, &req->bound, DM_T_REQUEST, uv_now(&c->w->loop) + cf->timeouts.request_ms);
     }
-    client_request_timer(c);
     req_pick_and_connect(req);
 }
 
@@ -811,10 +809,10 @@ client_process(struct dm_client *c)
                     client_close(c);
                     return;
                 }
-                if (c->served && c->tkind != DM_T_KEEPALIVE) {
+                if (c->served && c->timer.kind != DM_T_KEEPALIVE) {
                     client_timer_start(c, DM_T_KEEPALIVE,
                                        c->rt->conf->timeouts.client_keepalive_ms);
-                } else if (!c->served && c->tkind != DM_T_HEADER) {
+                } else if (!c->served && c->timer.kind != DM_T_HEADER) {
                     client_timer_start(c, DM_T_HEADER, c->rt->conf->timeouts.client_header_ms);
                 }
                 client_read_start(c);
@@ -871,6 +869,10 @@ client_process(struct dm_client *c)
                 return;
             }
             in->off += (uint32_t)used;
+            if (req->body_raw == 0 && used > 0 && req->info.expect_continue && !req->continued &&
+                req->up != NULL) {
+                up_deadline(req->up, 0); /* the client went on without the 100 */
+            }
             req->body_raw += used;
             if (req->info.chunked) {
                 /* llhttp 8.1 accepts a bare LF as the last line of a chunked
@@ -909,9 +911,7 @@ client_process(struct dm_client *c)
             if (r == DM_HTTP_MSG_DONE || r == DM_HTTP_UPGRADE) {
                 req->body_done = true;
                 c->state = DM_C_WAIT;
-                if (c->tkind == DM_T_BODY) {
-                    client_request_timer(c);
-                }
+                client_timer_stop(c); /* the body window */
                 req_await_response(req);
                 if (req->info.upgrade) {
                     /* What follows belongs to the new protocol, after a 101. */
@@ -1235,8 +1235,9 @@ dm_clients_age(struct dm_worker *w)
 /*
  * The request has just been given its server: count its expected work there
  * and tell the policy (for age, the first request of a connection brings the
- * potential load of its page's embedded objects, from the catalog). Undone by
- * req_unreserve() when the server cannot be reached.
+ * potential load of its page's embedded objects, from the catalog). When the
+ * server cannot be reached, req_upstream_ready gives the work back and the
+ * next pick reserves again (the policy's state is rebound by the retry).
  */
 static void
 req_reserve(struct dm_req *req)
@@ -1268,6 +1269,7 @@ req_reserve(struct dm_req *req)
                                          DM_CATALOG_PAGE_MAX, cost, dflt, NULL, &any_host);
         c->any_host = any_host;
         client_age_close(c); /* a retry: what the failed pick held goes */
+        ev.conn = NULL;
         size_t size = dm_balancer_conn_state_size(p->bal, n);
         c->age = size > 0 ? calloc(1, size) : NULL;
         if (c->age != NULL) {
@@ -1424,6 +1426,24 @@ req_send_head(struct dm_req *req, struct dm_upstream *up)
 }
 
 /*
+ * A 1xx went to the client: Expect: 100-continue is answered, the client
+ * uploads from now on, and its body window starts afresh.
+ */
+static void
+req_continued(struct dm_req *req)
+{
+    struct dm_client *c = req->c;
+    if (req->continued || c->state != DM_C_BODY) {
+        return;
+    }
+    req->continued = true;
+    if (req->up != NULL) {
+        up_deadline(req->up, 0);
+    }
+    client_body_window(c);
+}
+
+/*
  * The request is all sent: from now on a server that stays silent for
  * timeouts.server_response is timed out (not while a slow client uploads).
  */
@@ -1473,6 +1493,11 @@ req_upstream_ready(struct dm_req *req, struct dm_upstream *up, int status)
         req_await_response(req);
     } else if (req->info.chunked || req->info.content_length > 0) {
         client_body_window(c); /* the body is read from now on */
+        if (req->info.expect_continue && req->body_raw == 0) {
+            /* The client may wait for the server's 100 Continue: the server's
+             * silence is what is bounded until then. */
+            up_deadline(up, c->rt->conf->timeouts.server_response_ms);
+        }
     }
     client_read_start(c);
     client_process(c);
@@ -1550,7 +1575,11 @@ req_finish(struct dm_req *req)
         up->req = NULL;
         dm_upstream_release(up, reusable);
     }
-    bool close = req->close_client || c->eof || c->w->stopping;
+    /* A response that came before the whole request body leaves the rest of
+     * the body unread on the client connection: it cannot carry another
+     * request. */
+    bool close = req->close_client || c->eof || c->w->stopping || !req->body_done;
+    c->paused = false;
     c->req = NULL;
     c->parser.msg = NULL;
     req_free(c->w, req);
@@ -1644,7 +1673,7 @@ up_write_done(void *arg, int status)
         uv_stream_get_write_queue_size((uv_stream_t *)&up->tcp) < DM_WRITE_HIGH) {
         req->c->paused = false;
         client_read_start(req->c);
-        if (req->c->state == DM_C_BODY && req->c->tkind == DM_T_BODY) {
+        if (req->c->state == DM_C_BODY && req->c->timer.kind == DM_T_BODY) {
             client_body_window(req->c); /* the pause did not count against it */
         }
     }
@@ -1967,10 +1996,17 @@ up_enter_tunnel(struct dm_upstream *up)
 {
     struct dm_req *req = up->req;
     struct dm_client *c = req->c;
+    if (!req->body_done) {
+        /* Held trailers or body bytes still to come would be read as the new
+         * protocol: a server that switches this early is not followed. */
+        up_fail(up, 502, "server switched protocols before the request was complete");
+        return;
+    }
     up->state = DM_U_TUNNEL;
     c->state = DM_C_TUNNEL;
     up_deadline(up, 0);
     client_timer_stop(c);
+    tq_remove(c->w, &req->bound); /* timeouts.request ends with the exchange */
     /* Bytes after the 101 head are already the new protocol. */
     uint32_t from = up->in->off;
     up->in->off = up->in->len;
@@ -2028,6 +2064,7 @@ up_process(struct dm_upstream *up)
         if (r == DM_HTTP_MSG_DONE) {
             unsigned st = dm_http_parser_status(&up->parser);
             if (st >= 100 && st < 200 && st != 101) {
+                req_continued(req);
                 up->state = DM_U_HEAD;
                 up->head_start = in->off;
                 dm_http_parser_next(&up->parser);

@@ -25,10 +25,9 @@ enum dm_client_state {
 struct dm_client {
     uv_tcp_t tcp;
     struct dm_worker *w;
-    struct dm_runtime *rt;           /* reference taken at accept */
-    struct dm_client *prev, *next;   /* all of the worker's clients */
-    struct dm_client *tprev, *tnext; /* the timeout list of kind tkind */
-    uint64_t deadline_ms;            /* loop time at which the timeout fires */
+    struct dm_runtime *rt;         /* reference taken at accept */
+    struct dm_client *prev, *next; /* all of the worker's clients */
+    struct dm_tnode timer;         /* header, keep-alive or body timeout */
     struct dm_http_parser parser;
     struct dm_buf *in;  /* read buffer; NULL while idle */
     struct dm_req *req; /* request being served; NULL while idle */
@@ -45,7 +44,6 @@ struct dm_client {
     uint32_t writes;                 /* writes in flight */
     uint32_t head_start;             /* offset in `in` where the current head starts */
     uint8_t state;                   /* enum dm_client_state */
-    uint8_t tkind;                   /* enum dm_tkind */
     bool reading;
     bool paused;      /* reading stopped by back-pressure */
     bool eof;         /* the client sent FIN */
@@ -117,12 +115,13 @@ struct dm_req {
     struct dm_learn *learn; /* HTML scan of this response (age pools), or NULL */
     uint64_t start_us;
     uint64_t up_start_us;
-    uint64_t request_deadline_ms; /* loop time of timeouts.request, 0 = none */
-    uint64_t body_raw;            /* request body bytes read, framing included */
-    uint64_t body_mark;           /* body_raw when the current body window began */
+    struct dm_tnode bound; /* timeouts.request, when set */
+    uint64_t body_raw;     /* request body bytes read, framing included */
+    uint64_t body_mark;    /* body_raw when the current body window began */
     uint64_t resp_bytes;
     bool body_done;
     bool counted;      /* req_account() ran: the server's counters are given back */
+    bool continued;    /* a 1xx went to the client (Expect: 100-continue answered) */
     bool head_pending; /* out_head not written to the server yet */
     bool body_sent;    /* request body bytes went to the server: no retry */
     bool resp_started;

@@ -93,16 +93,29 @@ struct dm_req_free {
 };
 
 /*
- * Kinds of client timeout; each has its own list per worker, in deadline
- * order. DM_T_NONE is 0 so that a zeroed client is on no list.
+ * Kinds of timeout; each has its own list per worker, in deadline order.
+ * DM_T_NONE is 0 so that a zeroed node is on no list. A client connection is
+ * on at most one of the first three; a request with a timeouts.request bound
+ * is on the last one besides.
  */
 enum dm_tkind {
     DM_T_NONE = 0,
     DM_T_HEADER,    /* timeouts.client_header: the whole head, from its first byte or accept */
     DM_T_KEEPALIVE, /* timeouts.client_keepalive */
     DM_T_BODY,      /* timeouts.client_body: one window of the request body's minimum rate */
-    DM_T_REQUEST,   /* timeouts.request */
+    DM_T_REQUEST,   /* timeouts.request: a request's whole exchange (a node in struct dm_req) */
     DM_T_KINDS,
+};
+
+/* A node of a timeout list, embedded in what it times. */
+struct dm_tnode {
+    struct dm_tnode *prev, *next;
+    uint64_t deadline_ms; /* loop time at which it fires */
+    uint8_t kind;         /* enum dm_tkind: the list it is on, DM_T_NONE for none */
+};
+
+struct dm_tq {
+    struct dm_tnode *head, *tail;
 };
 
 struct dm_worker {
@@ -113,11 +126,10 @@ struct dm_worker {
     uv_check_t flush; /* flushes the access log once per loop iteration */
     uv_timer_t stop_timer;
     uv_timer_t drain_timer;
-    uv_timer_t tick; /* expires client timeouts */
-    struct dm_client *tq_head[DM_T_KINDS];
-    struct dm_client *tq_tail[DM_T_KINDS];
-    struct dm_client *aging;    /* clients with policy state, for on_tick */
-    struct dm_upstream *corked; /* server connections with writes to flush */
+    uv_timer_t tick;             /* expires client timeouts */
+    struct dm_tq tq[DM_T_KINDS]; /* timeout lists, by enum dm_tkind */
+    struct dm_client *aging;     /* clients with policy state, for on_tick */
+    struct dm_upstream *corked;  /* server connections with writes to flush */
     unsigned ticks;
     uv_tcp_t *listeners;
     size_t nlisteners;

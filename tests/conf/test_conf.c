@@ -143,6 +143,8 @@ test_bundled_example_loads(void **state)
     assert_int_equal(c->limits.header_count, 100);
     assert_int_equal(c->limits.body_bytes, UINT64_C(1) << 30);
     assert_int_equal(c->limits.max_conns, 10000);
+    assert_int_equal(c->timeouts.client_body_ms, 10000);
+    assert_int_equal(c->limits.body_min_rate, 500);
     assert_string_equal(c->access_log, "-");
     assert_string_equal(c->access_log_format, "default");
     assert_null(c->error_log);
@@ -251,9 +253,9 @@ test_every_key_is_read(void **state)
                 "listen: ['[::1]:8081', '*:8082', ':8083']\n"
                 "admin: localhost:9901\n"
                 "timeouts: {connect: 1500, client_header: 1m, client_keepalive: 1h,"
-                " server_response: 250ms, request: 30s, shutdown: 0}\n"
+                " server_response: 250ms, request: 30s, shutdown: 0, client_body: 3s}\n"
                 "limits: {header_bytes: 8k, header_count: 50, body_bytes: 2M,"
-                " max_conns: 7}\n"
+                " max_conns: 7, body_min_rate: 2k}\n"
                 "access_log: {path: /var/log/a.log, format: json}\n"
                 "error_log: /var/log/e.log\n"
                 "pools:\n"
@@ -295,6 +297,8 @@ test_every_key_is_read(void **state)
     assert_int_equal(c->limits.header_count, 50);
     assert_int_equal(c->limits.body_bytes, 2 << 20);
     assert_int_equal(c->limits.max_conns, 7);
+    assert_int_equal(c->timeouts.client_body_ms, 3000);
+    assert_int_equal(c->limits.body_min_rate, 2048);
     assert_string_equal(c->access_log, "/var/log/a.log");
     assert_string_equal(c->access_log_format, "json");
     assert_string_equal(c->error_log, "/var/log/e.log");
@@ -728,6 +732,10 @@ test_bad_values(void **state)
                  "t.yaml:7:21: bad duration \"5x\" (use ms, s, m, h)");
     expect_error(LISTEN POOL_WEB "timeouts: {connect: 0}\n",
                  "t.yaml:7:21: connect must be more than 0");
+    expect_error(LISTEN POOL_WEB "timeouts: {client_body: 1001h}\n",
+                 "t.yaml:7:25: client_body must be at most 1000h");
+    expect_error(LISTEN POOL_WEB "limits: {body_min_rate: 2g}\n",
+                 "t.yaml:7:25: body_min_rate must be between 0 and 1g, got \"2g\"");
     expect_error(LISTEN POOL_WEB "limits: {body_bytes: 1t}\n",
                  "t.yaml:7:22: bad size \"1t\" (use a number of bytes, or k, m, g)");
     expect_error(LISTEN POOL_WEB "limits: {header_bytes: 1g}\n",

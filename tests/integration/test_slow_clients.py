@@ -124,6 +124,46 @@ class Recorder:
         self.sock.close()
 
 
+class OneShotServer:
+    """
+    A stand-in backend on 127.0.0.1:0 that serves each connection with
+    serve(sock, head_bytes) in a thread of its own.
+    """
+
+    def __init__(self, serve):
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.bind((H.HOST, 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        self.serve = serve
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._one, args=(c,), daemon=True).start()
+
+    def _one(self, c):
+        with c:
+            c.settimeout(30)
+            head = b""
+            try:
+                while b"\r\n\r\n" not in head:
+                    data = c.recv(65536)
+                    if not data:
+                        return
+                    head += data
+                self.serve(c, head)
+            except OSError:
+                pass
+
+    def close(self):
+        self.sock.close()
+
+
 class SlowClientTest(H.DimmerTest):
     def setUp(self):
         super().setUp()
@@ -255,6 +295,72 @@ class SlowClientTest(H.DimmerTest):
                 self.assertEqual(r.status, 200, r.body)
                 self.assertIn(digest.encode(), r.body)
                 self.assert_served()
+
+    def test_a_client_waiting_for_100_continue_is_not_timed_out(self):
+        # The server takes longer than a body window to say 100 Continue; the
+        # client rightly waits: that time is the server's, not the client's.
+        def serve(c, head):
+            rest = head.split(b"\r\n\r\n", 1)[1]
+            time.sleep(2.5)  # the server's pace is the test's input
+            c.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
+            while len(rest) < 1000:
+                data = c.recv(65536)
+                if not data:
+                    return
+                rest += data
+            c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%d" %
+                      (len(str(len(rest))), len(rest)))
+
+        srv = OneShotServer(serve)
+        self.addCleanup(srv.close)
+        self.d = self.start_dimmer({"web": {"balance": "roundrobin",
+                                            "servers": [("s", srv.port)]}},
+                                   timeouts={"client_body": "1s"})
+        with H.Conn(self.d.port, timeout=15) as c:
+            c.send(H.build_request("POST", "/up", [("Expect", "100-continue"),
+                                                   ("Content-Length", "1000")]))
+            interim = c.read_response(stop_at_1xx=True, timeout=10)
+            self.assertEqual(interim.status, 100)
+            c.send(b"x" * 1000)
+            r = c.read_response(timeout=10)
+            self.assertEqual((r.status, r.body), (200, b"1000"))
+
+    def test_a_response_before_the_whole_body_closes_the_connection(self):
+        # The server answers at once, without reading the body: the rest of the
+        # body can never be read as a request on the client connection.
+        def serve(c, head):
+            c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+            while c.recv(65536):
+                pass
+
+        srv = OneShotServer(serve)
+        self.addCleanup(srv.close)
+        self.d = self.start_dimmer({"web": {"balance": "roundrobin",
+                                            "servers": [("s", srv.port)]}})
+        with H.Conn(self.d.port) as c:
+            c.send(H.build_request("POST", "/up", [("Content-Length", "100000")]) + b"x" * 100)
+            r = c.read_response()
+            self.assertEqual((r.status, r.body), (200, b"ok"))
+            # What the client sends next is still body: it must not be read as
+            # a request. The connection closes after the response.
+            try:
+                c.send(b"GET /bytes/1 HTTP/1.1\r\nHost: test\r\n\r\n")
+            except OSError:
+                pass
+            self.assertTrue(c.closed_by_peer(timeout=5))
+            self.assertEqual(c.buf, b"")
+
+    def test_timeouts_request_bounds_a_steady_upload_too(self):
+        # The whole-exchange bound runs beside the body's minimum rate.
+        self.d = self.start_dimmer({"web": self.pool(self.b1)},
+                                   timeouts={"request": "1s", "client_body": "10s"})
+        start = time.monotonic()
+        c, _ = self.upload(self.d.port, 40000, 1000, 0.1)  # 10 KB/s for 4 s
+        with c:
+            r = c.read_response(timeout=10)
+        self.assertEqual(r.status, 504, r.body)
+        self.assertLess(time.monotonic() - start, 1.0 + SLACK)
+        self.assert_served()
 
     def test_http09_request_line_is_answered_400_at_once(self):
         self.d = self.start_dimmer({"web": self.pool(self.b1)})  # client_header 10s

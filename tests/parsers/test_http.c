@@ -1194,18 +1194,20 @@ test_trailers_are_checked_as_strictly_as_a_head(void **state)
     assert_int_equal(dm_http_check_trailers(LIT("\r\n"), &reason), 0);
     assert_int_equal(dm_http_check_trailers(LIT("X-Sum: 1\r\nX-B:\r\n\r\n"), &reason), 0);
     static const char *const bad[] = {
-        "X-A: 1\r\n b\r\n\r\n",         /* obs-fold */
-        " X-A: 1\r\n\r\n",              /* folded first line */
-        "X-A: 1\n\r\n",                 /* bare LF */
-        "X-A: 1\rb\r\n\r\n",            /* bare CR */
-        "X-A : 1\r\n\r\n",              /* space before the colon */
-        "X-A 1\r\n\r\n",                /* no colon */
-        "X-A: \x01\r\n\r\n",            /* control byte */
-        "Content-Length: 5\r\n\r\n",    /* framing */
-        "transfer-encoding: x\r\n\r\n", /* framing, any case */
-        "Host: evil\r\n\r\n",           /* routing */
-        "X-A: 1\r\n",                   /* no final empty line */
-        "\r\nGET / HTTP/1.1\r\n\r\n",   /* bytes after the end */
+        "X-A: 1\r\n b\r\n\r\n",             /* obs-fold */
+        " X-A: 1\r\n\r\n",                  /* folded first line */
+        "X-A: 1\n\r\n",                     /* bare LF */
+        "X-A: 1\rb\r\n\r\n",                /* bare CR */
+        "X-A : 1\r\n\r\n",                  /* space before the colon */
+        "X-A 1\r\n\r\n",                    /* no colon */
+        "X-A: \x01\r\n\r\n",                /* control byte */
+        "Content-Length: 5\r\n\r\n",        /* framing */
+        "transfer-encoding: x\r\n\r\n",     /* framing, any case */
+        "Host: evil\r\n\r\n",               /* routing */
+        "Connection: close\r\n\r\n",        /* hop-by-hop */
+        "X-Forwarded-For: 1.2.3.4\r\n\r\n", /* set by the proxy */
+        "X-A: 1\r\n",                       /* no final empty line */
+        "\r\nGET / HTTP/1.1\r\n\r\n",       /* bytes after the end */
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         reason = NULL;
