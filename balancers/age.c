@@ -339,6 +339,7 @@ age_destroy(struct dm_balancer *b)
 
 const struct dm_balancer_ops dm_bal_age = {
     .name = "age",
+    .needs = DM_BAL_NEEDS_WORK | DM_BAL_NEEDS_OBJECTS | DM_BAL_BINDS_CONNECTIONS,
     .create = age_create,
     .pick = age_pick,
     .on_request = age_on_request,

@@ -65,8 +65,31 @@ struct dm_bal_event {
     bool first; /* on_request: first request of the connection */
 };
 
+/*
+ * What a policy needs from the proxy beyond the server table and its
+ * counters, as flags in dm_balancer_ops.needs. The proxy provides each one to
+ * the policies that ask for it, and never asks a policy its name.
+ */
+enum dm_bal_needs {
+    /* dm_pick.key: the request's key (pool hash.key), hashed by the proxy. */
+    DM_BAL_NEEDS_KEY = 1u << 0,
+    /* s->inflight_work: each request's expected work (the catalog's size of
+     * the object plus a per-request cost), reserved at the pick, replaced by
+     * the response's length when it is known, and worn down as bytes go out. */
+    DM_BAL_NEEDS_WORK = 1u << 1,
+    /* The catalog: on a connection's first request, its page's embedded
+     * objects (dm_bal_event.objects), and the proxy learns pages and sizes
+     * from the responses that pass. */
+    DM_BAL_NEEDS_OBJECTS = 1u << 2,
+    /* A client connection stays, by default, on the server of its first
+     * request (affinity: connection), since the policy's decision is about
+     * the connection as a whole. */
+    DM_BAL_BINDS_CONNECTIONS = 1u << 3,
+};
+
 struct dm_balancer_ops {
     const char *name; /* as written in the config */
+    unsigned needs;   /* enum dm_bal_needs flags */
     struct dm_balancer *(*create)(const struct dm_servers *sv, const struct dm_bal_conf *cf);
     int (*pick)(struct dm_balancer *b, const struct dm_pick *in); /* index or DM_NO_SERVER */
     void (*on_request)(struct dm_balancer *b, const struct dm_bal_event *ev);  /* may be NULL */

@@ -363,6 +363,7 @@ hash_pick(struct dm_balancer *b, const struct dm_pick *in)
 
 const struct dm_balancer_ops dm_bal_hash = {
     .name = "hash",
+    .needs = DM_BAL_NEEDS_KEY,
     .create = hash_create,
     .pick = hash_pick,
     .destroy = hash_destroy,

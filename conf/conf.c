@@ -1375,11 +1375,12 @@ load_pool(struct loader *ld, struct dm_conf_pool *p, const yaml_node_t *n)
         load_age(ld, &p->age, v[POOL_AGE]);
     }
     /*
-     * AGE charges a page's potential load to the server that gets the first
-     * request of a connection, so by default the rest of that connection goes
-     * there too; every other policy balances each request.
+     * A policy that decides for a whole connection (AGE charges a page's
+     * potential load to the server of its first request) keeps the rest of
+     * the connection there by default; the others balance each request.
      */
-    p->affinity_connection = p->balance != NULL && strcmp(p->balance, "age") == 0;
+    const struct dm_balancer_ops *ops = dm_balancer_find(p->balance);
+    p->affinity_connection = ops != NULL && (ops->needs & DM_BAL_BINDS_CONNECTIONS) != 0;
     if (v[POOL_AFFINITY] != NULL) {
         int a = get_choice(ld, v[POOL_AFFINITY], "affinity", affinity_names, NKEYS(affinity_names));
         if (a >= 0) {

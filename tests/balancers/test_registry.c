@@ -37,6 +37,14 @@ test_registry_names_are_unique_and_tables_complete(void **state)
         assert_non_null(ops->pick);
         assert_non_null(ops->destroy);
         assert_ptr_equal(dm_balancer_find(ops->name), ops);
+        /* Only known needs; per-connection state comes with a page's objects
+         * (the proxy builds it on a connection's first request). */
+        const unsigned known =
+            DM_BAL_NEEDS_KEY | DM_BAL_NEEDS_WORK | DM_BAL_NEEDS_OBJECTS | DM_BAL_BINDS_CONNECTIONS;
+        assert_int_equal(ops->needs & ~known, 0);
+        if (ops->conn_state_size != NULL || ops->on_tick != NULL) {
+            assert_true(ops->needs & DM_BAL_NEEDS_OBJECTS);
+        }
         for (size_t j = 0; j < i; j++) {
             assert_string_not_equal(dm_balancer_registry[j]->name, ops->name);
         }

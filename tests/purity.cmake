@@ -1,0 +1,78 @@
+# The purity check of a policy library (DESIGN.md, "Policies are pure"):
+#   cmake -DNM=nm -DLIB=libdm_balancers.a -P purity.cmake
+# Every symbol the library's objects use must be defined inside the library or
+# be one of the plain libc/libm functions below: memory, strings, sorting and
+# arithmetic. libuv, a clock, rand(), threads, locks, sleeping, I/O and
+# logging are not among them, so a policy that reaches for one fails the
+# suite, whichever object it is in, and says which symbol and where.
+if(NOT LIB OR NOT NM)
+    message(FATAL_ERROR "usage: cmake -DNM=nm -DLIB=archive.a -P purity.cmake")
+endif()
+set(allowed
+    # memory
+    malloc calloc realloc free aligned_alloc
+    # strings and bytes
+    memcpy memmove memset memcmp memchr strlen strcmp strncmp strchr strrchr
+    # sorting and searching
+    qsort bsearch
+    # arithmetic (libm)
+    exp exp2 log log2 pow sqrt floor ceil round lround llround fabs fmin fmax ldexp frexp
+    # what the compiler itself calls
+    __stack_chk_fail __assert_fail abort)
+# Sanitizer and compiler runtime hooks are not calls a policy makes.
+set(allowed_prefixes __asan_ __ubsan_ __sanitizer_ __tsan_ __msan_ __atomic_ __sync_)
+
+execute_process(COMMAND ${NM} --defined-only ${LIB} OUTPUT_VARIABLE defined_out
+                RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "${NM} --defined-only ${LIB} failed")
+endif()
+execute_process(COMMAND ${NM} -u ${LIB} OUTPUT_VARIABLE undefined_out RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "${NM} -u ${LIB} failed")
+endif()
+
+set(defined "")
+string(REPLACE "\n" ";" lines "${defined_out}")
+foreach(line ${lines})
+    if(line MATCHES "^[0-9a-fA-F]* *[A-Za-z] ([^ ]+)$")
+        list(APPEND defined ${CMAKE_MATCH_1})
+    endif()
+endforeach()
+
+set(bad "")
+set(object "?")
+string(REPLACE "\n" ";" lines "${undefined_out}")
+foreach(line ${lines})
+    if(line MATCHES "^(.+\\.o):$")
+        set(object ${CMAKE_MATCH_1})
+        continue()
+    endif()
+    if(NOT line MATCHES "^ *U ([^ @]+)")
+        continue()
+    endif()
+    set(sym ${CMAKE_MATCH_1})
+    list(FIND defined ${sym} in_lib)
+    list(FIND allowed ${sym} ok)
+    if(NOT in_lib EQUAL -1 OR NOT ok EQUAL -1)
+        continue()
+    endif()
+    set(prefixed FALSE)
+    foreach(p ${allowed_prefixes})
+        string(FIND "${sym}" "${p}" at)
+        if(at EQUAL 0)
+            set(prefixed TRUE)
+        endif()
+    endforeach()
+    if(NOT prefixed)
+        list(APPEND bad "${sym} (${object})")
+    endif()
+endforeach()
+
+if(bad)
+    string(REPLACE ";" "\n  " shown "${bad}")
+    message(FATAL_ERROR "${LIB} is not pure: it uses\n  ${shown}\n"
+            "Policies get time as now_us and randomness as a struct dm_rng (DESIGN.md); "
+            "a plain libc function that is truly needed goes into tests/purity.cmake.")
+endif()
+message(STATUS "${LIB}: pure (every symbol it uses is its own or plain libc/libm)")
