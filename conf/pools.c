@@ -1,0 +1,437 @@
+/*
+ * The schema of the pools: one loader per mapping (a pool, its servers,
+ * health_check, passive, hash and age), the defaults of a pool, and the
+ * lookup of a pool by name for routes and default_pool.
+ */
+#include "conf/internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "balancers/balancer.h"
+#include "conf/conf.h"
+
+/* A token of RFC 9110 section 5.6.2: what a header or cookie name may be made of. */
+static bool
+is_token(const char *s)
+{
+    if (*s == '\0') {
+        return false;
+    }
+    for (; *s != '\0'; s++) {
+        unsigned char ch = (unsigned char)*s;
+        bool alnum =
+            (ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z');
+        if (!alnum && strchr("!#$%&'*+-.^_`|~", ch) == NULL) {
+            return false;
+        }
+    }
+    return true;
+}
+
+enum { HC_PATH, HC_INTERVAL, HC_TIMEOUT, HC_RISE, HC_FALL, HC_N };
+static const char *const health_keys[HC_N] = {
+    [HC_PATH] = "path", [HC_INTERVAL] = "interval", [HC_TIMEOUT] = "timeout",
+    [HC_RISE] = "rise", [HC_FALL] = "fall",
+};
+
+static void
+load_health(struct dm_conf_loader *ld, struct dm_conf_health *h, const yaml_node_t *n)
+{
+    yaml_node_t *v[HC_N];
+
+    if (!dm_conf_walk(ld, n, true, health_keys, HC_N, v)) {
+        return;
+    }
+    h->enabled = true;
+    if (v[HC_PATH] != NULL) {
+        (void)dm_conf_get_path(ld, v[HC_PATH], &h->path);
+    }
+    if (v[HC_INTERVAL] != NULL) {
+        (void)dm_conf_get_duration(ld, v[HC_INTERVAL], "interval", false, &h->interval_ms);
+    }
+    if (v[HC_TIMEOUT] != NULL) {
+        (void)dm_conf_get_duration(ld, v[HC_TIMEOUT], "timeout", false, &h->timeout_ms);
+    }
+    if (v[HC_RISE] != NULL) {
+        (void)dm_conf_get_unsigned(ld, v[HC_RISE], "rise", 1, 1000, &h->rise);
+    }
+    if (v[HC_FALL] != NULL) {
+        (void)dm_conf_get_unsigned(ld, v[HC_FALL], "fall", 1, 1000, &h->fall);
+    }
+}
+
+enum { PS_MAX_FAILS, PS_FAIL_TIMEOUT, PS_N };
+static const char *const passive_keys[PS_N] = {
+    [PS_MAX_FAILS] = "max_fails",
+    [PS_FAIL_TIMEOUT] = "fail_timeout",
+};
+
+static void
+load_passive(struct dm_conf_loader *ld, struct dm_conf_passive *ps, const yaml_node_t *n)
+{
+    yaml_node_t *v[PS_N];
+
+    if (!dm_conf_walk(ld, n, true, passive_keys, PS_N, v)) {
+        return;
+    }
+    if (v[PS_MAX_FAILS] != NULL) {
+        (void)dm_conf_get_unsigned(ld, v[PS_MAX_FAILS], "max_fails", 0, 1000000, &ps->max_fails);
+    }
+    if (v[PS_FAIL_TIMEOUT] != NULL) {
+        (void)dm_conf_get_duration(ld, v[PS_FAIL_TIMEOUT], "fail_timeout", true,
+                                   &ps->fail_timeout_ms);
+    }
+}
+
+enum { SRV_NAME, SRV_ADDRESS, SRV_WEIGHT, SRV_CAPACITY, SRV_N };
+static const char *const server_keys[SRV_N] = {
+    [SRV_NAME] = "name",
+    [SRV_ADDRESS] = "address",
+    [SRV_WEIGHT] = "weight",
+    [SRV_CAPACITY] = "capacity",
+};
+
+static void
+load_server(struct dm_conf_loader *ld, struct dm_conf_pool *p, yaml_node_item_t *items, size_t i)
+{
+    struct dm_conf_server *s = &p->servers[i];
+    const yaml_node_t *n = dm_conf_node(ld, items[i]);
+    yaml_node_t *v[SRV_N];
+    char buf[DM_CONF_SHOW_BUF];
+
+    s->weight = 1;
+    s->capacity = 100;
+    if (!dm_conf_walk(ld, n, false, server_keys, SRV_N, v)) {
+        return;
+    }
+    static const size_t required[] = { SRV_NAME, SRV_ADDRESS };
+    for (size_t k = 0; k < DM_CONF_NKEYS(required); k++) {
+        if (v[required[k]] == NULL) {
+            dm_conf_fail_at(ld, n, "pool \"%s\": server %zu: missing required key \"%s\"", p->name,
+                            i + 1, server_keys[required[k]]);
+        }
+    }
+    if (v[SRV_NAME] != NULL && dm_conf_get_string(ld, v[SRV_NAME], &s->name)) {
+        for (size_t j = 0; j < i; j++) {
+            if (p->servers[j].name != NULL && strcmp(p->servers[j].name, s->name) == 0) {
+                /* Server j has a name, so its item is a mapping with that key. */
+                const yaml_node_t *first = dm_conf_lookup(ld, dm_conf_node(ld, items[j]), "name");
+                dm_conf_fail_at(ld, v[SRV_NAME],
+                                "pool \"%s\": duplicate server %s (first at line %zu)", p->name,
+                                dm_conf_quote(s->name, strlen(s->name), buf, sizeof(buf)),
+                                first->start_mark.line + 1);
+                break;
+            }
+        }
+    }
+    if (v[SRV_ADDRESS] != NULL) {
+        (void)dm_conf_get_addr(ld, v[SRV_ADDRESS], false, &s->addr);
+    }
+    if (v[SRV_WEIGHT] != NULL) {
+        (void)dm_conf_get_unsigned(ld, v[SRV_WEIGHT], "weight", 1, 256, &s->weight);
+    }
+    if (v[SRV_CAPACITY] != NULL) {
+        (void)dm_conf_get_unsigned(ld, v[SRV_CAPACITY], "capacity", 1, 1000000, &s->capacity);
+    }
+}
+
+static void
+load_servers(struct dm_conf_loader *ld, struct dm_conf_pool *p, const yaml_node_t *n)
+{
+    yaml_node_item_t *items;
+    size_t count;
+
+    if (dm_conf_is_null(n) || n->type != YAML_SEQUENCE_NODE) {
+        dm_conf_fail_type(ld, n, "a list of servers");
+        return;
+    }
+    items = dm_conf_list_items(ld, n, &count);
+    if (count == 0) {
+        dm_conf_fail_at(ld, n, "pool \"%s\": expected at least one server", p->name);
+        return;
+    }
+    p->servers = calloc(count, sizeof(*p->servers));
+    if (p->servers == NULL) {
+        ld->oom = true;
+        return;
+    }
+    p->nservers = count;
+    for (size_t i = 0; i < count; i++) {
+        load_server(ld, p, items, i);
+    }
+}
+
+static void
+check_balance(struct dm_conf_loader *ld, struct dm_conf_pool *p, const yaml_node_t *n)
+{
+    const char *names[32];
+    size_t nnames = 0;
+    char buf[DM_CONF_SHOW_BUF], list[256];
+
+    if (!dm_conf_get_string(ld, n, &p->balance)) {
+        return;
+    }
+    if (dm_balancer_find(p->balance) != NULL) {
+        return;
+    }
+    for (size_t i = 0; dm_balancer_registry[i] != NULL && nnames < DM_CONF_NKEYS(names); i++) {
+        names[nnames++] = dm_balancer_registry[i]->name;
+    }
+    dm_conf_fail_at(ld, n, "unknown balance policy %s (known: %s)",
+                    dm_conf_quote(p->balance, strlen(p->balance), buf, sizeof(buf)),
+                    dm_conf_join_names(names, nnames, list, sizeof(list)));
+}
+
+enum { HASH_KEY, HASH_NAME, HASH_BALANCE, HASH_N };
+static const char *const hash_keys[HASH_N] = {
+    [HASH_KEY] = "key",
+    [HASH_NAME] = "name",
+    [HASH_BALANCE] = "balance",
+};
+static const char *const hash_key_names[] = {
+    [DM_HASH_CLIENT] = "client",
+    [DM_HASH_URI] = "uri",
+    [DM_HASH_HEADER] = "header",
+    [DM_HASH_COOKIE] = "cookie",
+};
+
+static void
+load_hash(struct dm_conf_loader *ld, struct dm_conf_pool *p, const yaml_node_t *n)
+{
+    struct dm_conf_hash *h = &p->hash;
+    yaml_node_t *v[HASH_N];
+    char buf[DM_CONF_SHOW_BUF];
+    bool named;
+    int key;
+
+    if (!dm_conf_walk(ld, n, true, hash_keys, HASH_N, v)) {
+        return;
+    }
+    if (v[HASH_BALANCE] != NULL) {
+        (void)dm_conf_get_double(ld, v[HASH_BALANCE], "balance", 1.0, &h->balance);
+    }
+    if (v[HASH_KEY] != NULL) {
+        key = dm_conf_get_choice(ld, v[HASH_KEY], "hash key", hash_key_names,
+                                 DM_CONF_NKEYS(hash_key_names));
+        if (key < 0) {
+            /* Whether a name belongs here depends on the key: nothing more to check. */
+            return;
+        }
+        h->key = (enum dm_hash_key)key;
+    }
+    named = h->key == DM_HASH_HEADER || h->key == DM_HASH_COOKIE;
+    if (named && v[HASH_NAME] == NULL) {
+        dm_conf_fail_at(ld, n, "pool \"%s\": hash: missing required key \"name\" for key \"%s\"",
+                        p->name, hash_key_names[h->key]);
+    } else if (!named && v[HASH_NAME] != NULL) {
+        dm_conf_fail_at(ld, v[HASH_NAME],
+                        "hash name is only for key header or cookie (key is \"%s\")",
+                        hash_key_names[h->key]);
+    } else if (named) {
+        const char *s = dm_conf_get_text(ld, v[HASH_NAME], "a string");
+        if (s == NULL) {
+            return;
+        }
+        if (!is_token(s)) {
+            dm_conf_fail_at(ld, v[HASH_NAME],
+                            "bad %s name %s (letters, digits and !#$%%&'*+-.^_`|~ only)",
+                            hash_key_names[h->key], dm_conf_quote(s, strlen(s), buf, sizeof(buf)));
+            return;
+        }
+        (void)dm_conf_get_string(ld, v[HASH_NAME], &h->name);
+    }
+}
+
+enum { AGE_WEIGHT, AGE_HALF_LIFE, AGE_REQUEST_COST, AGE_N };
+static const char *const age_keys[AGE_N] = {
+    [AGE_WEIGHT] = "weight",
+    [AGE_HALF_LIFE] = "half_life",
+    [AGE_REQUEST_COST] = "request_cost",
+};
+
+static void
+load_age(struct dm_conf_loader *ld, struct dm_conf_age *a, const yaml_node_t *n)
+{
+    yaml_node_t *v[AGE_N];
+
+    if (!dm_conf_walk(ld, n, true, age_keys, AGE_N, v)) {
+        return;
+    }
+    if (v[AGE_WEIGHT] != NULL) {
+        (void)dm_conf_get_double(ld, v[AGE_WEIGHT], "weight", 0.0, &a->weight);
+    }
+    if (v[AGE_HALF_LIFE] != NULL) {
+        (void)dm_conf_get_duration(ld, v[AGE_HALF_LIFE], "half_life", false, &a->half_life_ms);
+    }
+    if (v[AGE_REQUEST_COST] != NULL) {
+        (void)dm_conf_get_size(ld, v[AGE_REQUEST_COST], "request_cost", 0, UINT64_MAX,
+                               &a->request_cost);
+    }
+}
+
+enum {
+    POOL_BALANCE,
+    POOL_DRAWS,
+    POOL_SERVERS,
+    POOL_HEALTH,
+    POOL_PASSIVE,
+    POOL_HASH,
+    POOL_AGE,
+    POOL_AFFINITY,
+    POOL_N
+};
+static const char *const pool_keys[POOL_N] = {
+    [POOL_BALANCE] = "balance", [POOL_DRAWS] = "draws",
+    [POOL_SERVERS] = "servers", [POOL_HEALTH] = "health_check",
+    [POOL_PASSIVE] = "passive", [POOL_HASH] = "hash",
+    [POOL_AGE] = "age",         [POOL_AFFINITY] = "affinity",
+};
+
+static const char *const affinity_names[] = { "connection", "request" };
+
+bool
+dm_conf_pool_defaults(struct dm_conf_pool *p)
+{
+    p->balance = strdup("roundrobin");
+    p->draws = 2;
+    p->health.path = strdup("/healthz");
+    p->health.interval_ms = 2000;
+    p->health.timeout_ms = 1000;
+    p->health.rise = 2;
+    p->health.fall = 3;
+    p->passive.max_fails = 3;
+    p->passive.fail_timeout_ms = 10000;
+    p->hash = (struct dm_conf_hash){ .key = DM_HASH_CLIENT, .name = NULL, .balance = 1.25 };
+    p->age = (struct dm_conf_age){ .weight = 0.1, .half_life_ms = 10000, .request_cost = 8192 };
+    /* Right for the default policy; load_pool sets it again once balance is known. */
+    p->affinity_connection = false;
+    return p->balance != NULL && p->health.path != NULL;
+}
+
+static void
+load_pool(struct dm_conf_loader *ld, struct dm_conf_pool *p, const yaml_node_t *n)
+{
+    yaml_node_t *v[POOL_N];
+
+    if (!dm_conf_walk(ld, n, false, pool_keys, POOL_N, v)) {
+        return;
+    }
+    if (v[POOL_BALANCE] != NULL) {
+        check_balance(ld, p, v[POOL_BALANCE]);
+    }
+    if (v[POOL_DRAWS] != NULL) {
+        (void)dm_conf_get_unsigned(ld, v[POOL_DRAWS], "draws", 1, 1000, &p->draws);
+    }
+    if (v[POOL_SERVERS] == NULL) {
+        dm_conf_fail_at(ld, n, "pool \"%s\": missing required key \"servers\"", p->name);
+    } else {
+        load_servers(ld, p, v[POOL_SERVERS]);
+    }
+    if (v[POOL_HEALTH] != NULL) {
+        load_health(ld, &p->health, v[POOL_HEALTH]);
+    }
+    if (v[POOL_PASSIVE] != NULL) {
+        load_passive(ld, &p->passive, v[POOL_PASSIVE]);
+    }
+    /* hash and age are read whatever the policy: only their own policy looks at them. */
+    if (v[POOL_HASH] != NULL) {
+        load_hash(ld, p, v[POOL_HASH]);
+    }
+    if (v[POOL_AGE] != NULL) {
+        load_age(ld, &p->age, v[POOL_AGE]);
+    }
+    /*
+     * A policy that decides for a whole connection (AGE charges a page's
+     * potential load to the server of its first request) keeps the rest of
+     * the connection there by default; the others balance each request.
+     */
+    const struct dm_balancer_ops *ops = dm_balancer_find(p->balance);
+    p->affinity_connection = ops != NULL && (ops->needs & DM_BAL_BINDS_CONNECTIONS) != 0;
+    if (v[POOL_AFFINITY] != NULL) {
+        int a = dm_conf_get_choice(ld, v[POOL_AFFINITY], "affinity", affinity_names,
+                                   DM_CONF_NKEYS(affinity_names));
+        if (a >= 0) {
+            p->affinity_connection = a == 0;
+        }
+    }
+}
+
+void
+dm_conf_load_pools(struct dm_conf_loader *ld, const yaml_node_t *n)
+{
+    struct dm_conf *c = ld->c;
+    size_t count;
+
+    if (!dm_conf_is_mapping(ld, n)) {
+        return;
+    }
+    count = (size_t)(n->data.mapping.pairs.top - n->data.mapping.pairs.start);
+    if (count == 0) {
+        dm_conf_fail_at(ld, n, "pools: expected at least one pool");
+        return;
+    }
+    c->pools = calloc(count, sizeof(*c->pools));
+    if (c->pools == NULL) {
+        ld->oom = true;
+        return;
+    }
+    for (yaml_node_pair_t *pr = n->data.mapping.pairs.start; pr < n->data.mapping.pairs.top; pr++) {
+        const char *name = dm_conf_pair_key(ld, n, pr, "pool");
+        struct dm_conf_pool *p;
+
+        if (name == NULL) {
+            continue;
+        }
+        /* Counted before it is loaded, so routes to a broken pool do not add errors. */
+        p = &c->pools[c->npools++];
+        p->name = dm_conf_dup_str(ld, name);
+        if (p->name == NULL || !dm_conf_pool_defaults(p)) {
+            ld->oom = true;
+            return;
+        }
+        load_pool(ld, p, dm_conf_node(ld, pr->value));
+    }
+}
+
+long
+dm_conf_find_pool(struct dm_conf_loader *ld, const yaml_node_t *n)
+{
+    struct dm_conf *c = ld->c;
+    const char *name = dm_conf_get_text(ld, n, "a pool name");
+    const char **names;
+    const char *near;
+    char buf[DM_CONF_SHOW_BUF], list[256];
+
+    if (name == NULL) {
+        return -1;
+    }
+    for (size_t i = 0; i < c->npools; i++) {
+        if (strcmp(c->pools[i].name, name) == 0) {
+            return (long)i;
+        }
+    }
+    if (c->npools == 0) {
+        /* The pools are missing or broken, which is reported already. */
+        return -1;
+    }
+    names = calloc(c->npools, sizeof(*names));
+    if (names == NULL) {
+        ld->oom = true;
+        return -1;
+    }
+    for (size_t i = 0; i < c->npools; i++) {
+        names[i] = c->pools[i].name;
+    }
+    near = dm_conf_suggest(name, names, c->npools);
+    if (near != NULL) {
+        dm_conf_fail_at(ld, n, "unknown pool %s (did you mean \"%s\"?)",
+                        dm_conf_quote(name, strlen(name), buf, sizeof(buf)), near);
+    } else {
+        dm_conf_fail_at(ld, n, "unknown pool %s (pools: %s)",
+                        dm_conf_quote(name, strlen(name), buf, sizeof(buf)),
+                        dm_conf_join_names(names, c->npools, list, sizeof(list)));
+    }
+    free(names);
+    return -1;
+}

@@ -1,0 +1,507 @@
+/*
+ * The schema of the top level: one loader per section (workers, listen,
+ * admin, timeouts, limits, access_log, routes, catalog; pools are in
+ * pools.c), the defaults outside the pools, and the root, which loads the
+ * sections in the order their checks need and ties them together.
+ */
+#include "conf/internal.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "conf/conf.h"
+
+/* ---- defaults ---- */
+
+bool
+dm_conf_defaults(struct dm_conf *c)
+{
+    c->workers = 0;
+    c->timeouts = (struct dm_conf_timeouts){
+        .connect_ms = 5000,
+        .client_header_ms = 10000,
+        .client_keepalive_ms = 60000,
+        .client_body_ms = 10000,
+        .server_response_ms = 60000,
+        .request_ms = 0,
+        .shutdown_ms = 10000,
+    };
+    c->limits = (struct dm_conf_limits){
+        .header_bytes = 16384,
+        .header_count = 100,
+        .body_bytes = 0,
+        .body_min_rate = 500,
+        .max_conns = 10000,
+    };
+    c->catalog = (struct dm_conf_catalog){
+        .memory = 16u << 20,
+        .scan_limit = 256u << 10,
+        .learn = true,
+        .default_object_bytes = 10240,
+    };
+    c->access_log_format = strdup("default");
+    return c->access_log_format != NULL;
+}
+
+/* ---- sections ---- */
+
+static void
+load_workers(struct dm_conf_loader *ld, const yaml_node_t *n)
+{
+    uint64_t v;
+
+    if (n->type == YAML_SCALAR_NODE && strcmp(dm_conf_text_of(n), "auto") == 0) {
+        ld->c->workers = 0;
+        return;
+    }
+    if (n->type != YAML_SCALAR_NODE || dm_conf_is_null(n) ||
+        strspn(dm_conf_text_of(n), "-0123456789") != n->data.scalar.length) {
+        dm_conf_fail_type(ld, n, "an integer or \"auto\"");
+        return;
+    }
+    if (dm_conf_get_uint(ld, n, "workers", 1, 1024, &v)) {
+        ld->c->workers = (unsigned)v;
+    }
+}
+
+static uint16_t
+port_of(const struct dm_conf_addr *a)
+{
+    if (a->sa.ss_family == AF_INET6) {
+        return ntohs(((const struct sockaddr_in6 *)&a->sa)->sin6_port);
+    }
+    return ntohs(((const struct sockaddr_in *)&a->sa)->sin_port);
+}
+
+/*
+ * Whether two listen addresses would be the same socket. Port 0 never
+ * collides: each such listener binds a free port of its own.
+ */
+static bool
+same_addr(const struct dm_conf_addr *a, const struct dm_conf_addr *b)
+{
+    return a->salen == b->salen && memcmp(&a->sa, &b->sa, a->salen) == 0 && port_of(a) != 0;
+}
+
+static void
+load_listen(struct dm_conf_loader *ld, const yaml_node_t *n)
+{
+    struct dm_conf *c = ld->c;
+    yaml_node_item_t *items;
+    size_t count;
+    char buf[DM_CONF_SHOW_BUF];
+
+    if (n->type == YAML_SCALAR_NODE && !dm_conf_is_null(n)) {
+        c->listeners = calloc(1, sizeof(*c->listeners));
+        if (c->listeners == NULL) {
+            ld->oom = true;
+            return;
+        }
+        if (dm_conf_get_addr(ld, n, true, &c->listeners[0])) {
+            c->nlisteners = 1;
+        }
+        return;
+    }
+    if (n->type != YAML_SEQUENCE_NODE) {
+        dm_conf_fail_type(ld, n, "an address or a list of addresses");
+        return;
+    }
+    items = dm_conf_list_items(ld, n, &count);
+    if (count == 0) {
+        dm_conf_fail_at(ld, n, "listen: expected at least one address");
+        return;
+    }
+    c->listeners = calloc(count, sizeof(*c->listeners));
+    if (c->listeners == NULL) {
+        ld->oom = true;
+        return;
+    }
+    for (size_t i = 0; i < count; i++) {
+        const yaml_node_t *item = dm_conf_node(ld, items[i]);
+        struct dm_conf_addr *a = &c->listeners[c->nlisteners];
+        if (!dm_conf_get_addr(ld, item, true, a)) {
+            continue;
+        }
+        c->nlisteners++;
+        /* With SO_REUSEPORT a second bind of the same address would succeed silently. */
+        for (size_t j = 0; j + 1 < c->nlisteners; j++) {
+            if (same_addr(&c->listeners[j], a)) {
+                dm_conf_fail_at(ld, item, "duplicate listen address %s (same as %s)",
+                                dm_conf_quote(a->text, strlen(a->text), buf, sizeof(buf)),
+                                c->listeners[j].text);
+                break;
+            }
+        }
+    }
+}
+
+enum {
+    TMO_CONNECT,
+    TMO_CLIENT_HEADER,
+    TMO_CLIENT_KEEPALIVE,
+    TMO_CLIENT_BODY,
+    TMO_SERVER_RESPONSE,
+    TMO_REQUEST,
+    TMO_SHUTDOWN,
+    TMO_N
+};
+static const char *const timeout_keys[TMO_N] = {
+    [TMO_CONNECT] = "connect",
+    [TMO_CLIENT_HEADER] = "client_header",
+    [TMO_CLIENT_KEEPALIVE] = "client_keepalive",
+    [TMO_CLIENT_BODY] = "client_body",
+    [TMO_SERVER_RESPONSE] = "server_response",
+    [TMO_REQUEST] = "request",
+    [TMO_SHUTDOWN] = "shutdown",
+};
+
+static void
+load_timeouts(struct dm_conf_loader *ld, const yaml_node_t *n)
+{
+    struct dm_conf_timeouts *t = &ld->c->timeouts;
+    uint64_t *fields[TMO_N] = {
+        [TMO_CONNECT] = &t->connect_ms,
+        [TMO_CLIENT_HEADER] = &t->client_header_ms,
+        [TMO_CLIENT_KEEPALIVE] = &t->client_keepalive_ms,
+        [TMO_CLIENT_BODY] = &t->client_body_ms,
+        [TMO_SERVER_RESPONSE] = &t->server_response_ms,
+        [TMO_REQUEST] = &t->request_ms,
+        [TMO_SHUTDOWN] = &t->shutdown_ms,
+    };
+    yaml_node_t *v[TMO_N];
+
+    if (!dm_conf_walk(ld, n, true, timeout_keys, TMO_N, v)) {
+        return;
+    }
+    for (size_t i = 0; i < TMO_N; i++) {
+        if (v[i] != NULL) {
+            /* 0 turns the whole-exchange bound off, and drains nothing on shutdown. */
+            bool zero_ok = i == TMO_REQUEST || i == TMO_SHUTDOWN;
+            (void)dm_conf_get_duration(ld, v[i], timeout_keys[i], zero_ok, fields[i]);
+        }
+    }
+}
+
+enum {
+    LIM_HEADER_BYTES,
+    LIM_HEADER_COUNT,
+    LIM_BODY_BYTES,
+    LIM_BODY_MIN_RATE,
+    LIM_MAX_CONNS,
+    LIM_N
+};
+static const char *const limit_keys[LIM_N] = {
+    [LIM_HEADER_BYTES] = "header_bytes", [LIM_HEADER_COUNT] = "header_count",
+    [LIM_BODY_BYTES] = "body_bytes",     [LIM_BODY_MIN_RATE] = "body_min_rate",
+    [LIM_MAX_CONNS] = "max_conns",
+};
+
+static void
+load_limits(struct dm_conf_loader *ld, const yaml_node_t *n)
+{
+    struct dm_conf_limits *l = &ld->c->limits;
+    yaml_node_t *v[LIM_N];
+    uint64_t x;
+
+    if (!dm_conf_walk(ld, n, true, limit_keys, LIM_N, v)) {
+        return;
+    }
+    /* header_bytes is a buffer per connection: bounded so a typo cannot exhaust memory. */
+    if (v[LIM_HEADER_BYTES] != NULL &&
+        dm_conf_get_size(ld, v[LIM_HEADER_BYTES], "header_bytes", 1, 64u << 20, &x)) {
+        l->header_bytes = (size_t)x;
+    }
+    if (v[LIM_HEADER_COUNT] != NULL) {
+        (void)dm_conf_get_unsigned(ld, v[LIM_HEADER_COUNT], "header_count", 1, 65535,
+                                   &l->header_count);
+    }
+    if (v[LIM_BODY_BYTES] != NULL) {
+        (void)dm_conf_get_size(ld, v[LIM_BODY_BYTES], "body_bytes", 0, UINT64_MAX, &l->body_bytes);
+    }
+    if (v[LIM_BODY_MIN_RATE] != NULL) {
+        (void)dm_conf_get_size(ld, v[LIM_BODY_MIN_RATE], "body_min_rate", 0, 1u << 30,
+                               &l->body_min_rate);
+    }
+    if (v[LIM_MAX_CONNS] != NULL) {
+        (void)dm_conf_get_unsigned(ld, v[LIM_MAX_CONNS], "max_conns", 1, 10000000, &l->max_conns);
+    }
+}
+
+enum { LOG_PATH, LOG_FORMAT, LOG_N };
+static const char *const access_log_keys[LOG_N] = {
+    [LOG_PATH] = "path",
+    [LOG_FORMAT] = "format",
+};
+
+static void
+load_access_log(struct dm_conf_loader *ld, const yaml_node_t *n)
+{
+    static const char *const formats[] = { "default", "json" };
+    struct dm_conf *c = ld->c;
+    yaml_node_t *v[LOG_N];
+    char buf[DM_CONF_SHOW_BUF];
+
+    if (dm_conf_is_off(n)) {
+        return;
+    }
+    /* The short form "access_log: /var/log/dimmer.log" is a path with the default format. */
+    if (n->type == YAML_SCALAR_NODE) {
+        (void)dm_conf_get_string(ld, n, &c->access_log);
+        return;
+    }
+    if (!dm_conf_walk(ld, n, false, access_log_keys, LOG_N, v)) {
+        return;
+    }
+    if (v[LOG_PATH] != NULL) {
+        (void)dm_conf_get_string(ld, v[LOG_PATH], &c->access_log);
+    } else {
+        c->access_log = dm_conf_dup_str(ld, "-");
+    }
+    if (v[LOG_FORMAT] != NULL) {
+        const char *f = dm_conf_get_text(ld, v[LOG_FORMAT], "a string");
+        if (f == NULL) {
+            return;
+        }
+        if (strcmp(f, formats[0]) != 0 && strcmp(f, formats[1]) != 0) {
+            dm_conf_fail_at(ld, v[LOG_FORMAT],
+                            "unknown access_log format %s (known: default, json)",
+                            dm_conf_quote(f, strlen(f), buf, sizeof(buf)));
+            return;
+        }
+        free(c->access_log_format);
+        c->access_log_format = dm_conf_dup_str(ld, f);
+    }
+}
+
+/* Exact name, "*.suffix", or "*" for any host (stored as NULL). */
+static void
+get_host(struct dm_conf_loader *ld, const yaml_node_t *n, char **out)
+{
+    const char *s = dm_conf_get_text(ld, n, "a host name");
+    const char *name;
+    char buf[DM_CONF_SHOW_BUF];
+
+    if (s == NULL || strcmp(s, "*") == 0) {
+        return;
+    }
+    name = strncmp(s, "*.", 2) == 0 ? s + 2 : s;
+    if (*name == '\0' || strspn(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                      "0123456789-._[]:") != strlen(name)) {
+        dm_conf_fail_at(ld, n, "bad host %s (a name, or \"*.\" and a suffix)",
+                        dm_conf_quote(s, strlen(s), buf, sizeof(buf)));
+        return;
+    }
+    (void)dm_conf_get_string(ld, n, out);
+}
+
+enum { RT_HOST, RT_PATH, RT_POOL, RT_N };
+static const char *const route_keys[RT_N] = {
+    [RT_HOST] = "host",
+    [RT_PATH] = "path",
+    [RT_POOL] = "pool",
+};
+
+static void
+load_routes(struct dm_conf_loader *ld, const yaml_node_t *n)
+{
+    struct dm_conf *c = ld->c;
+    yaml_node_item_t *items;
+    size_t count;
+
+    items = dm_conf_list_items(ld, n, &count);
+    if (count == 0) {
+        return;
+    }
+    c->routes = calloc(count, sizeof(*c->routes));
+    if (c->routes == NULL) {
+        ld->oom = true;
+        return;
+    }
+    c->nroutes = count;
+    for (size_t i = 0; i < count; i++) {
+        const yaml_node_t *item = dm_conf_node(ld, items[i]);
+        struct dm_conf_route *r = &c->routes[i];
+        yaml_node_t *v[RT_N];
+        long pool;
+
+        if (!dm_conf_walk(ld, item, false, route_keys, RT_N, v)) {
+            continue;
+        }
+        if (v[RT_HOST] != NULL) {
+            get_host(ld, v[RT_HOST], &r->host);
+        }
+        if (v[RT_PATH] != NULL) {
+            (void)dm_conf_get_path(ld, v[RT_PATH], &r->path_prefix);
+        }
+        if (v[RT_POOL] == NULL) {
+            dm_conf_fail_at(ld, item, "route %zu: missing required key \"pool\"", i + 1);
+        } else if ((pool = dm_conf_find_pool(ld, v[RT_POOL])) >= 0) {
+            r->pool = (size_t)pool;
+        }
+    }
+}
+
+enum {
+    CAT_MEMORY,
+    CAT_SCAN_LIMIT,
+    CAT_LEARN,
+    CAT_DEFAULT_OBJECT_BYTES,
+    CAT_DOCROOT,
+    CAT_MANIFEST,
+    CAT_HOST,
+    CAT_N
+};
+static const char *const catalog_keys[CAT_N] = {
+    [CAT_MEMORY] = "memory",   [CAT_SCAN_LIMIT] = "scan_limit",
+    [CAT_LEARN] = "learn",     [CAT_DEFAULT_OBJECT_BYTES] = "default_object_bytes",
+    [CAT_DOCROOT] = "docroot", [CAT_MANIFEST] = "manifest",
+    [CAT_HOST] = "host",
+};
+
+/*
+ * A host name as it appears in a Host header, without the port: DNS name
+ * characters, or an IPv6 address in brackets.
+ */
+static void
+get_catalog_host(struct dm_conf_loader *ld, const yaml_node_t *n, char **out)
+{
+    const char *s = dm_conf_get_text(ld, n, "a host name");
+    size_t len;
+    bool ok;
+    char buf[DM_CONF_SHOW_BUF];
+
+    if (s == NULL) {
+        return;
+    }
+    len = strlen(s);
+    if (s[0] == '[') {
+        ok = len > 2 && s[len - 1] == ']' && strspn(s + 1, "0123456789abcdefABCDEF:.") == len - 2;
+    } else {
+        ok = s[0] != '.' && s[0] != '-' &&
+             strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._") == len;
+    }
+    if (!ok) {
+        dm_conf_fail_at(ld, n, "bad host %s (a host name, with no port)",
+                        dm_conf_quote(s, len, buf, sizeof(buf)));
+        return;
+    }
+    (void)dm_conf_get_string(ld, n, out);
+}
+
+static void
+load_catalog(struct dm_conf_loader *ld, const yaml_node_t *n)
+{
+    struct dm_conf_catalog *cat = &ld->c->catalog;
+    yaml_node_t *v[CAT_N];
+
+    if (!dm_conf_walk(ld, n, true, catalog_keys, CAT_N, v)) {
+        return;
+    }
+    if (v[CAT_MEMORY] != NULL) {
+        (void)dm_conf_get_size(ld, v[CAT_MEMORY], "memory", 1, UINT64_MAX, &cat->memory);
+    }
+    if (v[CAT_SCAN_LIMIT] != NULL) {
+        (void)dm_conf_get_size(ld, v[CAT_SCAN_LIMIT], "scan_limit", 0, UINT64_MAX,
+                               &cat->scan_limit);
+    }
+    if (v[CAT_LEARN] != NULL) {
+        (void)dm_conf_get_bool(ld, v[CAT_LEARN], &cat->learn);
+    }
+    if (v[CAT_DEFAULT_OBJECT_BYTES] != NULL) {
+        (void)dm_conf_get_size(ld, v[CAT_DEFAULT_OBJECT_BYTES], "default_object_bytes", 0,
+                               UINT64_MAX, &cat->default_object_bytes);
+    }
+    /* Checked now, so that a typo in a path fails "dimmer -t" rather than the preload. */
+    if (v[CAT_DOCROOT] != NULL) {
+        (void)dm_conf_get_existing_path(ld, v[CAT_DOCROOT], "docroot", true, &cat->docroot);
+    }
+    if (v[CAT_MANIFEST] != NULL) {
+        (void)dm_conf_get_existing_path(ld, v[CAT_MANIFEST], "manifest", false, &cat->manifest);
+    }
+    if (v[CAT_HOST] != NULL) {
+        get_catalog_host(ld, v[CAT_HOST], &cat->host);
+    }
+}
+
+enum {
+    TOP_WORKERS,
+    TOP_LISTEN,
+    TOP_ADMIN,
+    TOP_TIMEOUTS,
+    TOP_LIMITS,
+    TOP_ACCESS_LOG,
+    TOP_ERROR_LOG,
+    TOP_POOLS,
+    TOP_ROUTES,
+    TOP_DEFAULT_POOL,
+    TOP_CATALOG,
+    TOP_N
+};
+static const char *const top_keys[TOP_N] = {
+    [TOP_WORKERS] = "workers",           [TOP_LISTEN] = "listen",   [TOP_ADMIN] = "admin",
+    [TOP_TIMEOUTS] = "timeouts",         [TOP_LIMITS] = "limits",   [TOP_ACCESS_LOG] = "access_log",
+    [TOP_ERROR_LOG] = "error_log",       [TOP_POOLS] = "pools",     [TOP_ROUTES] = "routes",
+    [TOP_DEFAULT_POOL] = "default_pool", [TOP_CATALOG] = "catalog",
+};
+
+void
+dm_conf_load_root(struct dm_conf_loader *ld, const yaml_node_t *root)
+{
+    struct dm_conf *c = ld->c;
+    yaml_node_t *v[TOP_N];
+    long pool;
+
+    if (!dm_conf_walk(ld, root, false, top_keys, TOP_N, v)) {
+        return;
+    }
+    if (v[TOP_WORKERS] != NULL) {
+        load_workers(ld, v[TOP_WORKERS]);
+    }
+    if (v[TOP_LISTEN] == NULL) {
+        dm_conf_fail_at(ld, root, "missing required key \"listen\"");
+    } else {
+        load_listen(ld, v[TOP_LISTEN]);
+    }
+    if (v[TOP_ADMIN] != NULL && dm_conf_get_addr(ld, v[TOP_ADMIN], true, &c->admin)) {
+        for (size_t i = 0; i < c->nlisteners; i++) {
+            if (same_addr(&c->admin, &c->listeners[i])) {
+                dm_conf_fail_at(ld, v[TOP_ADMIN], "admin address \"%s\" is also a listen address",
+                                c->admin.text);
+                break;
+            }
+        }
+    }
+    if (v[TOP_TIMEOUTS] != NULL) {
+        load_timeouts(ld, v[TOP_TIMEOUTS]);
+    }
+    if (v[TOP_LIMITS] != NULL) {
+        load_limits(ld, v[TOP_LIMITS]);
+    }
+    if (v[TOP_CATALOG] != NULL) {
+        load_catalog(ld, v[TOP_CATALOG]);
+    }
+    if (v[TOP_ACCESS_LOG] != NULL) {
+        load_access_log(ld, v[TOP_ACCESS_LOG]);
+    }
+    if (v[TOP_ERROR_LOG] != NULL) {
+        (void)dm_conf_get_string(ld, v[TOP_ERROR_LOG], &c->error_log);
+    }
+    /* Pools before routes and default_pool, which name them, wherever they are in the file. */
+    if (v[TOP_POOLS] == NULL) {
+        dm_conf_fail_at(ld, root, "missing required key \"pools\"");
+    } else {
+        dm_conf_load_pools(ld, v[TOP_POOLS]);
+    }
+    if (ld->oom) {
+        /* The pool table may be cut short: nothing more worth checking. */
+        return;
+    }
+    if (v[TOP_ROUTES] != NULL) {
+        load_routes(ld, v[TOP_ROUTES]);
+    }
+    if (v[TOP_DEFAULT_POOL] != NULL && (pool = dm_conf_find_pool(ld, v[TOP_DEFAULT_POOL])) >= 0) {
+        c->default_pool = (size_t)pool;
+    }
+}
