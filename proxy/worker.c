@@ -11,8 +11,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "proxy/accesslog.h"
+#include "proxy/buf.h"
+#include "proxy/client.h"
 #include "proxy/internal.h"
+#include "proxy/learn.h"
 #include "proxy/log.h"
+#include "proxy/upstream.h"
 
 /* Close callback for a handle that was malloc'ed on its own. */
 static void
@@ -21,12 +26,9 @@ free_handle(uv_handle_t *h)
     free(h);
 }
 
-#define DM_FREE_BUFS_MAX  32
-#define DM_FREE_SMALL_MAX 64
-#define DM_TRIM_PEAK      64 /* requests at once that make a trim worth it */
-#define DM_TRIM_QUIET_MS  500
-#define DM_LOG_BUF        (64 * 1024)
-#define DM_TICK_MS        50 /* resolution of client timeouts */
+#define DM_TRIM_PEAK     64 /* requests at once that make a trim worth it */
+#define DM_TRIM_QUIET_MS 500
+#define DM_TICK_MS       50 /* resolution of client timeouts */
 
 enum {
     WAKE_RELOAD = 1,
@@ -41,200 +43,6 @@ struct wake_flags {
 
 static struct wake_flags *wake_of;
 
-/* ---- buffers ---- */
-
-/*
- * Two size classes are pooled per worker: small buffers (rewritten heads, error
- * pages) and read buffers (rt->buf_cap). Anything else is allocated exactly.
- */
-struct dm_buf *
-dm_buf_get(struct dm_worker *w, uint32_t cap)
-{
-    struct dm_buf **list = NULL;
-    unsigned *count = NULL;
-    if (cap <= DM_SMALL_CAP) {
-        cap = DM_SMALL_CAP;
-        list = &w->free_small;
-        count = &w->nfree_small;
-    } else if (w->rt != NULL && cap <= w->rt->buf_cap) {
-        cap = w->rt->buf_cap;
-        list = &w->free_bufs;
-        count = &w->nfree_bufs;
-    }
-    struct dm_buf *b = list != NULL ? *list : NULL;
-    if (b != NULL && b->cap == cap) {
-        *list = b->next;
-        (*count)--;
-    } else {
-        b = malloc(sizeof(*b) + cap);
-        if (b == NULL) {
-            return NULL;
-        }
-        b->cap = cap;
-    }
-    b->next = NULL;
-    b->refs = 1;
-    b->off = 0;
-    b->len = 0;
-    return b;
-}
-
-void
-dm_buf_unref(struct dm_worker *w, struct dm_buf *b)
-{
-    if (b == NULL || --b->refs > 0) {
-        return;
-    }
-    if (b->cap == DM_SMALL_CAP && w->nfree_small < DM_FREE_SMALL_MAX) {
-        b->next = w->free_small;
-        w->free_small = b;
-        w->nfree_small++;
-        return;
-    }
-    if (w->rt != NULL && b->cap == w->rt->buf_cap && w->nfree_bufs < DM_FREE_BUFS_MAX) {
-        b->next = w->free_bufs;
-        w->free_bufs = b;
-        w->nfree_bufs++;
-        return;
-    }
-    free(b);
-}
-
-static void
-free_list(struct dm_buf **list, unsigned *count)
-{
-    while (*list != NULL) {
-        struct dm_buf *b = *list;
-        *list = b->next;
-        free(b);
-    }
-    *count = 0;
-}
-
-/* Frees every pooled buffer and request of the worker. */
-static void
-worker_free_pools(struct dm_worker *w)
-{
-    free_list(&w->free_bufs, &w->nfree_bufs);
-    free_list(&w->free_small, &w->nfree_small);
-    while (w->free_reqs != NULL) {
-        struct dm_req_free *r = w->free_reqs;
-        w->free_reqs = r->next;
-        free(r);
-    }
-    w->nfree_reqs = 0;
-}
-
-/* ---- writes ---- */
-
-struct wreq {
-    uv_write_t req;
-    struct dm_worker *w;
-    dm_write_cb done;
-    void *arg;
-    unsigned nhold;
-    struct dm_buf *hold[4];
-};
-
-static void
-write_cb(uv_write_t *req, int status)
-{
-    struct wreq *wr = req->data;
-    for (unsigned i = 0; i < wr->nhold; i++) {
-        dm_buf_unref(wr->w, wr->hold[i]);
-    }
-    dm_write_cb done = wr->done;
-    void *arg = wr->arg;
-    free(wr);
-    done(arg, status);
-}
-
-int
-dm_stream_write(struct dm_worker *w, uv_stream_t *s, uv_buf_t *bufs, unsigned nbufs,
-                struct dm_buf **hold, unsigned nhold, dm_write_cb done, void *arg)
-{
-    size_t total = 0;
-    for (unsigned i = 0; i < nbufs; i++) {
-        total += bufs[i].len;
-    }
-    int r = uv_try_write(s, bufs, nbufs);
-    if (r >= 0 && (size_t)r == total) {
-        return 1;
-    }
-    if (r < 0 && r != UV_EAGAIN) {
-        return r;
-    }
-    size_t skip = r > 0 ? (size_t)r : 0;
-    uv_buf_t rest[4];
-    unsigned n = 0;
-    for (unsigned i = 0; i < nbufs && n < 4; i++) {
-        if (skip >= bufs[i].len) {
-            skip -= bufs[i].len;
-            continue;
-        }
-        rest[n++] = uv_buf_init(bufs[i].base + skip, (unsigned)(bufs[i].len - skip));
-        skip = 0;
-    }
-    struct wreq *wr = malloc(sizeof(*wr));
-    if (wr == NULL) {
-        return UV_ENOMEM;
-    }
-    wr->w = w;
-    wr->done = done;
-    wr->arg = arg;
-    wr->nhold = nhold < 4 ? nhold : 4;
-    for (unsigned i = 0; i < wr->nhold; i++) {
-        wr->hold[i] = hold[i];
-        hold[i]->refs++;
-    }
-    wr->req.data = wr;
-    r = uv_write(&wr->req, s, rest, n, write_cb);
-    if (r < 0) {
-        for (unsigned i = 0; i < wr->nhold; i++) {
-            dm_buf_unref(w, wr->hold[i]);
-        }
-        free(wr);
-        return r;
-    }
-    return 0;
-}
-
-/* ---- access log ---- */
-
-static void
-log_flush(struct dm_worker *w)
-{
-    size_t off = 0;
-    while (off < w->log_len) {
-        ssize_t n = write(w->log_fd, w->log_buf + off, w->log_len - off);
-        if (n < 0 && errno == EINTR) {
-            continue;
-        }
-        if (n <= 0) {
-            break;
-        }
-        off += (size_t)n;
-    }
-    w->log_len = 0;
-}
-
-void
-dm_worker_log_access(struct dm_worker *w, const char *line, size_t len)
-{
-    if (w->log_buf == NULL) {
-        return;
-    }
-    if (w->log_len + len + 1 > DM_LOG_BUF) {
-        log_flush(w);
-    }
-    if (len + 1 > DM_LOG_BUF) {
-        len = DM_LOG_BUF - 1;
-    }
-    memcpy(w->log_buf + w->log_len, line, len);
-    w->log_len += len;
-    w->log_buf[w->log_len++] = '\n';
-}
-
 /* The end of each loop iteration: corked server writes, then the access log. */
 static void
 flush_cb(uv_check_t *h)
@@ -242,7 +50,7 @@ flush_cb(uv_check_t *h)
     struct dm_worker *w = h->data;
     dm_upstreams_flush(w);
     if (w->log_len > 0) {
-        log_flush(w);
+        dm_accesslog_flush(w);
     }
 }
 
@@ -437,7 +245,7 @@ tick_cb(uv_timer_t *t)
     struct dm_worker *w = t->data;
     dm_clients_expire(w);
     if (++w->ticks % 2 == 0 && w->aging != NULL) {
-        dm_clients_age(w); /* every 100 ms */
+        dm_learn_age(w); /* every 100 ms */
     }
     /* After a burst, hand the memory of its requests back once the worker
      * has been quiet for a moment: idle connections should cost only their
@@ -446,7 +254,7 @@ tick_cb(uv_timer_t *t)
     if (w->busy > 0) {
         w->idle_since_ms = now;
     } else if (w->busy_peak >= DM_TRIM_PEAK && now - w->idle_since_ms >= DM_TRIM_QUIET_MS) {
-        worker_free_pools(w);
+        dm_buf_trim(w);
         malloc_trim(0);
         w->busy_peak = 0;
     }
@@ -478,7 +286,7 @@ workers_abandon(struct dm_worker *ws, unsigned n)
         uv_run(&w->loop, UV_RUN_DEFAULT);
         uv_loop_close(&w->loop);
         free(w->listeners);
-        free(w->log_buf);
+        dm_accesslog_fini(w);
         dm_runtime_unref(w->rt);
     }
     free(ws);
@@ -517,11 +325,7 @@ dm_workers_start(unsigned n, struct dm_runtime *rt, int access_log_fd, int json,
         uv_timer_start(&w->tick, tick_cb, DM_TICK_MS, DM_TICK_MS);
         uv_check_init(&w->loop, &w->flush);
         w->flush.data = w;
-        w->log_fd = access_log_fd;
-        w->json_log = json;
-        if (access_log_fd >= 0) {
-            w->log_buf = malloc(DM_LOG_BUF);
-        }
+        dm_accesslog_init(w, access_log_fd, json);
         uv_check_start(&w->flush, flush_cb);
         uv_unref((uv_handle_t *)&w->flush);
         w->listeners = calloc(cf->nlisteners, sizeof(*w->listeners));
@@ -578,11 +382,8 @@ dm_workers_stop(struct dm_worker *ws, unsigned n, uint64_t shutdown_ms)
         struct dm_worker *w = &ws[i];
         uv_thread_join(&w->thread);
         uv_loop_close(&w->loop);
-        if (w->log_len > 0) {
-            log_flush(w);
-        }
-        free(w->log_buf);
-        worker_free_pools(w);
+        dm_accesslog_fini(w);
+        dm_buf_trim(w);
         free(w->listeners);
         dm_runtime_unref(w->rt);
     }
