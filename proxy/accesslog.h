@@ -14,8 +14,8 @@ struct dm_worker;
 
 /*
  * Sets the worker up to log to fd (-1: no access log) in the JSON format when
- * json is not 0, with a buffer of its own. Returns 0, or -ENOMEM (then the
- * worker logs nothing). Called before the worker's thread starts.
+ * json is not 0, with a buffer of its own. Returns 0, or -ENOMEM with nothing
+ * to undo. Called before the worker's thread starts.
  */
 int dm_accesslog_init(struct dm_worker *w, int fd, int json);
 

@@ -783,10 +783,14 @@ dm_client_accept(struct dm_worker *w, uv_stream_t *listener)
         return;
     }
     c->w = w;
-    uv_tcp_init(&w->loop, &c->tcp);
+    if (uv_tcp_init(&w->loop, &c->tcp) < 0) {
+        free(c); /* never initialized: no close */
+        return;
+    }
     c->tcp.data = c;
     if (uv_accept(listener, (uv_stream_t *)&c->tcp) != 0) {
-        free(c);
+        /* Not counted nor listed yet: only the handle is to close and free. */
+        uv_close((uv_handle_t *)&c->tcp, client_free_cb);
         return;
     }
     c->rt = w->rt;

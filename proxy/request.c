@@ -85,6 +85,23 @@ dm_req_free(struct dm_worker *w, struct dm_req *req)
 
 static void req_upstream_ready(struct dm_req *req, struct dm_upstream *up, int status);
 
+/*
+ * Takes a connection to the request's server. A pooled one goes on at once,
+ * without waiting for the loop; so does a failure, which tries another
+ * server. A new connection goes on from its callback.
+ */
+static void
+req_connect(struct dm_req *req)
+{
+    struct dm_client *c = req->c;
+    int r = dm_upstream_take(c->w, c->rt, req->pool, req->server, req, req_upstream_ready);
+    if (r == DM_UPSTREAM_NOW) {
+        req_upstream_ready(req, req->up, 0);
+    } else if (r < 0) {
+        req_upstream_ready(req, NULL, r);
+    }
+}
+
 /* The key a hashing policy places the request by (conf: pool hash.key). */
 static uint64_t
 req_hash_key(struct dm_req *req)
@@ -172,7 +189,7 @@ dm_req_pick_and_connect(struct dm_req *req)
      * the same minimum (the stale-information herd). */
     dm_learn_reserve(req);
     req->up_start_us = uv_hrtime() / 1000;
-    dm_upstream_take(c->w, c->rt, req->pool, idx, req, req_upstream_ready);
+    req_connect(req);
 }
 
 /* Undoes the counters of the current pick (before another pick or at the end). */
@@ -308,7 +325,7 @@ dm_req_retry(struct dm_req *req, struct dm_upstream *up)
     req->c->state = DM_C_CONNECT;
     req->attempts++;
     req->up_start_us = uv_hrtime() / 1000;
-    dm_upstream_take(req->c->w, req->c->rt, req->pool, req->server, req, req_upstream_ready);
+    req_connect(req);
     return true;
 }
 

@@ -624,7 +624,7 @@ up_connect_cb(uv_connect_t *creq, int status)
     }
 }
 
-void
+int
 dm_upstream_take(struct dm_worker *w, struct dm_runtime *rt, size_t pool, int server,
                  struct dm_req *req, dm_upstream_ready_cb ready)
 {
@@ -636,16 +636,24 @@ dm_upstream_take(struct dm_worker *w, struct dm_runtime *rt, size_t pool, int se
         dm_upstream_deadline(up, 0);
         up->reused = true;
         up->req = req;
-        up->ready = ready;
         req->up = up;
-        ready(req, up, 0);
-        return;
+        return DM_UPSTREAM_NOW;
     }
     struct dm_upstream *up = calloc(1, sizeof(*up));
     if (up == NULL) {
-        ready(req, NULL, UV_ENOMEM);
-        return;
+        return UV_ENOMEM;
     }
+    int r = uv_tcp_init(&w->loop, &up->tcp);
+    if (r < 0) {
+        free(up); /* never initialized: no close */
+        return r;
+    }
+    up->tcp.data = up;
+    r = uv_timer_init(&w->loop, &up->timer);
+    if (r < 0) {
+        goto close_tcp;
+    }
+    up->timer.data = up;
     up->w = w;
     up->rt = rt;
     dm_runtime_ref(rt);
@@ -655,22 +663,21 @@ dm_upstream_take(struct dm_worker *w, struct dm_runtime *rt, size_t pool, int se
     req->up = up; /* so that a client closing meanwhile cancels the connect */
     up->ready = ready;
     up->state = DM_U_CONNECTING;
-    uv_tcp_init(&w->loop, &up->tcp);
-    uv_timer_init(&w->loop, &up->timer);
-    up->tcp.data = up;
-    up->timer.data = up;
     up->creq.data = up;
     const struct dm_conf_server *sc = &rt->conf->pools[pool].servers[server];
-    int r =
-        uv_tcp_connect(&up->creq, &up->tcp, (const struct sockaddr *)&sc->addr.sa, up_connect_cb);
+    r = uv_tcp_connect(&up->creq, &up->tcp, (const struct sockaddr *)&sc->addr.sa, up_connect_cb);
     if (r < 0) {
         up->req = NULL;
         req->up = NULL;
         dm_upstream_close(up);
-        ready(req, NULL, r);
-        return;
+        return r;
     }
     dm_upstream_deadline(up, rt->conf->timeouts.connect_ms);
+    return 0;
+
+close_tcp:
+    uv_close((uv_handle_t *)&up->tcp, up_free_cb); /* up->rt is NULL: nothing to unref */
+    return r;
 }
 
 void

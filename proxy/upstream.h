@@ -20,13 +20,25 @@ struct dm_req;
 struct dm_runtime;
 struct dm_worker;
 
+/* dm_upstream_take() handed out an idle connection: usable now, no callback. */
+#define DM_UPSTREAM_NOW 1
+
 /*
- * Gives req a server connection to server index `server` of pool `pool`: an idle
- * one from the worker's pool, or a new connection. ready(req, up, status) is
- * called once: status 0 (connected, usable), or <0 (connect failed or timed out).
+ * Gives req a server connection to server index `server` of pool `pool`, and
+ * returns how:
+ *   DM_UPSTREAM_NOW  an idle connection of the worker's pool, in req->up and
+ *                    usable at once; ready is not called, so a request to a
+ *                    kept-alive server goes on without a loop iteration;
+ *   0                a new connection is under way: ready(req, up, status) is
+ *                    called exactly once, later, with status 0 (connected,
+ *                    usable) or <0 and up NULL (connect failed or timed out),
+ *                    unless req gives the connection up first (up->req = NULL,
+ *                    then dm_upstream_close());
+ *   <0               failed (out of memory, or the connect could not start):
+ *                    ready is not called and req->up stays NULL.
  */
-void dm_upstream_take(struct dm_worker *w, struct dm_runtime *rt, size_t pool, int server,
-                      struct dm_req *req, dm_upstream_ready_cb ready);
+int dm_upstream_take(struct dm_worker *w, struct dm_runtime *rt, size_t pool, int server,
+                     struct dm_req *req, dm_upstream_ready_cb ready);
 
 /* Returns a connection whose response completed to the idle pool, or closes it. */
 void dm_upstream_release(struct dm_upstream *up, bool reusable);

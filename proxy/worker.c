@@ -142,8 +142,11 @@ on_connection(uv_stream_t *listener, int status)
         /* At the limit: take the connection off the queue and close it at once,
          * rather than leave the listener readable and spin. */
         uv_tcp_t *t = malloc(sizeof(*t));
+        if (t != NULL && uv_tcp_init(&w->loop, t) < 0) {
+            free(t); /* never initialized: no close */
+            t = NULL;
+        }
         if (t != NULL) {
-            uv_tcp_init(&w->loop, t);
             if (uv_accept(listener, (uv_stream_t *)t) == 0 && !w->warned_full) {
                 dm_log_warn("worker %u: limits.max_conns (%u) reached: refusing connections", w->id,
                             w->rt->conf->limits.max_conns);
@@ -267,111 +270,142 @@ worker_main(void *arg)
     uv_run(&w->loop, UV_RUN_DEFAULT);
 }
 
-/* Undoes dm_workers_start() for the first n workers, before any thread ran. */
-static void
-workers_abandon(struct dm_worker *ws, unsigned n)
+/*
+ * Sets worker w (zeroed) up as worker i serving rt, everything but its
+ * listeners: its loop and handles, its access-log buffer, the listener
+ * table. Returns 0, or <0 with everything undone.
+ */
+static int
+worker_init(struct dm_worker *w, unsigned i, struct dm_runtime *rt, int access_log_fd, int json)
 {
-    for (unsigned i = 0; i < n; i++) {
-        struct dm_worker *w = &ws[i];
-        for (size_t l = 0; l < w->nlisteners; l++) {
-            if (w->listeners[l].type == UV_TCP) {
-                close_once((uv_handle_t *)&w->listeners[l]);
-            }
-        }
-        close_once((uv_handle_t *)&w->wake);
-        close_once((uv_handle_t *)&w->stop_timer);
-        close_once((uv_handle_t *)&w->drain_timer);
-        close_once((uv_handle_t *)&w->flush);
-        close_once((uv_handle_t *)&w->tick);
-        uv_run(&w->loop, UV_RUN_DEFAULT);
-        uv_loop_close(&w->loop);
-        free(w->listeners);
-        dm_accesslog_fini(w);
-        dm_runtime_unref(w->rt);
+    w->id = i;
+    dm_rng_init(&w->rng, 0x9e3779b97f4a7c15ULL * (i + 1) ^ (uint64_t)getpid());
+    int r = uv_loop_init(&w->loop);
+    if (r < 0) {
+        return r;
     }
-    free(ws);
-    free(wake_of);
-    wake_of = NULL;
+    r = uv_async_init(&w->loop, &w->wake, wake_cb);
+    if (r < 0) {
+        goto close_loop;
+    }
+    w->wake.data = w;
+    r = uv_timer_init(&w->loop, &w->stop_timer);
+    if (r < 0) {
+        goto close_wake;
+    }
+    w->stop_timer.data = w;
+    r = uv_timer_init(&w->loop, &w->drain_timer);
+    if (r < 0) {
+        goto close_stop_timer;
+    }
+    w->drain_timer.data = w;
+    r = uv_timer_init(&w->loop, &w->tick);
+    if (r < 0) {
+        goto close_drain_timer;
+    }
+    w->tick.data = w;
+    uv_timer_start(&w->tick, tick_cb, DM_TICK_MS, DM_TICK_MS);
+    r = uv_check_init(&w->loop, &w->flush);
+    if (r < 0) {
+        goto close_tick;
+    }
+    w->flush.data = w;
+    uv_check_start(&w->flush, flush_cb);
+    uv_unref((uv_handle_t *)&w->flush);
+    r = dm_accesslog_init(w, access_log_fd, json);
+    if (r < 0) {
+        goto close_flush;
+    }
+    w->listeners = calloc(rt->conf->nlisteners, sizeof(*w->listeners));
+    if (w->listeners == NULL && rt->conf->nlisteners > 0) {
+        r = UV_ENOMEM;
+        goto fini_accesslog;
+    }
+    w->rt = rt;
+    dm_runtime_ref(rt);
+    return 0;
+
+fini_accesslog:
+    dm_accesslog_fini(w);
+close_flush:
+    uv_close((uv_handle_t *)&w->flush, noop_close);
+close_tick:
+    uv_close((uv_handle_t *)&w->tick, noop_close);
+close_drain_timer:
+    uv_close((uv_handle_t *)&w->drain_timer, noop_close);
+close_stop_timer:
+    uv_close((uv_handle_t *)&w->stop_timer, noop_close);
+close_wake:
+    uv_close((uv_handle_t *)&w->wake, noop_close);
+    uv_run(&w->loop, UV_RUN_DEFAULT); /* the close callbacks */
+close_loop:
+    uv_loop_close(&w->loop);
+    return r;
 }
 
-struct dm_worker *
-dm_workers_start(unsigned n, struct dm_runtime *rt, int access_log_fd, int json,
-                 struct sockaddr_storage *bound, int *err)
+/*
+ * Opens worker i's listener on every listen address of cf (worker 0 first:
+ * it fills bound[], whose ports the others share). Returns 0, or <0 after
+ * logging which address failed; the listeners made so far are counted in
+ * w->nlisteners for worker_abandon().
+ */
+static int
+worker_listen(struct dm_worker *w, unsigned i, const struct dm_conf *cf,
+              struct sockaddr_storage *bound)
 {
-    struct dm_worker *ws = calloc(n, sizeof(*ws));
-    wake_of = calloc(n, sizeof(*wake_of));
-    if (ws == NULL || wake_of == NULL) {
-        free(ws);
-        free(wake_of);
-        *err = UV_ENOMEM;
-        return NULL;
-    }
-    const struct dm_conf *cf = rt->conf;
-    for (unsigned i = 0; i < n; i++) {
-        struct dm_worker *w = &ws[i];
-        w->id = i;
-        w->rt = rt;
-        dm_runtime_ref(rt);
-        dm_rng_init(&w->rng, 0x9e3779b97f4a7c15ULL * (i + 1) ^ (uint64_t)getpid());
-        uv_loop_init(&w->loop);
-        uv_async_init(&w->loop, &w->wake, wake_cb);
-        w->wake.data = w;
-        uv_timer_init(&w->loop, &w->stop_timer);
-        w->stop_timer.data = w;
-        uv_timer_init(&w->loop, &w->drain_timer);
-        w->drain_timer.data = w;
-        uv_timer_init(&w->loop, &w->tick);
-        w->tick.data = w;
-        uv_timer_start(&w->tick, tick_cb, DM_TICK_MS, DM_TICK_MS);
-        uv_check_init(&w->loop, &w->flush);
-        w->flush.data = w;
-        dm_accesslog_init(w, access_log_fd, json);
-        uv_check_start(&w->flush, flush_cb);
-        uv_unref((uv_handle_t *)&w->flush);
-        w->listeners = calloc(cf->nlisteners, sizeof(*w->listeners));
-        w->nlisteners = cf->nlisteners;
-        for (size_t l = 0; l < cf->nlisteners; l++) {
-            /* Port 0: worker 0 gets a free port from the kernel, the others share it. */
-            struct sockaddr_storage sa = worker_listen_addr(&cf->listeners[l], i, &bound[l]);
-            int fd =
-                dm_listen_socket((const struct sockaddr *)&sa, 4096, i == 0 ? &bound[l] : NULL);
-            if (fd < 0) {
-                char at[DM_ADDR_TEXT];
-                dm_log_error("cannot listen on %s (%s): %s", cf->listeners[l].text,
-                             dm_addr_text((const struct sockaddr *)&sa, at, sizeof(at)),
-                             strerror(-fd));
-                *err = fd;
-                workers_abandon(ws, i + 1);
-                return NULL;
-            }
-            uv_tcp_init(&w->loop, &w->listeners[l]);
+    for (size_t l = 0; l < cf->nlisteners; l++) {
+        /* Port 0: worker 0 gets a free port from the kernel, the others share it. */
+        struct sockaddr_storage sa = worker_listen_addr(&cf->listeners[l], i, &bound[l]);
+        int fd = dm_listen_socket((const struct sockaddr *)&sa, 4096, i == 0 ? &bound[l] : NULL);
+        int r = fd < 0 ? fd : uv_tcp_init(&w->loop, &w->listeners[l]);
+        if (fd >= 0 && r == 0) {
+            w->nlisteners = l + 1;
             w->listeners[l].data = w;
-            uv_tcp_open(&w->listeners[l], fd);
-            int r = uv_listen((uv_stream_t *)&w->listeners[l], 4096, on_connection);
-            if (r < 0) {
-                *err = r;
-                workers_abandon(ws, i + 1);
-                return NULL;
+            r = uv_tcp_open(&w->listeners[l], fd);
+            if (r == 0) {
+                fd = -1; /* the handle's now */
+                r = uv_listen((uv_stream_t *)&w->listeners[l], 4096, on_connection);
             }
         }
+        if (r < 0) {
+            char at[DM_ADDR_TEXT];
+            if (fd >= 0) {
+                close(fd);
+            }
+            dm_log_error("cannot listen on %s (%s): %s", cf->listeners[l].text,
+                         dm_addr_text((const struct sockaddr *)&sa, at, sizeof(at)),
+                         r < -1000 ? uv_strerror(r) : strerror(-r));
+            return r;
+        }
     }
-    for (unsigned i = 0; i < n; i++) {
-        uv_thread_create(&ws[i].thread, worker_main, &ws[i]);
-    }
-    return ws;
+    return 0;
 }
 
-void
-dm_workers_reload(struct dm_worker *ws, unsigned n)
+/* Undoes worker_init() and worker_listen() for a worker whose thread never ran. */
+static void
+worker_abandon(struct dm_worker *w)
 {
-    for (unsigned i = 0; i < n; i++) {
-        atomic_fetch_or(&wake_of[i].flags, WAKE_RELOAD);
-        uv_async_send(&ws[i].wake);
+    for (size_t l = 0; l < w->nlisteners; l++) {
+        close_once((uv_handle_t *)&w->listeners[l]);
     }
+    close_once((uv_handle_t *)&w->wake);
+    close_once((uv_handle_t *)&w->stop_timer);
+    close_once((uv_handle_t *)&w->drain_timer);
+    close_once((uv_handle_t *)&w->flush);
+    close_once((uv_handle_t *)&w->tick);
+    uv_run(&w->loop, UV_RUN_DEFAULT);
+    uv_loop_close(&w->loop);
+    free(w->listeners);
+    dm_accesslog_fini(w);
+    dm_runtime_unref(w->rt);
 }
 
-void
-dm_workers_stop(struct dm_worker *ws, unsigned n, uint64_t shutdown_ms)
+/*
+ * Asks the first n workers, whose threads run, to stop within shutdown_ms,
+ * joins them and frees what each holds (not ws itself).
+ */
+static void
+workers_join(struct dm_worker *ws, unsigned n, uint64_t shutdown_ms)
 {
     for (unsigned i = 0; i < n; i++) {
         wake_of[i].shutdown_ms = shutdown_ms;
@@ -387,6 +421,70 @@ dm_workers_stop(struct dm_worker *ws, unsigned n, uint64_t shutdown_ms)
         free(w->listeners);
         dm_runtime_unref(w->rt);
     }
+}
+
+struct dm_worker *
+dm_workers_start(unsigned n, struct dm_runtime *rt, int access_log_fd, int json,
+                 struct sockaddr_storage *bound, int *err)
+{
+    int r = UV_ENOMEM;
+    unsigned made = 0;    /* workers set up (worker_init) */
+    unsigned started = 0; /* workers whose thread runs */
+    struct dm_worker *ws = calloc(n, sizeof(*ws));
+    if (ws == NULL) {
+        goto fail;
+    }
+    wake_of = calloc(n, sizeof(*wake_of));
+    if (wake_of == NULL) {
+        goto free_workers;
+    }
+    for (; made < n; made++) {
+        r = worker_init(&ws[made], made, rt, access_log_fd, json);
+        if (r < 0) {
+            goto abandon_workers;
+        }
+        r = worker_listen(&ws[made], made, rt->conf, bound);
+        if (r < 0) {
+            made++; /* set up: abandoned with the others */
+            goto abandon_workers;
+        }
+    }
+    for (; started < n; started++) {
+        r = uv_thread_create(&ws[started].thread, worker_main, &ws[started]);
+        if (r < 0) {
+            goto join_threads;
+        }
+    }
+    return ws;
+
+join_threads:
+    workers_join(ws, started, 0);
+abandon_workers:
+    for (unsigned i = started; i < made; i++) {
+        worker_abandon(&ws[i]);
+    }
+    free(wake_of);
+    wake_of = NULL;
+free_workers:
+    free(ws);
+fail:
+    *err = r;
+    return NULL;
+}
+
+void
+dm_workers_reload(struct dm_worker *ws, unsigned n)
+{
+    for (unsigned i = 0; i < n; i++) {
+        atomic_fetch_or(&wake_of[i].flags, WAKE_RELOAD);
+        uv_async_send(&ws[i].wake);
+    }
+}
+
+void
+dm_workers_stop(struct dm_worker *ws, unsigned n, uint64_t shutdown_ms)
+{
+    workers_join(ws, n, shutdown_ms);
     free(ws);
     free(wake_of);
     wake_of = NULL;
