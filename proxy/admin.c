@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "parsers/catalog.h"
 #include "proxy/internal.h"
@@ -213,7 +214,10 @@ on_conn(uv_stream_t *server, int status)
     if (ac == NULL) {
         return;
     }
-    uv_tcp_init(server->loop, &ac->tcp);
+    if (uv_tcp_init(server->loop, &ac->tcp) < 0) {
+        free(ac); /* never initialized: no close */
+        return;
+    }
     ac->tcp.data = ac;
     if (uv_accept(server, (uv_stream_t *)&ac->tcp) < 0 ||
         uv_read_start((uv_stream_t *)&ac->tcp, alloc_cb, read_cb) < 0) {
@@ -225,30 +229,46 @@ struct dm_admin *
 dm_admin_start(uv_loop_t *loop, const struct dm_conf_addr *addr, struct sockaddr_storage *bound,
                int *err)
 {
+    int r = UV_ENOMEM;
     struct dm_admin *a = calloc(1, sizeof(*a));
     if (a == NULL) {
-        *err = UV_ENOMEM;
-        return NULL;
+        goto fail;
     }
     int fd = dm_listen_socket((const struct sockaddr *)&addr->sa, 128, bound);
     if (fd < 0) {
-        *err = fd;
-        free(a);
-        return NULL;
+        r = fd;
+        goto free_admin;
     }
-    uv_tcp_init(loop, &a->tcp);
-    a->tcp.data = a;
-    uv_tcp_open(&a->tcp, fd);
-    int r = uv_listen((uv_stream_t *)&a->tcp, 128, on_conn);
+    r = uv_tcp_init(loop, &a->tcp);
     if (r < 0) {
-        *err = r;
-        uv_close((uv_handle_t *)&a->tcp, free_handle);
-        return NULL;
+        goto close_fd;
+    }
+    a->tcp.data = a;
+    r = uv_tcp_open(&a->tcp, fd);
+    if (r < 0) {
+        goto close_tcp_and_fd;
+    }
+    r = uv_listen((uv_stream_t *)&a->tcp, 128, on_conn);
+    if (r < 0) {
+        goto close_tcp; /* the handle has the socket */
     }
     char text[DM_ADDR_TEXT];
     dm_log_info("admin listening on %s",
                 dm_addr_text((const struct sockaddr *)bound, text, sizeof(text)));
     return a;
+
+close_tcp_and_fd:
+    close(fd);
+close_tcp:
+    uv_close((uv_handle_t *)&a->tcp, free_handle); /* frees a */
+    goto fail;
+close_fd:
+    close(fd);
+free_admin:
+    free(a);
+fail:
+    *err = r;
+    return NULL;
 }
 
 void

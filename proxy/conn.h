@@ -1,10 +1,15 @@
 /*
- * Client and server connections of one worker (proxy/conn.c). See
- * proxy/internal.h for the overall shape of the data path.
+ * The structs of the data path, shared by proxy/client.c, proxy/request.c
+ * and proxy/upstream.c and read by proxy/learn.c and proxy/accesslog.c: a
+ * client connection, a request, a server connection. Their functions are in
+ * proxy/client.h, proxy/request.h and proxy/upstream.h; proxy/internal.h has
+ * the shape of the data path. Each belongs to one worker, and only its thread
+ * touches it.
  */
 #ifndef DM_PROXY_CONN_H
 #define DM_PROXY_CONN_H
 
+#include <netinet/in.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -12,6 +17,13 @@
 
 #include "parsers/http.h"
 #include "proxy/internal.h"
+
+#define DM_CORK_MAX 4 /* writes a server connection holds until the flush */
+
+struct dm_buf;
+struct dm_learn;
+struct dm_req;
+struct dm_upstream;
 
 enum dm_client_state {
     DM_C_IDLE,    /* between requests */
@@ -60,6 +72,9 @@ enum dm_upstream_state {
     DM_U_BODY,
     DM_U_TUNNEL,
 };
+
+struct dm_upstream;
+typedef void (*dm_upstream_ready_cb)(struct dm_req *req, struct dm_upstream *up, int status);
 
 struct dm_upstream {
     uv_tcp_t tcp;
@@ -120,7 +135,7 @@ struct dm_req {
     uint64_t body_mark;    /* body_raw when the current body window began */
     uint64_t resp_bytes;
     bool body_done;
-    bool counted;      /* req_account() ran: the server's counters are given back */
+    bool counted;      /* dm_req_account() ran: the server's counters are given back */
     bool continued;    /* a 1xx went to the client (Expect: 100-continue answered) */
     bool head_pending; /* out_head not written to the server yet */
     bool body_sent;    /* request body bytes went to the server: no retry */

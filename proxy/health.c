@@ -436,13 +436,17 @@ dm_health_start(uv_loop_t *loop, const struct dm_conf *conf, struct dm_servers *
         }
     }
 
-    uv_timer_init(loop, &h->anchor);
+    if (uv_timer_init(loop, &h->anchor) < 0) {
+        goto free_requests;
+    }
     h->anchor.data = h;
     h->nhandles++;
     for (k = 0; k < n; k++) {
         struct health_check *c = &h->checks[k];
+        if (uv_timer_init(loop, &c->timer) < 0) {
+            goto close_timers;
+        }
         atomic_store(&c->srv->down, false);
-        uv_timer_init(loop, &c->timer);
         c->timer.data = c;
         h->nhandles++;
         /* The first checks come soon, spread so that servers are not all hit at once. */
@@ -453,6 +457,16 @@ dm_health_start(uv_loop_t *loop, const struct dm_conf *conf, struct dm_servers *
     }
     return h;
 
+close_timers:
+    /* The checks from k on have no handle: their requests go now, and the
+     * handles made so far close, the last close callback freeing h. */
+    for (size_t i = k; i < n; i++) {
+        free(h->checks[i].req);
+        h->checks[i].req = NULL;
+    }
+    h->nchecks = k;
+    dm_health_stop(h, NULL, NULL);
+    return NULL;
 free_requests:
     for (size_t i = 0; i < n; i++) {
         free(h->checks[i].req);

@@ -19,7 +19,9 @@ struct dm_health;
 /*
  * Starts checks on loop for conf's pools; servers[i] is the live table of
  * conf->pools[i] (same order as conf->pools[i].servers). Both are borrowed and
- * must outlive the checker. Returns NULL on allocation failure.
+ * must outlive the checker. Returns NULL when out of memory or when a timer
+ * cannot be made; then nothing runs (handles already made close and free
+ * what is left from the loop).
  */
 struct dm_health *dm_health_start(uv_loop_t *loop, const struct dm_conf *conf,
                                   struct dm_servers *const *servers);

@@ -11,6 +11,36 @@
  * Bodies are forwarded as slices of the read buffers, which stay referenced
  * until their write completes: no copy, and reading stops while the other
  * side's write queue is above DM_WRITE_HIGH (back-pressure).
+ *
+ * The files of proxy/ (a module's header has its name; this one declares
+ * the runtime and the admin listener):
+ *   main.c       main(): the control thread (config, signals, reload), with
+ *                admin.c (the admin listener) and health.c (health checks)
+ *   worker.c     worker threads: loops, listeners, the timeout tick, reload
+ *                and stop; it calls into the client side (accept, expire,
+ *                drain) and the data path never calls back into it
+ *   client.c     client connections: accept, reading and checking request
+ *                heads, forwarding request bodies and trailers, the client
+ *                timeouts (the worker's lists), error answers, close, drain
+ *   request.c    a request between the two sides: its memory, picking a
+ *                server and connecting, sending the head, retry, accounting,
+ *                and going on with the client once the response is complete
+ *   upstream.c   server connections: connect, the idle keep-alive pool,
+ *                corked writes, reading responses and forwarding them
+ *   conn.h       the structs these three share (client, request, server
+ *                connection); no conn.c: their functions are in the headers
+ *                of the three
+ *   learn.c      the AGE glue: a request's expected work on its server, the
+ *                policy's per-connection state, what the catalog learns
+ *   accesslog.c  access-log lines, buffered per worker, flushed once per
+ *                loop iteration
+ *   buf.c        refcounted buffers and the worker's free lists; writes that
+ *                hold buffers until they complete
+ *   runtime.c    a config generation made live (declared here); route.c
+ *                routing; log.c the error log
+ * client.c, request.c and upstream.c serve one exchange between them and
+ * call each other; below them, learn.c, accesslog.c and buf.c call none of
+ * the three.
  */
 #ifndef DM_PROXY_INTERNAL_H
 #define DM_PROXY_INTERNAL_H
@@ -29,20 +59,6 @@
 
 #define DM_WRITE_HIGH (256 * 1024) /* stop reading the other side above this */
 #define DM_BUF_MIN    (32 * 1024)
-#define DM_ERRBUF     512
-#define DM_SMALL_CAP  4096 /* pooled size class for heads and error pages */
-#define DM_CORK_MAX   4    /* writes a server connection holds until the flush */
-
-/* ---- buffers ---- */
-
-struct dm_buf {
-    struct dm_buf *next; /* free list */
-    uint32_t refs;
-    uint32_t cap;
-    uint32_t off; /* parsed up to here */
-    uint32_t len; /* filled up to here */
-    char data[];
-};
 
 /* ---- the runtime: one config generation, shared by all workers ---- */
 
@@ -82,8 +98,31 @@ void dm_runtime_unref(struct dm_runtime *rt);
 struct dm_runtime *dm_runtime_current(void);    /* returns a new reference */
 void dm_runtime_publish(struct dm_runtime *rt); /* takes a reference of its own */
 
+/* Server `server` of pool `pool` of rt: its config, and its live table entry. */
+static inline const struct dm_conf_server *
+dm_runtime_server_conf(const struct dm_runtime *rt, size_t pool, int server)
+{
+    return &rt->conf->pools[pool].servers[server];
+}
+
+static inline struct dm_server *
+dm_runtime_server(const struct dm_runtime *rt, size_t pool, int server)
+{
+    return &rt->pools[pool].sv->s[server];
+}
+
+/* The monotonic clock in microseconds: the now_us the policies are given. */
+static inline uint64_t
+dm_mono_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
+}
+
 /* ---- workers ---- */
 
+struct dm_buf;
 struct dm_client;
 
 /* A request on the worker's free list: its size class, then the memory. */
@@ -139,7 +178,7 @@ struct dm_worker {
     unsigned nfree_bufs;
     struct dm_buf *free_small; /* DM_SMALL_CAP buffers */
     unsigned nfree_small;
-    struct dm_req_free *free_reqs; /* requests, for reuse (proxy/conn.c) */
+    struct dm_req_free *free_reqs; /* requests, for reuse (proxy/request.c) */
     unsigned nfree_reqs;
     struct dm_client *clients; /* every open client connection */
     size_t nclients;
@@ -157,54 +196,6 @@ struct dm_worker {
     /* Listener sockets are opened by the control thread and handed over. */
     int *listen_fds;
 };
-
-struct dm_buf *dm_buf_get(struct dm_worker *w, uint32_t cap);
-void dm_buf_unref(struct dm_worker *w, struct dm_buf *b);
-
-/*
- * Writes bufs to s, holding a reference to each of hold[] until the bytes are
- * written. done(arg) is called once the write completes (from the write
- * callback, or never when everything went out at once: then 1 is returned).
- * Returns 1 (all written now), 0 (queued; done() will follow) or <0.
- */
-typedef void (*dm_write_cb)(void *arg, int status);
-int dm_stream_write(struct dm_worker *w, uv_stream_t *s, uv_buf_t *bufs, unsigned nbufs,
-                    struct dm_buf **hold, unsigned nhold, dm_write_cb done, void *arg);
-
-/* Appends one access-log line (without newline) for the worker to flush. */
-void dm_worker_log_access(struct dm_worker *w, const char *line, size_t len);
-
-/* ---- client side (proxy/client.c) ---- */
-
-void dm_client_accept(struct dm_worker *w, uv_stream_t *listener);
-/* Graceful stop: close idle connections, close the others after their response. */
-void dm_clients_drain(struct dm_worker *w);
-void dm_clients_close_all(struct dm_worker *w);
-/* Handles every client timeout that is due (called by the worker's tick). */
-void dm_clients_expire(struct dm_worker *w);
-/* Lets the policies age the state of every client that has some. */
-void dm_clients_age(struct dm_worker *w);
-
-/* ---- server side (proxy/upstream.c) ---- */
-
-struct dm_req;
-
-/*
- * Gives req a server connection to server index `server` of pool `p`: an idle
- * one from the worker's pool, or a new connection. ready(req, up, status) is
- * called once: status 0 (connected, usable), or <0 (connect failed or timed out).
- */
-typedef void (*dm_upstream_ready_cb)(struct dm_req *req, struct dm_upstream *up, int status);
-void dm_upstream_take(struct dm_worker *w, struct dm_runtime *rt, size_t pool, int server,
-                      struct dm_req *req, dm_upstream_ready_cb ready);
-
-/* Returns a connection whose response completed to the idle pool, or closes it. */
-void dm_upstream_release(struct dm_upstream *up, bool reusable);
-void dm_upstream_close(struct dm_upstream *up);
-/* Closes every idle connection of rt held by worker w. */
-void dm_upstream_close_idle(struct dm_worker *w, struct dm_runtime *rt);
-/* Sends what the server connections corked this loop iteration (check phase). */
-void dm_upstreams_flush(struct dm_worker *w);
 
 /* ---- admin (proxy/admin.c) ---- */
 

@@ -24,7 +24,8 @@
 
 struct control {
     uv_loop_t *loop;
-    uv_signal_t sigterm, sigint, sighup;
+    uv_signal_t signals[3];  /* handled_signals[] */
+    unsigned nsignals;       /* initialized and not closed */
     struct dm_runtime *rt;   /* live runtime (our reference) */
     struct dm_runtime *prev; /* the one before, kept until the next reload */
     struct dm_servers **servers;
@@ -37,6 +38,8 @@ struct control {
     const char *conf_path;
     bool stopping;
 };
+
+static const int handled_signals[3] = { SIGTERM, SIGINT, SIGHUP };
 
 static void
 usage(FILE *f)
@@ -81,6 +84,22 @@ health_stopped(void *arg)
 {
     struct dm_servers **old = arg;
     free(old);
+}
+
+/* Starts the health checks of rt; 0, or -ENOMEM with none running. */
+static int
+health_start(struct control *ctl, struct dm_runtime *rt)
+{
+    ctl->servers = servers_of(rt);
+    ctl->health = ctl->servers != NULL ? dm_health_start(ctl->loop, rt->conf,
+                                                         (struct dm_servers *const *)ctl->servers)
+                                       : NULL;
+    if (ctl->health == NULL) {
+        free(ctl->servers);
+        ctl->servers = NULL;
+        return -ENOMEM;
+    }
+    return 0;
 }
 
 static bool
@@ -151,15 +170,30 @@ reload(struct control *ctl)
     }
     dm_runtime_publish(rt);
     dm_workers_reload(ctl->workers, ctl->nworkers);
-    struct dm_servers **sv = servers_of(rt);
     dm_health_stop(ctl->health, health_stopped, ctl->servers);
-    ctl->servers = sv;
-    ctl->health = dm_health_start(ctl->loop, rt->conf, (struct dm_servers *const *)sv);
+    if (health_start(ctl, rt) < 0) {
+        dm_log_error("reload: out of memory: no health checks until the next reload");
+    }
     dm_runtime_unref(ctl->prev);
     ctl->prev = ctl->rt;
     ctl->rt = rt;
     dm_log_info("configuration reloaded from %s (generation %llu)", ctl->conf_path,
                 (unsigned long long)rt->generation);
+}
+
+/* Closes what the control loop has open (admin, health checks, signals), once. */
+static void
+control_close(struct control *ctl)
+{
+    dm_admin_stop(ctl->admin);
+    ctl->admin = NULL;
+    dm_health_stop(ctl->health, health_stopped, ctl->servers);
+    ctl->health = NULL;
+    ctl->servers = NULL;
+    for (unsigned i = 0; i < ctl->nsignals; i++) {
+        uv_close((uv_handle_t *)&ctl->signals[i], NULL);
+    }
+    ctl->nsignals = 0;
 }
 
 static void
@@ -171,14 +205,7 @@ stop(struct control *ctl)
     ctl->stopping = true;
     dm_log_info("stopping: draining connections (at most %llu ms)",
                 (unsigned long long)ctl->rt->conf->timeouts.shutdown_ms);
-    dm_admin_stop(ctl->admin);
-    ctl->admin = NULL;
-    dm_health_stop(ctl->health, health_stopped, ctl->servers);
-    ctl->health = NULL;
-    ctl->servers = NULL;
-    uv_close((uv_handle_t *)&ctl->sigterm, NULL);
-    uv_close((uv_handle_t *)&ctl->sigint, NULL);
-    uv_close((uv_handle_t *)&ctl->sighup, NULL);
+    control_close(ctl);
 }
 
 static void
@@ -330,21 +357,27 @@ main(int argc, char **argv)
         return 1;
     }
     dm_conf_errors_fini(&err);
+
+    int rc = 1;
+    int r = 0;
+    int access_fd = -1;
+    uint64_t shutdown_ms = 0; /* 0 while starting: a failure stops the workers at once */
+    struct sockaddr_storage *bound = NULL;
+    struct sockaddr_storage admin_bound = { 0 };
+    struct control ctl = { .conf_path = conf_path };
     if (test_only) {
         printf("configuration ok\n");
-        dm_conf_destroy(conf);
-        return 0;
+        rc = 0;
+        goto destroy_conf;
     }
     signal(SIGPIPE, SIG_IGN);
     if (dm_log_open(conf->error_log) < 0) {
         fprintf(stderr, "dimmer: cannot open error log %s: %s\n", conf->error_log, strerror(errno));
-        dm_conf_destroy(conf);
-        return 1;
+        goto destroy_conf;
     }
-    int access_fd = open_access_log(conf);
+    access_fd = open_access_log(conf);
     if (access_fd == -2) {
-        dm_conf_destroy(conf);
-        return 1;
+        goto destroy_conf;
     }
     int json = conf->access_log_format != NULL && strcmp(conf->access_log_format, "json") == 0;
     unsigned nworkers = workers_arg > 0 ? (unsigned)workers_arg : conf->workers;
@@ -352,107 +385,107 @@ main(int argc, char **argv)
         long n = sysconf(_SC_NPROCESSORS_ONLN);
         nworkers = n > 0 ? (unsigned)n : 1;
     }
-
-    struct control ctl = { .loop = uv_default_loop(),
-                           .nworkers = nworkers,
-                           .conf_path = conf_path };
+    ctl.nworkers = nworkers;
     /* One catalog for the life of the process: a reload keeps what it learnt. */
     ctl.catalog = dm_catalog_create(conf->catalog.memory);
     char perr[512];
     if (ctl.catalog == NULL) {
         fprintf(stderr, "dimmer: out of memory\n");
-        dm_conf_destroy(conf);
-        return 1;
+        goto close_access_log;
     }
     if (preload(ctl.catalog, conf, perr, sizeof(perr)) < 0) {
         fprintf(stderr, "dimmer: catalog: %s\n", perr);
-        dm_conf_destroy(conf);
-        dm_catalog_destroy(ctl.catalog);
-        return 1;
+        goto destroy_catalog;
     }
     dm_admin_set_catalog(ctl.catalog);
     const char *why = NULL;
-    ctl.rt = dm_runtime_create(conf, nworkers, NULL, ctl.catalog, &why); /* takes conf */
+    ctl.rt = dm_runtime_create(conf, nworkers, NULL, ctl.catalog, &why);
+    conf = NULL; /* taken, whether or not the runtime was made */
     if (ctl.rt == NULL) {
         fprintf(stderr, "dimmer: %s\n", why);
-        dm_catalog_destroy(ctl.catalog);
-        return 1;
+        goto destroy_catalog;
     }
     dm_runtime_publish(ctl.rt);
+    ctl.loop = uv_default_loop();
+    if (ctl.loop == NULL) {
+        fprintf(stderr, "dimmer: cannot make the control loop\n");
+        goto unpublish_runtime;
+    }
     /* Handlers first: a SIGHUP that arrives once the listeners answer must
      * reload, not kill the process with the default action. */
-    uv_signal_init(ctl.loop, &ctl.sigterm);
-    uv_signal_init(ctl.loop, &ctl.sigint);
-    uv_signal_init(ctl.loop, &ctl.sighup);
-    ctl.sigterm.data = ctl.sigint.data = ctl.sighup.data = &ctl;
-    uv_signal_start(&ctl.sigterm, on_signal, SIGTERM);
-    uv_signal_start(&ctl.sigint, on_signal, SIGINT);
-    uv_signal_start(&ctl.sighup, on_signal, SIGHUP);
-    int r = 0;
+    for (unsigned i = 0; i < 3 && r == 0; i++) {
+        r = uv_signal_init(ctl.loop, &ctl.signals[i]);
+        if (r == 0) {
+            ctl.nsignals++;
+            ctl.signals[i].data = &ctl;
+            r = uv_signal_start(&ctl.signals[i], on_signal, handled_signals[i]);
+        }
+    }
+    if (r < 0) {
+        fprintf(stderr, "dimmer: cannot handle signals: %s\n", uv_strerror(r));
+        goto close_control;
+    }
     const struct dm_conf *cf = ctl.rt->conf;
-    struct sockaddr_storage admin_bound = { 0 };
-    struct sockaddr_storage *bound = calloc(cf->nlisteners, sizeof(*bound));
+    bound = calloc(cf->nlisteners, sizeof(*bound));
     if (bound == NULL) {
         fprintf(stderr, "dimmer: out of memory\n");
-        goto fail;
+        goto close_control;
     }
     if (cf->admin.text != NULL) {
         ctl.admin = dm_admin_start(ctl.loop, &cf->admin, &admin_bound, &r);
         if (ctl.admin == NULL) {
             fprintf(stderr, "dimmer: cannot listen on admin address %s: %s\n",
                     ctl.rt->conf->admin.text, r < -1000 ? uv_strerror(r) : strerror(-r));
-            goto fail;
+            goto close_control;
         }
     }
     ctl.workers = dm_workers_start(nworkers, ctl.rt, access_fd, json, bound, &r);
     if (ctl.workers == NULL) {
         fprintf(stderr, "dimmer: cannot start: %s\n", r < -1000 ? uv_strerror(r) : strerror(-r));
-        goto fail;
+        goto close_control;
     }
     for (size_t i = 0; i < cf->nlisteners; i++) {
         char at[DM_ADDR_TEXT];
         dm_log_info("listening on %s (%u workers)",
                     dm_addr_text((const struct sockaddr *)&bound[i], at, sizeof(at)), nworkers);
     }
+    if (health_start(&ctl, ctl.rt) < 0) {
+        fprintf(stderr, "dimmer: out of memory\n");
+        goto stop_workers;
+    }
     /* Last, so that whoever waits for the file finds everything listening. */
     if (ports_file != NULL && (r = write_ports_file(ports_file, cf, bound, &admin_bound)) < 0) {
         fprintf(stderr, "dimmer: cannot write --ports-file %s: %s\n", ports_file, strerror(-r));
-        dm_workers_stop(ctl.workers, ctl.nworkers, 0);
-        goto fail;
+        goto stop_workers;
     }
     free(bound);
     bound = NULL;
-    ctl.servers = servers_of(ctl.rt);
-    ctl.health = dm_health_start(ctl.loop, ctl.rt->conf, (struct dm_servers *const *)ctl.servers);
     uv_run(ctl.loop, UV_RUN_DEFAULT);
-
     /* The control loop ran out: signals, admin and health checks are closed. */
-    dm_workers_stop(ctl.workers, ctl.nworkers, ctl.rt->conf->timeouts.shutdown_ms);
+    shutdown_ms = ctl.rt->conf->timeouts.shutdown_ms;
+    rc = 0;
+
+stop_workers:
+    dm_workers_stop(ctl.workers, ctl.nworkers, shutdown_ms);
+close_control:
+    control_close(&ctl); /* nothing left when the loop ran out */
+    uv_run(ctl.loop, UV_RUN_DEFAULT);
+    uv_loop_close(ctl.loop);
+    free(bound);
+unpublish_runtime:
     dm_runtime_publish(NULL);
     dm_runtime_unref(ctl.prev);
     dm_runtime_unref(ctl.rt);
-    uv_loop_close(ctl.loop);
+destroy_catalog:
     dm_catalog_destroy(ctl.catalog);
+close_access_log:
     if (access_fd > 2) {
         close(access_fd);
     }
-    dm_log_info("stopped");
-    return 0;
-
-fail:
-    /* No worker runs: close what the control loop has and free it all. */
-    free(bound);
-    dm_admin_stop(ctl.admin);
-    uv_close((uv_handle_t *)&ctl.sigterm, NULL);
-    uv_close((uv_handle_t *)&ctl.sigint, NULL);
-    uv_close((uv_handle_t *)&ctl.sighup, NULL);
-    uv_run(ctl.loop, UV_RUN_DEFAULT);
-    uv_loop_close(ctl.loop);
-    dm_runtime_publish(NULL);
-    dm_runtime_unref(ctl.rt);
-    dm_catalog_destroy(ctl.catalog);
-    if (access_fd > 2) {
-        close(access_fd);
+destroy_conf:
+    dm_conf_destroy(conf);
+    if (rc == 0 && !test_only) {
+        dm_log_info("stopped");
     }
-    return 1;
+    return rc;
 }

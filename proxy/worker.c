@@ -11,8 +11,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "proxy/accesslog.h"
+#include "proxy/buf.h"
+#include "proxy/client.h"
 #include "proxy/internal.h"
+#include "proxy/learn.h"
 #include "proxy/log.h"
+#include "proxy/upstream.h"
 
 /* Close callback for a handle that was malloc'ed on its own. */
 static void
@@ -21,12 +26,9 @@ free_handle(uv_handle_t *h)
     free(h);
 }
 
-#define DM_FREE_BUFS_MAX  32
-#define DM_FREE_SMALL_MAX 64
-#define DM_TRIM_PEAK      64 /* requests at once that make a trim worth it */
-#define DM_TRIM_QUIET_MS  500
-#define DM_LOG_BUF        (64 * 1024)
-#define DM_TICK_MS        50 /* resolution of client timeouts */
+#define DM_TRIM_PEAK     64 /* requests at once that make a trim worth it */
+#define DM_TRIM_QUIET_MS 500
+#define DM_TICK_MS       50 /* resolution of client timeouts */
 
 enum {
     WAKE_RELOAD = 1,
@@ -41,200 +43,6 @@ struct wake_flags {
 
 static struct wake_flags *wake_of;
 
-/* ---- buffers ---- */
-
-/*
- * Two size classes are pooled per worker: small buffers (rewritten heads, error
- * pages) and read buffers (rt->buf_cap). Anything else is allocated exactly.
- */
-struct dm_buf *
-dm_buf_get(struct dm_worker *w, uint32_t cap)
-{
-    struct dm_buf **list = NULL;
-    unsigned *count = NULL;
-    if (cap <= DM_SMALL_CAP) {
-        cap = DM_SMALL_CAP;
-        list = &w->free_small;
-        count = &w->nfree_small;
-    } else if (w->rt != NULL && cap <= w->rt->buf_cap) {
-        cap = w->rt->buf_cap;
-        list = &w->free_bufs;
-        count = &w->nfree_bufs;
-    }
-    struct dm_buf *b = list != NULL ? *list : NULL;
-    if (b != NULL && b->cap == cap) {
-        *list = b->next;
-        (*count)--;
-    } else {
-        b = malloc(sizeof(*b) + cap);
-        if (b == NULL) {
-            return NULL;
-        }
-        b->cap = cap;
-    }
-    b->next = NULL;
-    b->refs = 1;
-    b->off = 0;
-    b->len = 0;
-    return b;
-}
-
-void
-dm_buf_unref(struct dm_worker *w, struct dm_buf *b)
-{
-    if (b == NULL || --b->refs > 0) {
-        return;
-    }
-    if (b->cap == DM_SMALL_CAP && w->nfree_small < DM_FREE_SMALL_MAX) {
-        b->next = w->free_small;
-        w->free_small = b;
-        w->nfree_small++;
-        return;
-    }
-    if (w->rt != NULL && b->cap == w->rt->buf_cap && w->nfree_bufs < DM_FREE_BUFS_MAX) {
-        b->next = w->free_bufs;
-        w->free_bufs = b;
-        w->nfree_bufs++;
-        return;
-    }
-    free(b);
-}
-
-static void
-free_list(struct dm_buf **list, unsigned *count)
-{
-    while (*list != NULL) {
-        struct dm_buf *b = *list;
-        *list = b->next;
-        free(b);
-    }
-    *count = 0;
-}
-
-/* Frees every pooled buffer and request of the worker. */
-static void
-worker_free_pools(struct dm_worker *w)
-{
-    free_list(&w->free_bufs, &w->nfree_bufs);
-    free_list(&w->free_small, &w->nfree_small);
-    while (w->free_reqs != NULL) {
-        struct dm_req_free *r = w->free_reqs;
-        w->free_reqs = r->next;
-        free(r);
-    }
-    w->nfree_reqs = 0;
-}
-
-/* ---- writes ---- */
-
-struct wreq {
-    uv_write_t req;
-    struct dm_worker *w;
-    dm_write_cb done;
-    void *arg;
-    unsigned nhold;
-    struct dm_buf *hold[4];
-};
-
-static void
-write_cb(uv_write_t *req, int status)
-{
-    struct wreq *wr = req->data;
-    for (unsigned i = 0; i < wr->nhold; i++) {
-        dm_buf_unref(wr->w, wr->hold[i]);
-    }
-    dm_write_cb done = wr->done;
-    void *arg = wr->arg;
-    free(wr);
-    done(arg, status);
-}
-
-int
-dm_stream_write(struct dm_worker *w, uv_stream_t *s, uv_buf_t *bufs, unsigned nbufs,
-                struct dm_buf **hold, unsigned nhold, dm_write_cb done, void *arg)
-{
-    size_t total = 0;
-    for (unsigned i = 0; i < nbufs; i++) {
-        total += bufs[i].len;
-    }
-    int r = uv_try_write(s, bufs, nbufs);
-    if (r >= 0 && (size_t)r == total) {
-        return 1;
-    }
-    if (r < 0 && r != UV_EAGAIN) {
-        return r;
-    }
-    size_t skip = r > 0 ? (size_t)r : 0;
-    uv_buf_t rest[4];
-    unsigned n = 0;
-    for (unsigned i = 0; i < nbufs && n < 4; i++) {
-        if (skip >= bufs[i].len) {
-            skip -= bufs[i].len;
-            continue;
-        }
-        rest[n++] = uv_buf_init(bufs[i].base + skip, (unsigned)(bufs[i].len - skip));
-        skip = 0;
-    }
-    struct wreq *wr = malloc(sizeof(*wr));
-    if (wr == NULL) {
-        return UV_ENOMEM;
-    }
-    wr->w = w;
-    wr->done = done;
-    wr->arg = arg;
-    wr->nhold = nhold < 4 ? nhold : 4;
-    for (unsigned i = 0; i < wr->nhold; i++) {
-        wr->hold[i] = hold[i];
-        hold[i]->refs++;
-    }
-    wr->req.data = wr;
-    r = uv_write(&wr->req, s, rest, n, write_cb);
-    if (r < 0) {
-        for (unsigned i = 0; i < wr->nhold; i++) {
-            dm_buf_unref(w, wr->hold[i]);
-        }
-        free(wr);
-        return r;
-    }
-    return 0;
-}
-
-/* ---- access log ---- */
-
-static void
-log_flush(struct dm_worker *w)
-{
-    size_t off = 0;
-    while (off < w->log_len) {
-        ssize_t n = write(w->log_fd, w->log_buf + off, w->log_len - off);
-        if (n < 0 && errno == EINTR) {
-            continue;
-        }
-        if (n <= 0) {
-            break;
-        }
-        off += (size_t)n;
-    }
-    w->log_len = 0;
-}
-
-void
-dm_worker_log_access(struct dm_worker *w, const char *line, size_t len)
-{
-    if (w->log_buf == NULL) {
-        return;
-    }
-    if (w->log_len + len + 1 > DM_LOG_BUF) {
-        log_flush(w);
-    }
-    if (len + 1 > DM_LOG_BUF) {
-        len = DM_LOG_BUF - 1;
-    }
-    memcpy(w->log_buf + w->log_len, line, len);
-    w->log_len += len;
-    w->log_buf[w->log_len++] = '\n';
-}
-
 /* The end of each loop iteration: corked server writes, then the access log. */
 static void
 flush_cb(uv_check_t *h)
@@ -242,7 +50,7 @@ flush_cb(uv_check_t *h)
     struct dm_worker *w = h->data;
     dm_upstreams_flush(w);
     if (w->log_len > 0) {
-        log_flush(w);
+        dm_accesslog_flush(w);
     }
 }
 
@@ -334,8 +142,11 @@ on_connection(uv_stream_t *listener, int status)
         /* At the limit: take the connection off the queue and close it at once,
          * rather than leave the listener readable and spin. */
         uv_tcp_t *t = malloc(sizeof(*t));
+        if (t != NULL && uv_tcp_init(&w->loop, t) < 0) {
+            free(t); /* never initialized: no close */
+            t = NULL;
+        }
         if (t != NULL) {
-            uv_tcp_init(&w->loop, t);
             if (uv_accept(listener, (uv_stream_t *)t) == 0 && !w->warned_full) {
                 dm_log_warn("worker %u: limits.max_conns (%u) reached: refusing connections", w->id,
                             w->rt->conf->limits.max_conns);
@@ -437,7 +248,7 @@ tick_cb(uv_timer_t *t)
     struct dm_worker *w = t->data;
     dm_clients_expire(w);
     if (++w->ticks % 2 == 0 && w->aging != NULL) {
-        dm_clients_age(w); /* every 100 ms */
+        dm_learn_age(w); /* every 100 ms */
     }
     /* After a burst, hand the memory of its requests back once the worker
      * has been quiet for a moment: idle connections should cost only their
@@ -446,7 +257,7 @@ tick_cb(uv_timer_t *t)
     if (w->busy > 0) {
         w->idle_since_ms = now;
     } else if (w->busy_peak >= DM_TRIM_PEAK && now - w->idle_since_ms >= DM_TRIM_QUIET_MS) {
-        worker_free_pools(w);
+        dm_buf_trim(w);
         malloc_trim(0);
         w->busy_peak = 0;
     }
@@ -459,102 +270,206 @@ worker_main(void *arg)
     uv_run(&w->loop, UV_RUN_DEFAULT);
 }
 
-/* Undoes dm_workers_start() for the first n workers, before any thread ran. */
-static void
-workers_abandon(struct dm_worker *ws, unsigned n)
+/*
+ * Sets worker w (zeroed) up as worker i serving rt, everything but its
+ * listeners: its loop and handles, its access-log buffer, the listener
+ * table. Returns 0, or <0 with everything undone.
+ */
+static int
+worker_init(struct dm_worker *w, unsigned i, struct dm_runtime *rt, int access_log_fd, int json)
 {
-    for (unsigned i = 0; i < n; i++) {
-        struct dm_worker *w = &ws[i];
-        for (size_t l = 0; l < w->nlisteners; l++) {
-            if (w->listeners[l].type == UV_TCP) {
-                close_once((uv_handle_t *)&w->listeners[l]);
+    w->id = i;
+    dm_rng_init(&w->rng, 0x9e3779b97f4a7c15ULL * (i + 1) ^ (uint64_t)getpid());
+    int r = uv_loop_init(&w->loop);
+    if (r < 0) {
+        return r;
+    }
+    r = uv_async_init(&w->loop, &w->wake, wake_cb);
+    if (r < 0) {
+        goto close_loop;
+    }
+    w->wake.data = w;
+    r = uv_timer_init(&w->loop, &w->stop_timer);
+    if (r < 0) {
+        goto close_wake;
+    }
+    w->stop_timer.data = w;
+    r = uv_timer_init(&w->loop, &w->drain_timer);
+    if (r < 0) {
+        goto close_stop_timer;
+    }
+    w->drain_timer.data = w;
+    r = uv_timer_init(&w->loop, &w->tick);
+    if (r < 0) {
+        goto close_drain_timer;
+    }
+    w->tick.data = w;
+    uv_timer_start(&w->tick, tick_cb, DM_TICK_MS, DM_TICK_MS);
+    r = uv_check_init(&w->loop, &w->flush);
+    if (r < 0) {
+        goto close_tick;
+    }
+    w->flush.data = w;
+    uv_check_start(&w->flush, flush_cb);
+    uv_unref((uv_handle_t *)&w->flush);
+    r = dm_accesslog_init(w, access_log_fd, json);
+    if (r < 0) {
+        goto close_flush;
+    }
+    w->listeners = calloc(rt->conf->nlisteners, sizeof(*w->listeners));
+    if (w->listeners == NULL && rt->conf->nlisteners > 0) {
+        r = UV_ENOMEM;
+        goto fini_accesslog;
+    }
+    w->rt = rt;
+    dm_runtime_ref(rt);
+    return 0;
+
+fini_accesslog:
+    dm_accesslog_fini(w);
+close_flush:
+    uv_close((uv_handle_t *)&w->flush, noop_close);
+close_tick:
+    uv_close((uv_handle_t *)&w->tick, noop_close);
+close_drain_timer:
+    uv_close((uv_handle_t *)&w->drain_timer, noop_close);
+close_stop_timer:
+    uv_close((uv_handle_t *)&w->stop_timer, noop_close);
+close_wake:
+    uv_close((uv_handle_t *)&w->wake, noop_close);
+    uv_run(&w->loop, UV_RUN_DEFAULT); /* the close callbacks */
+close_loop:
+    uv_loop_close(&w->loop);
+    return r;
+}
+
+/*
+ * Opens worker i's listener on every listen address of cf (worker 0 first:
+ * it fills bound[], whose ports the others share). Returns 0, or <0 after
+ * logging which address failed; the listeners made so far are counted in
+ * w->nlisteners for worker_abandon().
+ */
+static int
+worker_listen(struct dm_worker *w, unsigned i, const struct dm_conf *cf,
+              struct sockaddr_storage *bound)
+{
+    for (size_t l = 0; l < cf->nlisteners; l++) {
+        /* Port 0: worker 0 gets a free port from the kernel, the others share it. */
+        struct sockaddr_storage sa = worker_listen_addr(&cf->listeners[l], i, &bound[l]);
+        int fd = dm_listen_socket((const struct sockaddr *)&sa, 4096, i == 0 ? &bound[l] : NULL);
+        int r = fd < 0 ? fd : uv_tcp_init(&w->loop, &w->listeners[l]);
+        if (fd >= 0 && r == 0) {
+            w->nlisteners = l + 1;
+            w->listeners[l].data = w;
+            r = uv_tcp_open(&w->listeners[l], fd);
+            if (r == 0) {
+                fd = -1; /* the handle's now */
+                r = uv_listen((uv_stream_t *)&w->listeners[l], 4096, on_connection);
             }
         }
-        close_once((uv_handle_t *)&w->wake);
-        close_once((uv_handle_t *)&w->stop_timer);
-        close_once((uv_handle_t *)&w->drain_timer);
-        close_once((uv_handle_t *)&w->flush);
-        close_once((uv_handle_t *)&w->tick);
-        uv_run(&w->loop, UV_RUN_DEFAULT);
+        if (r < 0) {
+            char at[DM_ADDR_TEXT];
+            if (fd >= 0) {
+                close(fd);
+            }
+            dm_log_error("cannot listen on %s (%s): %s", cf->listeners[l].text,
+                         dm_addr_text((const struct sockaddr *)&sa, at, sizeof(at)),
+                         r < -1000 ? uv_strerror(r) : strerror(-r));
+            return r;
+        }
+    }
+    return 0;
+}
+
+/* Undoes worker_init() and worker_listen() for a worker whose thread never ran. */
+static void
+worker_abandon(struct dm_worker *w)
+{
+    for (size_t l = 0; l < w->nlisteners; l++) {
+        close_once((uv_handle_t *)&w->listeners[l]);
+    }
+    close_once((uv_handle_t *)&w->wake);
+    close_once((uv_handle_t *)&w->stop_timer);
+    close_once((uv_handle_t *)&w->drain_timer);
+    close_once((uv_handle_t *)&w->flush);
+    close_once((uv_handle_t *)&w->tick);
+    uv_run(&w->loop, UV_RUN_DEFAULT);
+    uv_loop_close(&w->loop);
+    free(w->listeners);
+    dm_accesslog_fini(w);
+    dm_runtime_unref(w->rt);
+}
+
+/*
+ * Asks the first n workers, whose threads run, to stop within shutdown_ms,
+ * joins them and frees what each holds (not ws itself).
+ */
+static void
+workers_join(struct dm_worker *ws, unsigned n, uint64_t shutdown_ms)
+{
+    for (unsigned i = 0; i < n; i++) {
+        wake_of[i].shutdown_ms = shutdown_ms;
+        atomic_fetch_or(&wake_of[i].flags, WAKE_STOP);
+        uv_async_send(&ws[i].wake);
+    }
+    for (unsigned i = 0; i < n; i++) {
+        struct dm_worker *w = &ws[i];
+        uv_thread_join(&w->thread);
         uv_loop_close(&w->loop);
+        dm_accesslog_fini(w);
+        dm_buf_trim(w);
         free(w->listeners);
-        free(w->log_buf);
         dm_runtime_unref(w->rt);
     }
-    free(ws);
-    free(wake_of);
-    wake_of = NULL;
 }
 
 struct dm_worker *
 dm_workers_start(unsigned n, struct dm_runtime *rt, int access_log_fd, int json,
                  struct sockaddr_storage *bound, int *err)
 {
+    int r = UV_ENOMEM;
+    unsigned made = 0;    /* workers set up (worker_init) */
+    unsigned started = 0; /* workers whose thread runs */
     struct dm_worker *ws = calloc(n, sizeof(*ws));
+    if (ws == NULL) {
+        goto fail;
+    }
     wake_of = calloc(n, sizeof(*wake_of));
-    if (ws == NULL || wake_of == NULL) {
-        free(ws);
-        free(wake_of);
-        *err = UV_ENOMEM;
-        return NULL;
+    if (wake_of == NULL) {
+        goto free_workers;
     }
-    const struct dm_conf *cf = rt->conf;
-    for (unsigned i = 0; i < n; i++) {
-        struct dm_worker *w = &ws[i];
-        w->id = i;
-        w->rt = rt;
-        dm_runtime_ref(rt);
-        dm_rng_init(&w->rng, 0x9e3779b97f4a7c15ULL * (i + 1) ^ (uint64_t)getpid());
-        uv_loop_init(&w->loop);
-        uv_async_init(&w->loop, &w->wake, wake_cb);
-        w->wake.data = w;
-        uv_timer_init(&w->loop, &w->stop_timer);
-        w->stop_timer.data = w;
-        uv_timer_init(&w->loop, &w->drain_timer);
-        w->drain_timer.data = w;
-        uv_timer_init(&w->loop, &w->tick);
-        w->tick.data = w;
-        uv_timer_start(&w->tick, tick_cb, DM_TICK_MS, DM_TICK_MS);
-        uv_check_init(&w->loop, &w->flush);
-        w->flush.data = w;
-        w->log_fd = access_log_fd;
-        w->json_log = json;
-        if (access_log_fd >= 0) {
-            w->log_buf = malloc(DM_LOG_BUF);
+    for (; made < n; made++) {
+        r = worker_init(&ws[made], made, rt, access_log_fd, json);
+        if (r < 0) {
+            goto abandon_workers;
         }
-        uv_check_start(&w->flush, flush_cb);
-        uv_unref((uv_handle_t *)&w->flush);
-        w->listeners = calloc(cf->nlisteners, sizeof(*w->listeners));
-        w->nlisteners = cf->nlisteners;
-        for (size_t l = 0; l < cf->nlisteners; l++) {
-            /* Port 0: worker 0 gets a free port from the kernel, the others share it. */
-            struct sockaddr_storage sa = worker_listen_addr(&cf->listeners[l], i, &bound[l]);
-            int fd =
-                dm_listen_socket((const struct sockaddr *)&sa, 4096, i == 0 ? &bound[l] : NULL);
-            if (fd < 0) {
-                char at[DM_ADDR_TEXT];
-                dm_log_error("cannot listen on %s (%s): %s", cf->listeners[l].text,
-                             dm_addr_text((const struct sockaddr *)&sa, at, sizeof(at)),
-                             strerror(-fd));
-                *err = fd;
-                workers_abandon(ws, i + 1);
-                return NULL;
-            }
-            uv_tcp_init(&w->loop, &w->listeners[l]);
-            w->listeners[l].data = w;
-            uv_tcp_open(&w->listeners[l], fd);
-            int r = uv_listen((uv_stream_t *)&w->listeners[l], 4096, on_connection);
-            if (r < 0) {
-                *err = r;
-                workers_abandon(ws, i + 1);
-                return NULL;
-            }
+        r = worker_listen(&ws[made], made, rt->conf, bound);
+        if (r < 0) {
+            made++; /* set up: abandoned with the others */
+            goto abandon_workers;
         }
     }
-    for (unsigned i = 0; i < n; i++) {
-        uv_thread_create(&ws[i].thread, worker_main, &ws[i]);
+    for (; started < n; started++) {
+        r = uv_thread_create(&ws[started].thread, worker_main, &ws[started]);
+        if (r < 0) {
+            goto join_threads;
+        }
     }
     return ws;
+
+join_threads:
+    workers_join(ws, started, 0);
+abandon_workers:
+    for (unsigned i = started; i < made; i++) {
+        worker_abandon(&ws[i]);
+    }
+    free(wake_of);
+    wake_of = NULL;
+free_workers:
+    free(ws);
+fail:
+    *err = r;
+    return NULL;
 }
 
 void
@@ -569,23 +484,7 @@ dm_workers_reload(struct dm_worker *ws, unsigned n)
 void
 dm_workers_stop(struct dm_worker *ws, unsigned n, uint64_t shutdown_ms)
 {
-    for (unsigned i = 0; i < n; i++) {
-        wake_of[i].shutdown_ms = shutdown_ms;
-        atomic_fetch_or(&wake_of[i].flags, WAKE_STOP);
-        uv_async_send(&ws[i].wake);
-    }
-    for (unsigned i = 0; i < n; i++) {
-        struct dm_worker *w = &ws[i];
-        uv_thread_join(&w->thread);
-        uv_loop_close(&w->loop);
-        if (w->log_len > 0) {
-            log_flush(w);
-        }
-        free(w->log_buf);
-        worker_free_pools(w);
-        free(w->listeners);
-        dm_runtime_unref(w->rt);
-    }
+    workers_join(ws, n, shutdown_ms);
     free(ws);
     free(wake_of);
     wake_of = NULL;

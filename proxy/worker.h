@@ -38,7 +38,8 @@ const char *dm_addr_text(const struct sockaddr *sa, char *buf, size_t len);
  * got, so a listener on port 0 is one port shared by all workers. bound
  * (rt->conf->nlisteners entries) receives the address each listener is
  * bound to. Returns NULL with *err (a libuv or errno code) on failure, with
- * nothing left running.
+ * nothing left running and nothing left allocated; an address that cannot be
+ * listened on is logged.
  */
 struct dm_worker *dm_workers_start(unsigned n, struct dm_runtime *rt, int access_log_fd, int json,
                                    struct sockaddr_storage *bound, int *err);

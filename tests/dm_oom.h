@@ -187,5 +187,6 @@ __wrap_strndup(const char *s, size_t n)
         d[len] = '\0';
     }
     return d;
+}
 
 #endif

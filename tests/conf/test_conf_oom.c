@@ -18,7 +18,6 @@
 #include "conf/conf.h"
 
 #include "dm_oom.h"
-}
 
 #define MAX_RUNS 100000 /* bound on n: a loop that never succeeds is a failure */
 

@@ -148,7 +148,7 @@ class FailureTest(H.DimmerTest):
             self.assertEqual(r.body_sha256, H.pattern_sha256(16 * 1024 * 1024))
 
     def test_slow_upload_is_not_a_silent_server(self):
-        # BUG (dimmer, proxy/conn.c): the server_response timer starts when the request
+        # BUG (dimmer, proxy/request.c): the server_response timer starts when the request
         # head goes out and only server reads restart it, so a client that sends its
         # body slowly (10 bytes every 250 ms here, 1.25 s in all, with server_response
         # 500ms) gets "504 server response timed out" in the middle of its upload, and

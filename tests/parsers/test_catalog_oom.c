@@ -25,7 +25,6 @@
 #include "parsers/catalog.h"
 
 #include "dm_oom.h"
-}
 
 #define MAX_RUNS 100000
 #define CAP      (16 * 1024 * 1024)

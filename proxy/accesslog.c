@@ -1,0 +1,174 @@
+/*
+ * The access log (proxy/accesslog.h): lines are formatted on the request
+ * path into the worker's buffer, which the worker's check phase writes.
+ */
+#include "proxy/accesslog.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "proxy/conn.h"
+#include "proxy/internal.h"
+
+#define DM_LOG_BUF (64 * 1024)
+
+void
+dm_accesslog_client_addr(const struct dm_client *c, char *out, size_t cap)
+{
+    if (c->peer.sa.sa_family == AF_INET6) {
+        inet_ntop(AF_INET6, &c->peer.in6.sin6_addr, out, (socklen_t)cap);
+        return;
+    }
+    /* IPv4 by hand: glibc's inet_ntop goes through sprintf, on every request. */
+    const uint8_t *b = (const uint8_t *)&c->peer.in4.sin_addr;
+    char *p = out;
+    for (int i = 0; i < 4; i++) {
+        unsigned v = b[i];
+        if (v >= 100) {
+            *p++ = (char)('0' + v / 100);
+        }
+        if (v >= 10) {
+            *p++ = (char)('0' + v / 10 % 10);
+        }
+        *p++ = (char)('0' + v % 10);
+        *p++ = i < 3 ? '.' : '\0';
+    }
+    (void)cap; /* 16 bytes always suffice and cap is INET6_ADDRSTRLEN */
+}
+
+/* Copies s into out for a JSON string (quotes, backslashes and control bytes escaped). */
+static size_t
+json_escape(char *out, size_t cap, const char *s, size_t len)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < len && n + 7 < cap; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        if (ch == '"' || ch == '\\') {
+            out[n++] = '\\';
+            out[n++] = (char)ch;
+        } else if (ch < 0x20 || ch == 0x7f) {
+            n += (size_t)snprintf(out + n, cap - n, "\\u%04x", ch);
+        } else {
+            out[n++] = (char)ch;
+        }
+    }
+    out[n] = 0;
+    return n;
+}
+
+int
+dm_accesslog_init(struct dm_worker *w, int fd, int json)
+{
+    w->log_fd = fd;
+    w->json_log = json;
+    if (fd >= 0) {
+        w->log_buf = malloc(DM_LOG_BUF);
+        if (w->log_buf == NULL) {
+            return -ENOMEM;
+        }
+    }
+    return 0;
+}
+
+void
+dm_accesslog_fini(struct dm_worker *w)
+{
+    if (w->log_len > 0) {
+        dm_accesslog_flush(w);
+    }
+    free(w->log_buf);
+    w->log_buf = NULL;
+}
+
+void
+dm_accesslog_flush(struct dm_worker *w)
+{
+    size_t off = 0;
+    while (off < w->log_len) {
+        ssize_t n = write(w->log_fd, w->log_buf + off, w->log_len - off);
+        if (n < 0 && errno == EINTR) {
+            continue;
+        }
+        if (n <= 0) {
+            break;
+        }
+        off += (size_t)n;
+    }
+    w->log_len = 0;
+}
+
+static void
+log_append(struct dm_worker *w, const char *line, size_t len)
+{
+    if (w->log_buf == NULL) {
+        return;
+    }
+    if (w->log_len + len + 1 > DM_LOG_BUF) {
+        dm_accesslog_flush(w);
+    }
+    if (len + 1 > DM_LOG_BUF) {
+        len = DM_LOG_BUF - 1;
+    }
+    memcpy(w->log_buf + w->log_len, line, len);
+    w->log_len += len;
+    w->log_buf[w->log_len++] = '\n';
+}
+
+/* One access-log line per request: see conf/README.md for both formats. */
+void
+dm_accesslog_write(struct dm_req *req)
+{
+    struct dm_client *c = req->c;
+    struct dm_worker *w = c->w;
+    if (w->log_fd < 0) {
+        return;
+    }
+    char addr[INET6_ADDRSTRLEN];
+    dm_accesslog_client_addr(c, addr, sizeof(addr));
+    uint64_t now = uv_hrtime() / 1000;
+    const char *server = "-";
+    if (req->server != DM_NO_SERVER) {
+        server = dm_runtime_server_conf(c->rt, req->pool, req->server)->name;
+    }
+    double up_s = req->up_start_us > 0 ? (double)(now - req->up_start_us) / 1e6 : 0.0;
+    double total_s = (double)(now - req->start_us) / 1e6;
+    time_t t = time(NULL);
+    if (t != w->log_time) {
+        struct tm tm;
+        gmtime_r(&t, &tm);
+        strftime(w->log_time_text, sizeof(w->log_time_text), "%Y-%m-%dT%H:%M:%SZ", &tm);
+        w->log_time = t;
+    }
+    struct dm_span m = req->msg.method.p != NULL ? req->msg.method : (struct dm_span){ "-", 1 };
+    struct dm_span tg = req->msg.target.p != NULL ? req->msg.target : (struct dm_span){ "-", 1 };
+    char method[64];
+    char target[1200];
+    char line[2048];
+    int n;
+    if (w->json_log) {
+        json_escape(method, sizeof(method), m.p, m.len);
+        json_escape(target, sizeof(target), tg.p, tg.len);
+        n = snprintf(line, sizeof(line),
+                     "{\"time\":\"%s\",\"client\":\"%s\",\"method\":\"%s\",\"target\":\"%s\","
+                     "\"status\":%u,\"bytes\":%llu,\"upstream\":\"%s\",\"upstream_time\":%.6f,"
+                     "\"request_time\":%.6f}",
+                     w->log_time_text, addr, method, target, req->status,
+                     (unsigned long long)req->resp_bytes, server, up_s, total_s);
+    } else {
+        /* Bytes that would break the line (control bytes) never pass the parser. */
+        int mlen = m.len > 32 ? 32 : (int)m.len;
+        int tlen = tg.len > 1024 ? 1024 : (int)tg.len;
+        n = snprintf(line, sizeof(line), "%s %s \"%.*s %.*s HTTP/%u.%u\" %u %llu %s %.6f %.6f",
+                     w->log_time_text, addr, mlen, m.p, tlen, tg.p, req->info.version / 10,
+                     req->info.version % 10, req->status, (unsigned long long)req->resp_bytes,
+                     server, up_s, total_s);
+    }
+    if (n > 0) {
+        log_append(w, line, (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1);
+    }
+}

@@ -1,0 +1,165 @@
+/*
+ * Buffers and writes of the data path (proxy/buf.h).
+ */
+#include "proxy/buf.h"
+
+#include <stdlib.h>
+
+#include "proxy/internal.h"
+
+#define DM_FREE_BUFS_MAX  32
+#define DM_FREE_SMALL_MAX 64
+
+/*
+ * Two size classes are pooled per worker: small buffers (rewritten heads, error
+ * pages) and read buffers (rt->buf_cap). Anything else is allocated exactly.
+ */
+struct dm_buf *
+dm_buf_get(struct dm_worker *w, uint32_t cap)
+{
+    struct dm_buf **list = NULL;
+    unsigned *count = NULL;
+    if (cap <= DM_SMALL_CAP) {
+        cap = DM_SMALL_CAP;
+        list = &w->free_small;
+        count = &w->nfree_small;
+    } else if (w->rt != NULL && cap <= w->rt->buf_cap) {
+        cap = w->rt->buf_cap;
+        list = &w->free_bufs;
+        count = &w->nfree_bufs;
+    }
+    struct dm_buf *b = list != NULL ? *list : NULL;
+    if (b != NULL && b->cap == cap) {
+        *list = b->next;
+        (*count)--;
+    } else {
+        b = malloc(sizeof(*b) + cap);
+        if (b == NULL) {
+            return NULL;
+        }
+        b->cap = cap;
+    }
+    b->next = NULL;
+    b->refs = 1;
+    b->off = 0;
+    b->len = 0;
+    return b;
+}
+
+void
+dm_buf_unref(struct dm_worker *w, struct dm_buf *b)
+{
+    if (b == NULL || --b->refs > 0) {
+        return;
+    }
+    if (b->cap == DM_SMALL_CAP && w->nfree_small < DM_FREE_SMALL_MAX) {
+        b->next = w->free_small;
+        w->free_small = b;
+        w->nfree_small++;
+        return;
+    }
+    if (w->rt != NULL && b->cap == w->rt->buf_cap && w->nfree_bufs < DM_FREE_BUFS_MAX) {
+        b->next = w->free_bufs;
+        w->free_bufs = b;
+        w->nfree_bufs++;
+        return;
+    }
+    free(b);
+}
+
+static void
+free_list(struct dm_buf **list, unsigned *count)
+{
+    while (*list != NULL) {
+        struct dm_buf *b = *list;
+        *list = b->next;
+        free(b);
+    }
+    *count = 0;
+}
+
+/* Frees every pooled buffer and request of the worker. */
+void
+dm_buf_trim(struct dm_worker *w)
+{
+    free_list(&w->free_bufs, &w->nfree_bufs);
+    free_list(&w->free_small, &w->nfree_small);
+    while (w->free_reqs != NULL) {
+        struct dm_req_free *r = w->free_reqs;
+        w->free_reqs = r->next;
+        free(r);
+    }
+    w->nfree_reqs = 0;
+}
+
+struct wreq {
+    uv_write_t req;
+    struct dm_worker *w;
+    dm_write_cb done;
+    void *arg;
+    unsigned nhold;
+    struct dm_buf *hold[4];
+};
+
+static void
+write_cb(uv_write_t *req, int status)
+{
+    struct wreq *wr = req->data;
+    for (unsigned i = 0; i < wr->nhold; i++) {
+        dm_buf_unref(wr->w, wr->hold[i]);
+    }
+    dm_write_cb done = wr->done;
+    void *arg = wr->arg;
+    free(wr);
+    done(arg, status);
+}
+
+int
+dm_buf_write(struct dm_worker *w, uv_stream_t *s, uv_buf_t *bufs, unsigned nbufs,
+             struct dm_buf **hold, unsigned nhold, dm_write_cb done, void *arg)
+{
+    size_t total = 0;
+    for (unsigned i = 0; i < nbufs; i++) {
+        total += bufs[i].len;
+    }
+    int r = uv_try_write(s, bufs, nbufs);
+    if (r >= 0 && (size_t)r == total) {
+        return 1;
+    }
+    if (r < 0 && r != UV_EAGAIN) {
+        return r;
+    }
+    size_t skip = r > 0 ? (size_t)r : 0;
+    uv_buf_t rest[4];
+    unsigned n = 0;
+    for (unsigned i = 0; i < nbufs && n < 4; i++) {
+        if (skip >= bufs[i].len) {
+            skip -= bufs[i].len;
+            continue;
+        }
+        rest[n++] = uv_buf_init(bufs[i].base + skip, (unsigned)(bufs[i].len - skip));
+        skip = 0;
+    }
+    struct wreq *wr = malloc(sizeof(*wr));
+    if (wr == NULL) {
+        return UV_ENOMEM;
+    }
+    wr->w = w;
+    wr->done = done;
+    wr->arg = arg;
+    wr->nhold = nhold < 4 ? nhold : 4;
+    for (unsigned i = 0; i < wr->nhold; i++) {
+        wr->hold[i] = hold[i];
+        hold[i]->refs++;
+    }
+    wr->req.data = wr;
+    r = uv_write(&wr->req, s, rest, n, write_cb);
+    if (r < 0) {
+        for (unsigned i = 0; i < wr->nhold; i++) {
+            dm_buf_unref(w, wr->hold[i]);
+        }
+        free(wr);
+        return r;
+    }
+    return 0;
+}

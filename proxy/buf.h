@@ -1,0 +1,53 @@
+/*
+ * Buffers of the data path: refcounted, pooled per worker in two size classes
+ * (small buffers for heads and error pages, read buffers of rt->buf_cap), and
+ * the write that holds them until the bytes are out. Everything here belongs
+ * to one worker and is called only from its thread.
+ */
+#ifndef DM_PROXY_BUF_H
+#define DM_PROXY_BUF_H
+
+#include <stdint.h>
+#include <uv.h>
+
+#define DM_SMALL_CAP 4096 /* pooled size class for heads and error pages */
+
+struct dm_worker;
+
+struct dm_buf {
+    struct dm_buf *next; /* free list */
+    uint32_t refs;
+    uint32_t cap;
+    uint32_t off; /* parsed up to here */
+    uint32_t len; /* filled up to here */
+    char data[];
+};
+
+/*
+ * Returns a buffer of at least cap bytes with one reference, empty (off = len
+ * = 0): from the worker's free list when cap fits a pooled size class, else
+ * allocated exactly. NULL when out of memory.
+ */
+struct dm_buf *dm_buf_get(struct dm_worker *w, uint32_t cap);
+
+/* Drops one reference to b (NULL: nothing); the last one pools or frees it. */
+void dm_buf_unref(struct dm_worker *w, struct dm_buf *b);
+
+/*
+ * Frees every buffer and request on the worker's free lists: after a burst,
+ * once the worker is quiet, and when it stops.
+ */
+void dm_buf_trim(struct dm_worker *w);
+
+/*
+ * Writes bufs to s, holding a reference to each of hold[] (at most 4) until
+ * the bytes are written. done(arg, status) is called once the write completes
+ * (from the write callback, or never when everything went out at once: then 1
+ * is returned). Returns 1 (all written now), 0 (queued; done() will follow) or
+ * <0 (nothing queued, done() will not be called).
+ */
+typedef void (*dm_write_cb)(void *arg, int status);
+int dm_buf_write(struct dm_worker *w, uv_stream_t *s, uv_buf_t *bufs, unsigned nbufs,
+                 struct dm_buf **hold, unsigned nhold, dm_write_cb done, void *arg);
+
+#endif

@@ -1,0 +1,835 @@
+/*
+ * Client connections: see proxy/client.h for the states a request goes
+ * through, and proxy/internal.h for the shape of the data path.
+ */
+#include "proxy/client.h"
+
+#include <errno.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "parsers/catalog.h"
+#include "proxy/accesslog.h"
+#include "proxy/buf.h"
+#include "proxy/conn.h"
+#include "proxy/learn.h"
+#include "proxy/log.h"
+#include "proxy/request.h"
+#include "proxy/route.h"
+#include "proxy/upstream.h"
+
+#define DM_ERRBUF 512
+
+static const char *
+status_text(unsigned status)
+{
+    switch (status) {
+    case 400:
+        return "Bad Request";
+    case 405:
+        return "Method Not Allowed";
+    case 408:
+        return "Request Timeout";
+    case 413:
+        return "Content Too Large";
+    case 431:
+        return "Request Header Fields Too Large";
+    case 500:
+        return "Internal Server Error";
+    case 502:
+        return "Bad Gateway";
+    case 503:
+        return "Service Unavailable";
+    case 504:
+        return "Gateway Timeout";
+    case 505:
+        return "HTTP Version Not Supported";
+    default:
+        return "Error";
+    }
+}
+
+/*
+ * Client timeouts without a timer per connection (an idle keep-alive
+ * connection should cost as little memory as possible): each kind of timeout
+ * has one list per worker, kept in deadline order, and the worker's tick
+ * expires entries from the head. Entries of a kind mostly share one duration,
+ * so an insertion almost always lands at the tail; a shorter one (a reload
+ * changed the duration, or a request's remaining bound) walks back to its
+ * place.
+ */
+void
+dm_tq_remove(struct dm_worker *w, struct dm_tnode *n)
+{
+    if (n->kind == DM_T_NONE) {
+        return;
+    }
+    struct dm_tq *q = &w->tq[n->kind];
+    if (n->prev != NULL) {
+        n->prev->next = n->next;
+    } else {
+        q->head = n->next;
+    }
+    if (n->next != NULL) {
+        n->next->prev = n->prev;
+    } else {
+        q->tail = n->prev;
+    }
+    n->prev = n->next = NULL;
+    n->kind = DM_T_NONE;
+}
+
+/* Puts n on the list of `kind`, to fire at loop time deadline_ms. */
+static void
+tq_insert(struct dm_worker *w, struct dm_tnode *n, enum dm_tkind kind, uint64_t deadline_ms)
+{
+    dm_tq_remove(w, n);
+    struct dm_tq *q = &w->tq[kind];
+    struct dm_tnode *after = q->tail;
+    while (after != NULL && after->deadline_ms > deadline_ms) {
+        after = after->prev;
+    }
+    n->deadline_ms = deadline_ms;
+    n->kind = (uint8_t)kind;
+    n->prev = after;
+    if (after != NULL) {
+        n->next = after->next;
+        after->next = n;
+    } else {
+        n->next = q->head;
+        q->head = n;
+    }
+    if (n->next != NULL) {
+        n->next->prev = n;
+    } else {
+        q->tail = n;
+    }
+}
+
+void
+dm_client_timer_stop(struct dm_client *c)
+{
+    dm_tq_remove(c->w, &c->timer);
+}
+
+/* Arms the client's timeout of `kind` for ms from now; 0 leaves it on no list. */
+static void
+client_timer_start(struct dm_client *c, enum dm_tkind kind, uint64_t ms)
+{
+    if (ms == 0) {
+        dm_client_timer_stop(c);
+        return;
+    }
+    tq_insert(c->w, &c->timer, kind, uv_now(&c->w->loop) + ms);
+}
+
+static void client_timeout(struct dm_client *c, enum dm_tkind kind);
+
+void
+dm_clients_expire(struct dm_worker *w)
+{
+    uint64_t now = uv_now(&w->loop);
+    for (int k = DM_T_NONE + 1; k < DM_T_KINDS; k++) {
+        /* Bounded: each pass takes the head off the list (a body window that
+         * is re-armed goes back to a later deadline). */
+        struct dm_tnode *n;
+        while ((n = w->tq[k].head) != NULL && n->deadline_ms <= now) {
+            dm_tq_remove(w, n);
+            struct dm_client *c =
+                k == DM_T_REQUEST
+                    ? ((struct dm_req *)((char *)n - offsetof(struct dm_req, bound)))->c
+                    : (struct dm_client *)((char *)n - offsetof(struct dm_client, timer));
+            client_timeout(c, (enum dm_tkind)k);
+        }
+    }
+}
+
+static void
+client_alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+    (void)suggested;
+    struct dm_client *c = h->data;
+    if (c->in == NULL) {
+        c->in = dm_buf_get(c->w, c->rt->buf_cap);
+    }
+    if (c->in == NULL) {
+        *buf = uv_buf_init(NULL, 0);
+        return;
+    }
+    *buf = uv_buf_init(c->in->data + c->in->len, c->in->cap - c->in->len);
+}
+
+static void client_read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
+
+void
+dm_client_read_start(struct dm_client *c)
+{
+    if (!c->reading && !c->closing && !c->eof) {
+        if (uv_read_start((uv_stream_t *)&c->tcp, client_alloc_cb, client_read_cb) == 0) {
+            c->reading = true;
+        }
+    }
+}
+
+void
+dm_client_read_stop(struct dm_client *c)
+{
+    if (c->reading) {
+        uv_read_stop((uv_stream_t *)&c->tcp);
+        c->reading = false;
+    }
+}
+
+static void
+client_free_cb(uv_handle_t *h)
+{
+    struct dm_client *c = h->data;
+    struct dm_worker *w = c->w;
+    dm_runtime_unref(c->rt);
+    free(c);
+    (void)w;
+}
+
+/* Closes the client and abandons its request (and that request's server connection). */
+void
+dm_client_close(struct dm_client *c)
+{
+    if (c->closing) {
+        return;
+    }
+    c->closing = true;
+    struct dm_worker *w = c->w;
+    struct dm_req *req = c->req;
+    if (req != NULL) {
+        if (req->up != NULL) {
+            struct dm_upstream *up = req->up;
+            req->up = NULL;
+            up->req = NULL;
+            dm_upstream_close(up);
+        }
+        dm_learn_work_done(req, req->work);
+        if (req->server != DM_NO_SERVER && req->attempts > 0 && !req->counted) {
+            /* A request that was counted against its server ends here. */
+            struct dm_server *s = dm_runtime_server(c->rt, req->pool, req->server);
+            dm_counter_sub(&s->conns, 1);
+            dm_counter_sub(&s->inflight, 1);
+            req->server = DM_NO_SERVER;
+        }
+        dm_req_free(w, req);
+        c->req = NULL;
+    }
+    dm_learn_client_close(c);
+    dm_buf_unref(w, c->in);
+    c->in = NULL;
+    if (c->prev != NULL) {
+        c->prev->next = c->next;
+    } else {
+        w->clients = c->next;
+    }
+    if (c->next != NULL) {
+        c->next->prev = c->prev;
+    }
+    w->nclients--;
+    dm_client_timer_stop(c);
+    uv_close((uv_handle_t *)&c->tcp, client_free_cb);
+}
+
+/* Called when writes to the client complete. */
+static void
+client_write_done(void *arg, int status)
+{
+    struct dm_client *c = arg;
+    c->writes--;
+    if (c->closing) {
+        return;
+    }
+    if (status < 0) {
+        dm_client_close(c);
+        return;
+    }
+    if (c->close_after && c->writes == 0) {
+        dm_client_close(c);
+        return;
+    }
+    /* Back-pressure: the server side paused while this queue was full. */
+    struct dm_upstream *up = c->req != NULL ? c->req->up : NULL;
+    if (up != NULL && up->paused &&
+        uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp) < DM_WRITE_HIGH) {
+        up->paused = false;
+        dm_upstream_read_start(up);
+    }
+}
+
+/* Writes to the client; bufs reference hold[] (kept until written). */
+void
+dm_client_write(struct dm_client *c, uv_buf_t *bufs, unsigned n, struct dm_buf **hold,
+                unsigned nhold)
+{
+    int r = dm_buf_write(c->w, (uv_stream_t *)&c->tcp, bufs, n, hold, nhold, client_write_done, c);
+    if (r == 0) {
+        c->writes++;
+    } else if (r < 0) {
+        c->close_after = true;
+        if (c->writes == 0) {
+            dm_client_close(c);
+        }
+    }
+}
+
+/* Closes the client now if nothing is in flight, else after the last write. */
+void
+dm_client_close_when_written(struct dm_client *c)
+{
+    c->close_after = true;
+    if (c->writes == 0) {
+        dm_client_close(c);
+    }
+}
+
+/* Answers the current request with an error and closes the connection. */
+void
+dm_client_respond_error(struct dm_client *c, unsigned status, const char *reason)
+{
+    struct dm_req *req = c->req;
+    char addr[INET6_ADDRSTRLEN];
+    dm_accesslog_client_addr(c, addr, sizeof(addr));
+    dm_log_warn("client %s: %u %s", addr, status, reason);
+    if (req != NULL && req->up != NULL) {
+        struct dm_upstream *up = req->up;
+        req->up = NULL;
+        up->req = NULL;
+        dm_upstream_close(up);
+    }
+    dm_client_read_stop(c);
+    dm_client_timer_stop(c);
+    if (req != NULL && req->resp_started) {
+        /* Part of a response went out already: all we can do is close. */
+        dm_client_close(c);
+        return;
+    }
+    struct dm_buf *b = dm_buf_get(c->w, DM_ERRBUF);
+    if (b == NULL) {
+        dm_client_close(c);
+        return;
+    }
+    char body[256];
+    int blen = snprintf(body, sizeof(body), "%u %s: %s\n", status, status_text(status), reason);
+    int n = snprintf(b->data, b->cap,
+                     "HTTP/1.1 %u %s\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n"
+                     "Connection: close\r\n\r\n%s",
+                     status, status_text(status), blen, body);
+    if (n < 0 || (uint32_t)n >= b->cap) {
+        n = 0;
+    }
+    b->len = (uint32_t)n;
+    if (req != NULL) {
+        req->status = status;
+        req->resp_bytes = (uint64_t)n;
+        req->resp_started = true;
+        dm_accesslog_write(req);
+    }
+    uv_buf_t out = uv_buf_init(b->data, b->len);
+    c->close_after = true;
+    dm_client_write(c, &out, 1, &b, 1);
+    dm_buf_unref(c->w, b);
+    if (!c->closing && c->writes == 0) {
+        dm_client_close(c);
+    }
+}
+
+void
+dm_client_body_window(struct dm_client *c)
+{
+    c->req->body_mark = c->req->body_raw;
+    client_timer_start(c, DM_T_BODY, c->rt->conf->timeouts.client_body_ms);
+}
+
+static void
+client_timeout(struct dm_client *c, enum dm_tkind kind)
+{
+    struct dm_req *req = c->req;
+    switch (kind) {
+    case DM_T_HEADER:
+        /* The whole head is bounded, however it trickles in (as HAProxy's
+         * timeout http-request); a connection that sent nothing just closes. */
+        if (c->state == DM_C_HEAD && c->in != NULL && c->in->len > c->head_start) {
+            dm_client_respond_error(c, 408, "request head not received in time");
+        } else {
+            dm_client_close(c);
+        }
+        break;
+    case DM_T_BODY: {
+        if (req == NULL || c->state != DM_C_BODY) {
+            break; /* a retry went back to CONNECT: the window restarts when it is ready */
+        }
+        const struct dm_conf *cf = c->rt->conf;
+        /* Durations are at most 1000 h and the rate 1 GiB/s: no overflow. */
+        uint64_t need = cf->limits.body_min_rate * cf->timeouts.client_body_ms / 1000;
+        /* While the proxy does not read (the server is slower than the client),
+         * or the client waits for the server's 100 Continue (the server's
+         * silence is bounded by timeouts.server_response meanwhile), the client
+         * is not to blame: that window does not count. */
+        bool waiting = req->info.expect_continue && !req->continued && req->body_raw == 0;
+        if (c->paused || !c->reading || waiting ||
+            req->body_raw - req->body_mark >= (need > 0 ? need : 1)) {
+            dm_client_body_window(c);
+            break;
+        }
+        dm_client_respond_error(c, 408, "request body slower than limits.body_min_rate");
+        break;
+    }
+    case DM_T_REQUEST:
+        dm_client_respond_error(c, 504, "request took longer than timeouts.request");
+        break;
+    default:
+        dm_client_close(c);
+        break;
+    }
+}
+
+/*
+ * Makes sure the read buffer has room for a whole head from `off` on: compact it
+ * when we are its only user, else move the unparsed bytes to a fresh buffer.
+ */
+static int
+client_make_room(struct dm_client *c)
+{
+    struct dm_buf *in = c->in;
+    uint32_t need = (uint32_t)c->rt->conf->limits.header_bytes + 1024;
+    if (in == NULL) {
+        return 0;
+    }
+    if (in->cap - in->off >= need && in->cap - in->len > 0) {
+        return 0;
+    }
+    uint32_t rest = in->len - in->off;
+    if (in->refs == 1) {
+        memmove(in->data, in->data + in->off, rest);
+        in->off = 0;
+        in->len = rest;
+        return 0;
+    }
+    struct dm_buf *nb = dm_buf_get(c->w, c->rt->buf_cap);
+    if (nb == NULL) {
+        return -ENOMEM;
+    }
+    memcpy(nb->data, in->data + in->off, rest);
+    nb->len = rest;
+    dm_buf_unref(c->w, in);
+    c->in = nb;
+    return 0;
+}
+
+static bool
+client_start_request(struct dm_client *c)
+{
+    if (client_make_room(c) < 0) {
+        dm_client_close(c);
+        return false;
+    }
+    c->req = dm_req_get(c);
+    if (c->req == NULL) {
+        dm_client_close(c);
+        return false;
+    }
+    c->parser.msg = &c->req->msg;
+    c->parser.on_body = NULL;
+    c->head_start = c->in->off;
+    c->state = DM_C_HEAD;
+    /* The first request's head is bounded from the accept on (its timer runs
+     * already); a later one's from its first byte. */
+    if (c->timer.kind != DM_T_HEADER) {
+        client_timer_start(c, DM_T_HEADER, c->rt->conf->timeouts.client_header_ms);
+    }
+    return true;
+}
+
+void
+dm_client_forward_slice(struct dm_client *c, uint32_t from, uint32_t to)
+{
+    struct dm_req *req = c->req;
+    if (req->up == NULL) {
+        return;
+    }
+    uv_buf_t b[2];
+    struct dm_buf *hold[2];
+    unsigned n = 0;
+    if (req->head_pending) {
+        req->head_pending = false;
+        b[n] = uv_buf_init(req->out_head->data, req->out_head->len);
+        hold[n++] = req->out_head;
+    }
+    if (to > from) {
+        b[n] = uv_buf_init(c->in->data + from, to - from);
+        hold[n++] = c->in;
+        req->body_sent = true;
+    }
+    if (n > 0) {
+        dm_upstream_write(req->up, b, n, hold, n);
+    }
+}
+
+/*
+ * Copies [from, to) of the read buffer to the request's held trailer section,
+ * growing it up to limits.header_bytes. Returns 0, or <0 once the client has
+ * been answered (431, or 500 when out of memory).
+ */
+static int
+client_hold_trailers(struct dm_client *c, uint32_t from, uint32_t to)
+{
+    struct dm_req *req = c->req;
+    struct dm_buf *t = req->trailers;
+    uint32_t n = to - from;
+    if ((size_t)t->len + n > c->rt->conf->limits.header_bytes) {
+        dm_client_respond_error(c, 431, "request trailers larger than limits.header_bytes");
+        return -1;
+    }
+    if (t->len + n > t->cap) {
+        uint32_t cap = t->cap * 2 > t->len + n ? t->cap * 2 : t->len + n;
+        struct dm_buf *nt = dm_buf_get(c->w, cap);
+        if (nt == NULL) {
+            dm_client_respond_error(c, 500, "out of memory");
+            return -1;
+        }
+        memcpy(nt->data, t->data, t->len);
+        nt->len = t->len;
+        dm_buf_unref(c->w, t);
+        req->trailers = t = nt;
+    }
+    memcpy(t->data + t->len, c->in->data + from, n);
+    t->len += n;
+    return 0;
+}
+
+/* The request's trailer section is whole: checked, then forwarded (or 400). */
+static int
+client_send_trailers(struct dm_client *c)
+{
+    struct dm_req *req = c->req;
+    const char *reason = NULL;
+    if (dm_http_check_trailers(req->trailers->data, req->trailers->len, &reason) != 0) {
+        dm_client_respond_error(c, 400, reason);
+        return -1;
+    }
+    if (req->up != NULL) {
+        uv_buf_t b = uv_buf_init(req->trailers->data, req->trailers->len);
+        dm_upstream_write(req->up, &b, 1, &req->trailers, 1);
+    }
+    return 0;
+}
+
+/* After forwarding: a full buffer is recycled or handed over to its writers. */
+static void
+client_recycle_in(struct dm_client *c)
+{
+    struct dm_buf *in = c->in;
+    if (in == NULL || in->off != in->len) {
+        return;
+    }
+    if (in->refs == 1) {
+        in->off = in->len = 0;
+        if (c->state == DM_C_IDLE) {
+            dm_buf_unref(c->w, in);
+            c->in = NULL;
+        }
+    } else if (in->len == in->cap || c->state == DM_C_IDLE) {
+        dm_buf_unref(c->w, in);
+        c->in = NULL;
+    }
+}
+
+static void
+client_head_done(struct dm_client *c)
+{
+    struct dm_req *req = c->req;
+    const struct dm_conf *cf = c->rt->conf;
+    uint32_t head_len = c->in->off - c->head_start;
+    const char *reason = NULL;
+    if (head_len > cf->limits.header_bytes) {
+        dm_client_respond_error(c, 431, "request head larger than limits.header_bytes");
+        return;
+    }
+    int st = dm_http_check_request(c->in->data + c->head_start, head_len, &req->msg,
+                                   dm_http_parser_version(&c->parser), &req->info, &reason);
+    if (st != 0) {
+        dm_client_respond_error(c, (unsigned)st, reason);
+        return;
+    }
+    if (cf->limits.body_bytes > 0 && req->info.has_length &&
+        req->info.content_length > cf->limits.body_bytes) {
+        dm_client_respond_error(c, 413, "request body larger than limits.body_bytes");
+        return;
+    }
+    req->head_buf = c->in;
+    req->head_len = head_len;
+    c->in->refs++;
+    req->close_client = !req->info.keep_alive || c->w->stopping;
+    req->pool = dm_route_match(cf, req->info.host.p, req->info.host.len, req->info.path.p,
+                               req->info.path.len);
+    if (c->rt->pools[req->pool].age) {
+        /* A connection whose page came from a host-less preload keys its
+         * objects without host too, so that they match the page's list. */
+        bool any = c->any_host;
+        req->key = dm_catalog_key(any ? "" : req->info.host.p, any ? 0 : req->info.host.len,
+                                  req->info.path.p, req->info.path.len);
+    }
+    c->state = DM_C_CONNECT;
+    dm_client_timer_stop(c);
+    if (cf->timeouts.request_ms > 0) {
+        tq_insert(c->w, &req->bound, DM_T_REQUEST, uv_now(&c->w->loop) + cf->timeouts.request_ms);
+    }
+    dm_req_pick_and_connect(req);
+}
+
+void
+dm_client_process(struct dm_client *c)
+{
+    for (;;) {
+        if (c->closing) {
+            return;
+        }
+        struct dm_buf *in = c->in;
+        switch (c->state) {
+        case DM_C_IDLE:
+            if (in == NULL || in->off == in->len) {
+                client_recycle_in(c);
+                if (c->eof || c->w->stopping) {
+                    dm_client_close(c);
+                    return;
+                }
+                if (c->served && c->timer.kind != DM_T_KEEPALIVE) {
+                    client_timer_start(c, DM_T_KEEPALIVE,
+                                       c->rt->conf->timeouts.client_keepalive_ms);
+                } else if (!c->served && c->timer.kind != DM_T_HEADER) {
+                    client_timer_start(c, DM_T_HEADER, c->rt->conf->timeouts.client_header_ms);
+                }
+                dm_client_read_start(c);
+                return;
+            }
+            if (!client_start_request(c)) {
+                return;
+            }
+            continue;
+        case DM_C_HEAD: {
+            size_t used = 0;
+            int r = dm_http_parse(&c->parser, in->data + in->off, in->len - in->off, &used);
+            if (r < 0) {
+                dm_client_respond_error(c, 400, dm_http_parser_error(&c->parser));
+                return;
+            }
+            in->off += (uint32_t)used;
+            if (r == DM_HTTP_HEAD_DONE) {
+                client_head_done(c);
+                return;
+            }
+            if (in->len - c->head_start > c->rt->conf->limits.header_bytes) {
+                dm_client_respond_error(c, 431, "request head larger than limits.header_bytes");
+                return;
+            }
+            if (c->eof) {
+                dm_client_close(c);
+            }
+            return;
+        }
+        case DM_C_CONNECT:
+        case DM_C_WAIT:
+            /* Pipelined bytes wait; stop reading when there is no room left. */
+            if (in != NULL && in->len == in->cap) {
+                dm_client_read_stop(c);
+            }
+            return;
+        case DM_C_BODY: {
+            struct dm_req *req = c->req;
+            if (in == NULL || (in->off == in->len &&
+                               !(req->info.chunked == false && req->info.content_length == 0))) {
+                return;
+            }
+            size_t used = 0;
+            uint32_t from = in->off;
+            int r = dm_http_parse(&c->parser, in->data + in->off, in->len - in->off, &used);
+            if (r < 0) {
+                dm_client_respond_error(c, 400, dm_http_parser_error(&c->parser));
+                return;
+            }
+            uint64_t limit = c->rt->conf->limits.body_bytes;
+            if (limit > 0 && c->parser.body_bytes > limit) {
+                dm_client_respond_error(c, 413, "request body larger than limits.body_bytes");
+                return;
+            }
+            in->off += (uint32_t)used;
+            if (req->body_raw == 0 && used > 0 && req->info.expect_continue && !req->continued &&
+                req->up != NULL) {
+                dm_upstream_deadline(req->up, 0); /* the client went on without the 100 */
+            }
+            req->body_raw += used;
+            if (req->info.chunked) {
+                /* llhttp 8.1 accepts a bare LF as the last line of a chunked
+                 * body: keep the last four bytes to check the ending ourselves. */
+                uint32_t k = in->off - from > 4 ? in->off - 4 : from;
+                for (; k < in->off; k++) {
+                    req->tail = req->tail << 8 | (uint8_t)in->data[k];
+                }
+                if (r == DM_HTTP_MSG_DONE && req->tail != 0x0d0a0d0au) {
+                    dm_client_respond_error(c, 400, "chunked body does not end with CRLF CRLF");
+                    return;
+                }
+            }
+            if (req->trailers != NULL) {
+                /* The trailer section is held until it is whole and checked. */
+                if (client_hold_trailers(c, from, in->off) < 0) {
+                    return;
+                }
+            } else {
+                dm_client_forward_slice(c, from, in->off);
+            }
+            if (c->closing || c->req == NULL) {
+                return;
+            }
+            if (r == DM_HTTP_TRAILERS) {
+                req->trailers = dm_buf_get(c->w, DM_SMALL_CAP);
+                if (req->trailers == NULL) {
+                    dm_client_respond_error(c, 500, "out of memory");
+                    return;
+                }
+                continue;
+            }
+            if (r == DM_HTTP_MSG_DONE && req->trailers != NULL && client_send_trailers(c) < 0) {
+                return;
+            }
+            if (r == DM_HTTP_MSG_DONE || r == DM_HTTP_UPGRADE) {
+                req->body_done = true;
+                c->state = DM_C_WAIT;
+                dm_client_timer_stop(c); /* the body window */
+                dm_req_await_response(req);
+                if (req->info.upgrade) {
+                    /* What follows belongs to the new protocol, after a 101. */
+                    return;
+                }
+                continue;
+            }
+            client_recycle_in(c);
+            return;
+        }
+        case DM_C_TUNNEL:
+            if (in != NULL && in->off < in->len && c->req != NULL && c->req->up != NULL) {
+                uint32_t from = in->off;
+                in->off = in->len;
+                dm_client_forward_slice(c, from, in->len);
+                client_recycle_in(c);
+            }
+            return;
+        }
+    }
+}
+
+static void
+client_read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
+{
+    (void)buf;
+    struct dm_client *c = s->data;
+    if (nread == 0) {
+        return;
+    }
+    if (nread == UV_ENOBUFS) {
+        dm_client_read_stop(c);
+        return;
+    }
+    if (nread < 0) {
+        dm_client_read_stop(c);
+        c->eof = true;
+        if (nread != UV_EOF) {
+            dm_client_close(c);
+            return;
+        }
+        switch (c->state) {
+        case DM_C_IDLE:
+        case DM_C_HEAD:
+            if (c->writes == 0) {
+                dm_client_close(c);
+            } else {
+                dm_client_close_when_written(c);
+            }
+            return;
+        case DM_C_BODY:
+        case DM_C_TUNNEL:
+            /* The request body was cut short, or a tunnel ends: end both sides. */
+            dm_client_close_when_written(c);
+            if (c->req != NULL && c->req->up != NULL) {
+                struct dm_upstream *up = c->req->up;
+                c->req->up = NULL;
+                up->req = NULL;
+                dm_upstream_close(up);
+            }
+            return;
+        default:
+            /* The response can still be delivered; close after it. */
+            if (c->req != NULL) {
+                c->req->close_client = true;
+            }
+            return;
+        }
+    }
+    c->in->len += (uint32_t)nread;
+    dm_client_process(c);
+}
+
+void
+dm_client_accept(struct dm_worker *w, uv_stream_t *listener)
+{
+    struct dm_client *c = calloc(1, sizeof(*c));
+    if (c == NULL) {
+        return;
+    }
+    c->w = w;
+    if (uv_tcp_init(&w->loop, &c->tcp) < 0) {
+        free(c); /* never initialized: no close */
+        return;
+    }
+    c->tcp.data = c;
+    if (uv_accept(listener, (uv_stream_t *)&c->tcp) != 0) {
+        /* Not counted nor listed yet: only the handle is to close and free. */
+        uv_close((uv_handle_t *)&c->tcp, client_free_cb);
+        return;
+    }
+    c->rt = w->rt;
+    dm_runtime_ref(c->rt);
+    uv_tcp_nodelay(&c->tcp, 1);
+    int len = sizeof(c->peer);
+    uv_tcp_getpeername(&c->tcp, &c->peer.sa, &len);
+    dm_http_parser_init(&c->parser, true);
+    c->next = w->clients;
+    if (w->clients != NULL) {
+        w->clients->prev = c;
+    }
+    w->clients = c;
+    w->nclients++;
+    c->state = DM_C_IDLE;
+    c->bound = -1;
+    client_timer_start(c, DM_T_HEADER, c->rt->conf->timeouts.client_header_ms);
+    dm_client_read_start(c);
+}
+
+void
+dm_clients_drain(struct dm_worker *w)
+{
+    struct dm_client *c = w->clients;
+    while (c != NULL) {
+        struct dm_client *next = c->next;
+        if (c->state == DM_C_IDLE && c->writes == 0) {
+            dm_client_close(c);
+        } else if (c->req != NULL) {
+            c->req->close_client = true;
+        }
+        c = next;
+    }
+}
+
+void
+dm_clients_close_all(struct dm_worker *w)
+{
+    while (w->clients != NULL) {
+        dm_client_close(w->clients);
+    }
+}

@@ -1,0 +1,96 @@
+/*
+ * Client connections of one worker: accept, reading request heads and
+ * checking them, forwarding request bodies and trailers to the server,
+ * the client timeouts (per-worker lists in deadline order, no timer per
+ * connection), error answers and close. A request goes through the states of
+ * enum dm_client_state:
+ *   IDLE -> HEAD (bytes of a request head arrive)
+ *        -> CONNECT (head checked, a server picked, its connection coming)
+ *        -> BODY (head written to the server, body bytes forwarded as they come)
+ *        -> WAIT (request complete, response under way)
+ *        -> IDLE again when the response is complete, or TUNNEL after a 101.
+ * Pipelined requests wait in the read buffer until the response before them
+ * is complete, so responses go out in order. Everything here runs on the
+ * worker's thread.
+ */
+#ifndef DM_PROXY_CLIENT_H
+#define DM_PROXY_CLIENT_H
+
+#include <stdint.h>
+#include <uv.h>
+
+struct dm_buf;
+struct dm_client;
+struct dm_tnode;
+struct dm_worker;
+
+/*
+ * Accepts one connection from listener and starts reading it, under the
+ * worker's current runtime (a reference of its own). Out of memory or a
+ * failed accept drops the connection.
+ */
+void dm_client_accept(struct dm_worker *w, uv_stream_t *listener);
+
+/* Graceful stop: closes idle connections, the others after their response. */
+void dm_clients_drain(struct dm_worker *w);
+
+/* Closes every client connection of w, abandoning their requests. */
+void dm_clients_close_all(struct dm_worker *w);
+
+/* Handles every client timeout of w that is due (the worker's tick). */
+void dm_clients_expire(struct dm_worker *w);
+
+/*
+ * Closes the client and abandons its request (and that request's server
+ * connection); c is freed by the close callback. A second call does nothing.
+ */
+void dm_client_close(struct dm_client *c);
+
+/* Closes the client now if no write is in flight, else after the last one. */
+void dm_client_close_when_written(struct dm_client *c);
+
+/*
+ * Writes n buffers to the client, holding hold[] (nhold references, taken
+ * here) until written. A failed write closes the client once nothing else is
+ * in flight.
+ */
+void dm_client_write(struct dm_client *c, uv_buf_t *bufs, unsigned n, struct dm_buf **hold,
+                     unsigned nhold);
+
+/*
+ * Answers the current request with status and closes the connection once it
+ * is written; closes at once when part of a response went out already. Logs
+ * the reason, and the request when there is one. Closes the request's server
+ * connection.
+ */
+void dm_client_respond_error(struct dm_client *c, unsigned status, const char *reason);
+
+/* Starts reading, unless the client is closing or sent FIN. */
+void dm_client_read_start(struct dm_client *c);
+
+/* Stops reading (back-pressure, an error answer, the end of a request). */
+void dm_client_read_stop(struct dm_client *c);
+
+/* Takes the client off its header, keep-alive or body timeout list. */
+void dm_client_timer_stop(struct dm_client *c);
+
+/* A new window of the request body's minimum rate starts now (timeouts.client_body). */
+void dm_client_body_window(struct dm_client *c);
+
+/*
+ * Goes on with what the read buffer holds in the current state: parses heads,
+ * forwards body bytes, or waits. May close c.
+ */
+void dm_client_process(struct dm_client *c);
+
+/*
+ * Sends bytes [from, to) of the client's read buffer to the request's server
+ * connection, after the request head when it is still pending; nothing
+ * without a server connection.
+ */
+void dm_client_forward_slice(struct dm_client *c, uint32_t from, uint32_t to);
+
+/* Takes n off the worker's timeout list it is on (none: nothing). */
+void dm_tq_remove(struct dm_worker *w, struct dm_tnode *n);
+
+#endif

@@ -1,0 +1,397 @@
+/*
+ * A request between the client and the server connection (proxy/request.h).
+ */
+#include "proxy/request.h"
+
+#include <netinet/in.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "balancers/hash.h"
+#include "proxy/accesslog.h"
+#include "proxy/buf.h"
+#include "proxy/client.h"
+#include "proxy/conn.h"
+#include "proxy/learn.h"
+#include "proxy/upstream.h"
+
+#define DM_FREE_REQS_MAX 64
+
+struct dm_req *
+dm_req_get(struct dm_client *c)
+{
+    struct dm_runtime *rt = c->rt;
+    struct dm_worker *w = c->w;
+    uint32_t max_fields = rt->conf->limits.header_count;
+    uint32_t tried_bytes = rt->tried_bytes > 0 ? rt->tried_bytes : 1;
+    size_t size =
+        sizeof(struct dm_req) + 2 * (size_t)max_fields * sizeof(struct dm_http_field) + tried_bytes;
+    struct dm_req *req;
+    if (w->free_reqs != NULL && w->free_reqs->size == size) {
+        struct dm_req_free *f = w->free_reqs;
+        w->free_reqs = f->next;
+        w->nfree_reqs--;
+        req = (struct dm_req *)f;
+    } else {
+        req = malloc(size > sizeof(struct dm_req_free) ? size : sizeof(struct dm_req_free));
+        if (req == NULL) {
+            return NULL;
+        }
+    }
+    req->alloc_size = size;
+    size_t alloc_size = req->alloc_size;
+    memset(req, 0, sizeof(*req));
+    req->alloc_size = alloc_size;
+    req->max_fields = max_fields;
+    req->tried_bytes = tried_bytes;
+    req->c = c;
+    req->msg.fields = req->fields;
+    req->msg.max_fields = max_fields;
+    req->rmsg.fields = req->fields + max_fields;
+    req->rmsg.max_fields = max_fields;
+    req->tried = (uint8_t *)(req->fields + 2 * (size_t)max_fields);
+    memset(req->tried, 0, tried_bytes);
+    req->server = DM_NO_SERVER;
+    req->start_us = uv_hrtime() / 1000;
+    c->w->busy++;
+    if (c->w->busy > c->w->busy_peak) {
+        c->w->busy_peak = c->w->busy;
+    }
+    return req;
+}
+
+void
+dm_req_free(struct dm_worker *w, struct dm_req *req)
+{
+    dm_buf_unref(w, req->head_buf);
+    dm_buf_unref(w, req->out_head);
+    dm_buf_unref(w, req->resp_head);
+    dm_buf_unref(w, req->trailers);
+    dm_tq_remove(w, &req->bound);
+    free(req->learn);
+    req->learn = NULL;
+    w->busy--;
+    if (w->nfree_reqs < DM_FREE_REQS_MAX) {
+        struct dm_req_free *f = (struct dm_req_free *)req;
+        size_t size = req->alloc_size;
+        f->size = size;
+        f->next = w->free_reqs;
+        w->free_reqs = f;
+        w->nfree_reqs++;
+        return;
+    }
+    free(req);
+}
+
+static void req_upstream_ready(struct dm_req *req, struct dm_upstream *up, int status);
+
+/*
+ * Takes a connection to the request's server. A pooled one goes on at once,
+ * without waiting for the loop; so does a failure, which tries another
+ * server. A new connection goes on from its callback.
+ */
+static void
+req_connect(struct dm_req *req)
+{
+    struct dm_client *c = req->c;
+    int r = dm_upstream_take(c->w, c->rt, req->pool, req->server, req, req_upstream_ready);
+    if (r == DM_UPSTREAM_NOW) {
+        req_upstream_ready(req, req->up, 0);
+    } else if (r < 0) {
+        req_upstream_ready(req, NULL, r);
+    }
+}
+
+/* The key a hashing policy places the request by (conf: pool hash.key). */
+static uint64_t
+req_hash_key(struct dm_req *req)
+{
+    const struct dm_conf_hash *h = &req->c->rt->conf->pools[req->pool].hash;
+    const struct dm_http_msg *m = &req->msg;
+    if (h->key == DM_HASH_URI) {
+        return dm_hash_bytes(req->info.path.p, req->info.path.len);
+    }
+    if (h->key == DM_HASH_HEADER || h->key == DM_HASH_COOKIE) {
+        size_t nlen = strlen(h->name);
+        for (unsigned i = 0; i < m->nfields; i++) {
+            struct dm_span n = m->fields[i].name;
+            struct dm_span v = m->fields[i].value;
+            if (h->key == DM_HASH_HEADER) {
+                if (n.len == nlen && strncasecmp(n.p, h->name, nlen) == 0) {
+                    return dm_hash_bytes(v.p, v.len);
+                }
+                continue;
+            }
+            if (!dm_span_ieq(n, "cookie")) {
+                continue;
+            }
+            /* Cookie: a=1; b=2 */
+            const char *p = v.p;
+            const char *end = v.p + v.len;
+            while (p < end) {
+                while (p < end && (*p == ' ' || *p == ';')) {
+                    p++;
+                }
+                const char *semi = memchr(p, ';', (size_t)(end - p));
+                const char *e = semi != NULL ? semi : end;
+                if ((size_t)(e - p) > nlen && memcmp(p, h->name, nlen) == 0 && p[nlen] == '=') {
+                    return dm_hash_bytes(p + nlen + 1, (size_t)(e - p - (ptrdiff_t)nlen - 1));
+                }
+                p = e;
+            }
+        }
+        /* No such header or cookie: fall back to the client address. */
+    }
+    const struct dm_client *c = req->c;
+    if (c->peer.sa.sa_family == AF_INET6) {
+        return dm_hash_bytes(&c->peer.in6.sin6_addr, sizeof(c->peer.in6.sin6_addr));
+    }
+    return dm_hash_bytes(&c->peer.in4.sin_addr, sizeof(c->peer.in4.sin_addr));
+}
+
+void
+dm_req_pick_and_connect(struct dm_req *req)
+{
+    struct dm_client *c = req->c;
+    struct dm_rpool *p = &c->rt->pools[req->pool];
+    struct dm_pick pick = {
+        .key = p->hashing ? req_hash_key(req) : 0,
+        .tried = req->tried,
+        .now_us = dm_mono_us(),
+        .rng = &c->w->rng,
+    };
+    int idx = DM_NO_SERVER;
+    bool affinity = p->cf->affinity_connection;
+    if (affinity && c->bound >= 0 && c->bound_pool == req->pool &&
+        !dm_pick_tried(&pick, (size_t)c->bound) &&
+        dm_server_is_usable(&p->sv->s[c->bound], pick.now_us)) {
+        idx = c->bound; /* affinity: connection */
+    } else {
+        idx = dm_balancer_pick(p->bal, &pick);
+        if (idx == DM_NO_SERVER) {
+            if (req->attempts == 0) {
+                dm_client_respond_error(c, 503, "no server available");
+            } else {
+                dm_client_respond_error(c, 502, "could not connect to any server");
+            }
+            return;
+        }
+        dm_counter_add(&p->sv->s[idx].picks, 1);
+    }
+    req->server = idx;
+    req->attempts++;
+    req->tried[idx / 8] |= (uint8_t)(1u << (idx % 8));
+    struct dm_server *s = &p->sv->s[idx];
+    dm_counter_add(&s->conns, 1);
+    dm_counter_add(&s->inflight, 1);
+    /* Everything the pick decided is on the server's counters before the
+     * next pick can read them, or a burst of new connections would all see
+     * the same minimum (the stale-information herd). */
+    dm_learn_reserve(req);
+    req->up_start_us = uv_hrtime() / 1000;
+    req_connect(req);
+}
+
+/* Undoes the counters of the current pick (before another pick or at the end). */
+static void
+req_unpick(struct dm_req *req)
+{
+    if (req->server == DM_NO_SERVER) {
+        return;
+    }
+    struct dm_rpool *p = &req->c->rt->pools[req->pool];
+    struct dm_server *s = &p->sv->s[req->server];
+    dm_counter_sub(&s->conns, 1);
+    dm_counter_sub(&s->inflight, 1);
+}
+
+static void
+req_send_head(struct dm_req *req, struct dm_upstream *up)
+{
+    struct dm_client *c = req->c;
+    if (req->out_head == NULL) {
+        char addr[INET6_ADDRSTRLEN];
+        dm_accesslog_client_addr(c, addr, sizeof(addr));
+        struct dm_http_forward fw = {
+            .client_addr = addr,
+            .proto = "http",
+            .via = "1.1 dimmer",
+            .default_host = dm_runtime_server_conf(c->rt, req->pool, req->server)->addr.text,
+        };
+        /* Sized to the head (plus what we add), so a request holds little memory. */
+        uint32_t cap = req->head_len + 512;
+        struct dm_buf *b = dm_buf_get(c->w, cap);
+        if (b == NULL) {
+            dm_client_respond_error(c, 502, "out of memory");
+            return;
+        }
+        size_t n = dm_http_write_request(b->data, b->cap, &req->msg, &req->info, &fw);
+        if (n == 0) {
+            dm_buf_unref(c->w, b);
+            dm_client_respond_error(c, 431, "request head too large once rewritten");
+            return;
+        }
+        b->len = (uint32_t)n;
+        req->out_head = b;
+    }
+    /* Written with the first body bytes, in one system call (dm_client_forward_slice). */
+    (void)up;
+    req->head_pending = true;
+}
+
+void
+dm_req_continued(struct dm_req *req)
+{
+    struct dm_client *c = req->c;
+    if (req->continued || c->state != DM_C_BODY) {
+        return;
+    }
+    req->continued = true;
+    if (req->up != NULL) {
+        dm_upstream_deadline(req->up, 0);
+    }
+    dm_client_body_window(c);
+}
+
+void
+dm_req_await_response(struct dm_req *req)
+{
+    uint64_t t = req->c->rt->conf->timeouts.server_response_ms;
+    if (req->up != NULL && t > 0 && req->up->deadline_ms == UINT64_MAX) {
+        dm_upstream_deadline(req->up, t);
+    }
+}
+
+static void
+req_upstream_ready(struct dm_req *req, struct dm_upstream *up, int status)
+{
+    struct dm_client *c = req->c;
+    if (status < 0) {
+        req->up = NULL;
+        dm_learn_work_done(req, req->work);
+        req_unpick(req);
+        dm_upstream_failed(c->rt, req->pool, req->server,
+                           status == UV_ETIMEDOUT ? "connect timed out" : uv_strerror(status));
+        req->server = DM_NO_SERVER;
+        /* Nothing was sent yet: another server may take it. */
+        dm_req_pick_and_connect(req);
+        return;
+    }
+    req->up = up;
+    up->req = req;
+    if (c->rt->pools[req->pool].cf->affinity_connection && c->bound < 0) {
+        c->bound = req->server;
+        c->bound_pool = (uint16_t)req->pool;
+    }
+    dm_http_parser_init(&up->parser, false);
+    up->parser.msg = &req->rmsg;
+    dm_http_parser_expect_no_body(&up->parser, dm_span_ieq(req->msg.method, "head"));
+    up->state = DM_U_HEAD;
+    up->got_bytes = false;
+    req_send_head(req, up);
+    if (c->closing || req->up == NULL) {
+        return;
+    }
+    dm_upstream_read_start(up);
+    c->state = DM_C_BODY;
+    if (req->body_done) {
+        c->state = DM_C_WAIT; /* a retry: the request went out whole before */
+        dm_req_await_response(req);
+    } else if (req->info.chunked || req->info.content_length > 0) {
+        dm_client_body_window(c); /* the body is read from now on */
+        if (req->info.expect_continue && req->body_raw == 0) {
+            /* The client may wait for the server's 100 Continue: the server's
+             * silence is what is bounded until then. */
+            dm_upstream_deadline(up, c->rt->conf->timeouts.server_response_ms);
+        }
+    }
+    dm_client_read_start(c);
+    dm_client_process(c);
+    if (!c->closing && c->req == req && req->head_pending) {
+        dm_client_forward_slice(c, 0, 0); /* no body bytes yet: the head alone */
+    }
+}
+
+/* A reused connection died before answering: send the request again on a new one. */
+bool
+dm_req_retry(struct dm_req *req, struct dm_upstream *up)
+{
+    if (!up->reused || up->got_bytes || req->body_sent || req->attempts > 3) {
+        return false;
+    }
+    req->up = NULL;
+    up->req = NULL;
+    dm_upstream_close(up);
+    req->c->state = DM_C_CONNECT;
+    req->attempts++;
+    req->up_start_us = uv_hrtime() / 1000;
+    req_connect(req);
+    return true;
+}
+
+void
+dm_req_account(struct dm_req *req)
+{
+    if (req->counted) {
+        return;
+    }
+    req->counted = true;
+    struct dm_client *c = req->c;
+    struct dm_rpool *p = &c->rt->pools[req->pool];
+    dm_counter_add(&p->sv->s[req->server].requests, 1);
+    struct dm_bal_event ev = {
+        .server = req->server,
+        .now_us = dm_mono_us(),
+        .bytes = (uint64_t)req->added,
+        .conn = c->age != NULL && c->age_pool == req->pool ? c->age : NULL,
+        .object = req->key,
+    };
+    dm_balancer_on_response(p->bal, &ev);
+    dm_learn_work_done(req, req->work);
+    req_unpick(req);
+}
+
+/* After the response: learn, log, release the server connection, go on. */
+void
+dm_req_finish(struct dm_req *req)
+{
+    struct dm_client *c = req->c;
+    struct dm_upstream *up = req->up;
+    struct dm_rpool *p = &c->rt->pools[req->pool];
+    dm_req_account(req);
+    uint64_t body = up != NULL ? up->parser.body_bytes : 0;
+    if (p->age) {
+        dm_learn_finish(req, body);
+    }
+    dm_accesslog_write(req);
+    if (up != NULL) {
+        bool reusable = req->rinfo.keep_alive && req->body_done && !c->w->stopping &&
+                        !dm_http_parser_needs_eof(&up->parser) && up->in != NULL &&
+                        up->in->off == up->in->len;
+        if (up->in != NULL && up->in->off != up->in->len) {
+            reusable = false;
+        }
+        req->up = NULL;
+        up->req = NULL;
+        dm_upstream_release(up, reusable);
+    }
+    /* A response that came before the whole request body leaves the rest of
+     * the body unread on the client connection: it cannot carry another
+     * request. */
+    bool close = req->close_client || c->eof || c->w->stopping || !req->body_done;
+    c->paused = false;
+    c->req = NULL;
+    c->parser.msg = NULL;
+    dm_req_free(c->w, req);
+    c->served = true;
+    dm_http_parser_next(&c->parser);
+    if (close) {
+        dm_client_read_stop(c);
+        dm_client_close_when_written(c);
+        return;
+    }
+    c->state = DM_C_IDLE;
+    dm_client_timer_stop(c);
+    dm_client_read_start(c);
+    dm_client_process(c);
+}

@@ -1,0 +1,726 @@
+/*
+ * Server connections (proxy/upstream.h): the connection, its pool and its
+ * writes, and the response it reads for its request.
+ */
+#include "proxy/upstream.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "proxy/buf.h"
+#include "proxy/client.h"
+#include "proxy/conn.h"
+#include "proxy/internal.h"
+#include "proxy/learn.h"
+#include "proxy/log.h"
+#include "proxy/request.h"
+
+void
+dm_upstream_failed(struct dm_runtime *rt, size_t pool, int server, const char *why)
+{
+    struct dm_server *s = dm_runtime_server(rt, pool, server);
+    const struct dm_conf_pool *pc = &rt->conf->pools[pool];
+    dm_counter_add(&s->failures, 1);
+    unsigned fails = atomic_fetch_add_explicit(&s->fails, 1, memory_order_relaxed) + 1;
+    dm_log_warn("server %s/%s: %s", pc->name, pc->servers[server].name, why);
+    if (pc->passive.max_fails > 0 && fails >= pc->passive.max_fails) {
+        atomic_store_explicit(&s->down_until_us, dm_mono_us() + pc->passive.fail_timeout_ms * 1000,
+                              memory_order_relaxed);
+        atomic_store_explicit(&s->fails, 0, memory_order_relaxed);
+        dm_log_warn("server %s/%s is DOWN for %llu ms (%u consecutive failures)", pc->name,
+                    pc->servers[server].name, (unsigned long long)pc->passive.fail_timeout_ms,
+                    fails);
+    }
+}
+
+static void up_timer_cb(uv_timer_t *t);
+static void up_cork_drop(struct dm_upstream *up);
+
+/*
+ * Server connection timeouts are lazy: activity only moves deadline_ms, and a
+ * timer that fires before the deadline re-arms for the rest. That keeps timer
+ * heap operations off the per-read path. ms == 0 clears the deadline.
+ */
+void
+dm_upstream_deadline(struct dm_upstream *up, uint64_t ms)
+{
+    if (ms == 0) {
+        up->deadline_ms = UINT64_MAX;
+        return;
+    }
+    up->deadline_ms = uv_now(&up->w->loop) + ms;
+    if (!uv_is_active((uv_handle_t *)&up->timer) || uv_timer_get_due_in(&up->timer) > ms) {
+        uv_timer_start(&up->timer, up_timer_cb, ms, 0);
+    }
+}
+
+static void
+up_free_cb(uv_handle_t *h)
+{
+    struct dm_upstream *up = h->data;
+    dm_runtime_unref(up->rt);
+    free(up);
+}
+
+static void
+up_timer_closed(uv_handle_t *h)
+{
+    struct dm_upstream *up = h->data;
+    uv_close((uv_handle_t *)&up->tcp, up_free_cb);
+}
+
+static struct dm_upstream **
+idle_head(struct dm_upstream *up)
+{
+    struct dm_rpool *p = &up->rt->pools[up->pool];
+    return &p->idle[(size_t)up->w->id * p->sv->n + (size_t)up->server];
+}
+
+static void
+idle_remove(struct dm_upstream *up)
+{
+    if (up->state != DM_U_IDLE) {
+        return;
+    }
+    if (up->prev != NULL) {
+        up->prev->next = up->next;
+    } else {
+        *idle_head(up) = up->next;
+    }
+    if (up->next != NULL) {
+        up->next->prev = up->prev;
+    }
+    up->prev = up->next = NULL;
+    up->state = DM_U_HEAD;
+}
+
+void
+dm_upstream_close(struct dm_upstream *up)
+{
+    if (up->closing) {
+        return;
+    }
+    idle_remove(up);
+    up->closing = true;
+    up_cork_drop(up);
+    dm_buf_unref(up->w, up->in);
+    up->in = NULL;
+    uv_close((uv_handle_t *)&up->timer, up_timer_closed);
+}
+
+static void
+up_write_done(void *arg, int status)
+{
+    struct dm_upstream *up = arg;
+    up->writes--;
+    if (up->closing) {
+        return;
+    }
+    struct dm_req *req = up->req;
+    if (status < 0) {
+        if (req != NULL) {
+            /* The server went away while we were sending: its answer decides. */
+            return;
+        }
+        dm_upstream_close(up);
+        return;
+    }
+    if (req != NULL && req->c->paused &&
+        uv_stream_get_write_queue_size((uv_stream_t *)&up->tcp) < DM_WRITE_HIGH) {
+        req->c->paused = false;
+        dm_client_read_start(req->c);
+        if (req->c->state == DM_C_BODY && req->c->timer.kind == DM_T_BODY) {
+            dm_client_body_window(req->c); /* the pause did not count against it */
+        }
+    }
+}
+
+/*
+ * Writes to a server are corked until the end of the loop iteration (the
+ * worker's check phase, dm_upstreams_flush): the requests read in one
+ * iteration go out in one burst, so a server sharing the CPU is woken once
+ * per burst rather than once per request (HAProxy sends at the end of its
+ * polling loop for the same reason). A full cork is flushed at once.
+ */
+static void
+up_flush(struct dm_upstream *up)
+{
+    unsigned n = up->ncork;
+    if (n == 0) {
+        return;
+    }
+    up->ncork = 0;
+    int r = dm_buf_write(up->w, (uv_stream_t *)&up->tcp, up->cork_bufs, n, up->cork_hold, n,
+                         up_write_done, up);
+    for (unsigned i = 0; i < n; i++) {
+        dm_buf_unref(up->w, up->cork_hold[i]);
+    }
+    if (r == 0) {
+        up->writes++;
+        struct dm_req *req = up->req;
+        if (req != NULL &&
+            uv_stream_get_write_queue_size((uv_stream_t *)&up->tcp) >= DM_WRITE_HIGH) {
+            req->c->paused = true;
+            dm_client_read_stop(req->c);
+        }
+    }
+    /* A failed write shows up as a read error on the same connection. */
+}
+
+/* Drops what is corked (the connection is closing). */
+static void
+up_cork_drop(struct dm_upstream *up)
+{
+    for (unsigned i = 0; i < up->ncork; i++) {
+        dm_buf_unref(up->w, up->cork_hold[i]);
+    }
+    up->ncork = 0;
+}
+
+void
+dm_upstream_write(struct dm_upstream *up, uv_buf_t *bufs, unsigned n, struct dm_buf **hold,
+                  unsigned nhold)
+{
+    (void)nhold; /* one hold per buffer */
+    if (up->ncork + n > DM_CORK_MAX) {
+        up_flush(up);
+    }
+    for (unsigned i = 0; i < n; i++) {
+        up->cork_bufs[up->ncork] = bufs[i];
+        up->cork_hold[up->ncork] = hold[i];
+        hold[i]->refs++;
+        up->ncork++;
+    }
+    if (!up->corked) {
+        up->corked = true;
+        up->cork_next = up->w->corked;
+        up->w->corked = up;
+    }
+}
+
+void
+dm_upstreams_flush(struct dm_worker *w)
+{
+    while (w->corked != NULL) {
+        struct dm_upstream *up = w->corked;
+        w->corked = up->cork_next;
+        up->cork_next = NULL;
+        up->corked = false;
+        /* A connection closed this iteration is still allocated (its close
+         * callbacks run after this phase), with nothing corked. */
+        if (!up->closing) {
+            up_flush(up);
+        }
+    }
+}
+
+static void
+up_alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+    (void)suggested;
+    struct dm_upstream *up = h->data;
+    if (up->in == NULL) {
+        up->in = dm_buf_get(up->w, up->rt->buf_cap);
+    }
+    if (up->in == NULL) {
+        *buf = uv_buf_init(NULL, 0);
+        return;
+    }
+    *buf = uv_buf_init(up->in->data + up->in->len, up->in->cap - up->in->len);
+}
+
+static void up_read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
+
+void
+dm_upstream_read_start(struct dm_upstream *up)
+{
+    if (!up->closing) {
+        uv_read_start((uv_stream_t *)&up->tcp, up_alloc_cb, up_read_cb);
+    }
+}
+
+/* Fails the request on this connection: 502/504 when nothing was answered yet. */
+static void
+up_fail(struct dm_upstream *up, unsigned status, const char *why)
+{
+    struct dm_req *req = up->req;
+    if (req == NULL) {
+        dm_upstream_close(up);
+        return;
+    }
+    struct dm_client *c = req->c;
+    if (!up->got_bytes) {
+        dm_upstream_failed(up->rt, up->pool, up->server, why);
+    }
+    req->up = NULL;
+    up->req = NULL;
+    dm_upstream_close(up);
+    if (req->resp_started) {
+        dm_log_warn("response cut short: %s", why);
+        dm_client_close(c);
+        return;
+    }
+    dm_client_respond_error(c, status, why);
+}
+
+static void
+up_timer_cb(uv_timer_t *t)
+{
+    struct dm_upstream *up = t->data;
+    uint64_t now = uv_now(&up->w->loop);
+    if (up->deadline_ms == UINT64_MAX) {
+        return;
+    }
+    if (now < up->deadline_ms) {
+        uv_timer_start(&up->timer, up_timer_cb, up->deadline_ms - now, 0);
+        return;
+    }
+    up->deadline_ms = UINT64_MAX;
+    switch (up->state) {
+    case DM_U_CONNECTING:
+        /* The connect request is cancelled by closing the handle; report now. */
+        if (up->req != NULL) {
+            struct dm_req *req = up->req;
+            dm_upstream_ready_cb ready = up->ready;
+            up->req = NULL;
+            dm_upstream_close(up);
+            ready(req, NULL, UV_ETIMEDOUT);
+        } else {
+            dm_upstream_close(up);
+        }
+        break;
+    case DM_U_IDLE:
+        dm_upstream_close(up);
+        break;
+    default:
+        up_fail(up, 504, "server response timed out");
+        break;
+    }
+}
+
+/* Forwards [from, to) of the server's read buffer to the client. */
+static void
+up_forward_slice(struct dm_upstream *up, uint32_t from, uint32_t to)
+{
+    struct dm_req *req = up->req;
+    struct dm_client *c = req->c;
+    uv_buf_t b[2];
+    struct dm_buf *hold[2];
+    unsigned n = 0;
+    struct dm_buf *head = req->resp_head;
+    if (head != NULL) {
+        /* The response head goes out with the first body bytes: one write. */
+        req->resp_head = NULL;
+        b[n] = uv_buf_init(head->data, head->len);
+        hold[n++] = head;
+    }
+    if (to > from) {
+        b[n] = uv_buf_init(up->in->data + from, to - from);
+        hold[n++] = up->in;
+        req->resp_bytes += to - from;
+        dm_learn_work_done(req, (int64_t)(to - from));
+    }
+    if (n == 0) {
+        return;
+    }
+    dm_client_write(c, b, n, hold, n);
+    dm_buf_unref(c->w, head);
+    if (!c->closing && uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp) >= DM_WRITE_HIGH) {
+        up->paused = true;
+        uv_read_stop((uv_stream_t *)&up->tcp);
+    }
+}
+
+static void
+up_recycle_in(struct dm_upstream *up)
+{
+    struct dm_buf *in = up->in;
+    if (in == NULL || in->off != in->len) {
+        return;
+    }
+    if (in->refs == 1) {
+        in->off = in->len = 0;
+    } else if (in->len == in->cap) {
+        dm_buf_unref(up->w, in);
+        up->in = NULL;
+    }
+}
+
+/*
+ * Decoded body bytes: scanned for embedded objects when the page is learned,
+ * and written to an HTTP/1.0 client that gets a chunked response without its
+ * framing.
+ */
+static void
+up_body_cb(void *arg, const char *p, size_t len)
+{
+    struct dm_upstream *up = arg;
+    struct dm_req *req = up->req;
+    if (req == NULL || req->c->closing) {
+        return;
+    }
+    if (req->learn != NULL) {
+        dm_learn_body(req, p, len);
+    }
+    if (!req->dechunk) {
+        return;
+    }
+    up_forward_slice(up, 0, 0); /* the pending head first */
+    if (req->c->closing) {
+        return;
+    }
+    uv_buf_t b = uv_buf_init((char *)p, (unsigned)len);
+    req->resp_bytes += len;
+    dm_learn_work_done(req, (int64_t)len);
+    dm_client_write(req->c, &b, 1, &up->in, 1);
+}
+
+static void
+up_head_done(struct dm_upstream *up)
+{
+    struct dm_req *req = up->req;
+    struct dm_client *c = req->c;
+    uint32_t head_len = up->in->off - up->head_start;
+    const char *reason = NULL;
+    unsigned version = dm_http_parser_version(&up->parser);
+    if (dm_http_check_response(up->in->data + up->head_start, head_len, &req->rmsg, version,
+                               &req->rinfo, &reason) != 0) {
+        up_fail(up, 502, reason);
+        return;
+    }
+    unsigned status = dm_http_parser_status(&up->parser);
+    atomic_store_explicit(&dm_runtime_server(up->rt, up->pool, up->server)->fails, 0,
+                          memory_order_relaxed);
+    bool informational = status >= 100 && status < 200 && status != 101;
+    bool close = false;
+    if (!informational) {
+        req->status = status;
+        bool needs_eof = !req->rinfo.chunked && !req->rinfo.has_length && status != 204 &&
+                         status != 304 && !dm_span_ieq(req->msg.method, "head");
+        req->dechunk = req->rinfo.chunked && req->info.version == 10;
+        close = req->close_client || needs_eof || req->dechunk || c->eof || c->w->stopping ||
+                (req->info.upgrade && status != 101);
+        req->close_client = close;
+    }
+    struct dm_buf *b = dm_buf_get(c->w, head_len + 256);
+    if (b == NULL) {
+        up_fail(up, 502, "out of memory");
+        return;
+    }
+    size_t n = dm_http_write_response(b->data, b->cap, up->in->data + up->head_start, head_len,
+                                      &req->rmsg, &req->rinfo, req->info.version, close);
+    if (n == 0) {
+        dm_buf_unref(c->w, b);
+        up_fail(up, 502, "response head too large");
+        return;
+    }
+    if (!informational && c->rt->pools[req->pool].age) {
+        dm_learn_response(req);
+    }
+    if (req->dechunk || req->learn != NULL) {
+        up->parser.on_body = up_body_cb;
+        up->parser.body_arg = up;
+    }
+    if (req->dechunk && n < b->cap) {
+        /* Drop "Transfer-Encoding: chunked": the body goes out raw until close. */
+        b->data[n] = 0;
+        char *te = strcasestr(b->data, "\r\ntransfer-encoding:");
+        if (te != NULL) {
+            char *eol = strstr(te + 2, "\r\n");
+            if (eol != NULL) {
+                memmove(te, eol, n - (size_t)(eol - b->data));
+                n -= (size_t)(eol - te);
+            }
+        }
+    }
+    b->len = (uint32_t)n;
+    req->resp_bytes += n;
+    req->resp_started = !informational || req->resp_started;
+    dm_buf_unref(c->w, req->resp_head);
+    req->resp_head = b; /* written by up_forward_slice, with the body's first bytes */
+    up->state = DM_U_BODY;
+}
+
+static void
+up_enter_tunnel(struct dm_upstream *up)
+{
+    struct dm_req *req = up->req;
+    struct dm_client *c = req->c;
+    if (!req->body_done) {
+        /* Held trailers or body bytes still to come would be read as the new
+         * protocol: a server that switches this early is not followed. */
+        up_fail(up, 502, "server switched protocols before the request was complete");
+        return;
+    }
+    up->state = DM_U_TUNNEL;
+    c->state = DM_C_TUNNEL;
+    dm_upstream_deadline(up, 0);
+    dm_client_timer_stop(c);
+    dm_tq_remove(c->w, &req->bound); /* timeouts.request ends with the exchange */
+    /* Bytes after the 101 head are already the new protocol. */
+    uint32_t from = up->in->off;
+    up->in->off = up->in->len;
+    up_forward_slice(up, from, up->in->len);
+    dm_client_read_start(c);
+    dm_client_process(c);
+}
+
+static void
+up_process(struct dm_upstream *up)
+{
+    for (;;) {
+        struct dm_req *req = up->req;
+        if (up->closing || req == NULL || req->c->closing) {
+            return;
+        }
+        struct dm_buf *in = up->in;
+        if (up->state == DM_U_TUNNEL) {
+            uint32_t from = in->off;
+            in->off = in->len;
+            up_forward_slice(up, from, in->len);
+            up_recycle_in(up);
+            return;
+        }
+        if (in == NULL) {
+            return;
+        }
+        uint32_t from = in->off;
+        size_t used = 0;
+        int r = dm_http_parse(&up->parser, in->data + in->off, in->len - in->off, &used);
+        if (r < 0) {
+            up_fail(up, 502, dm_http_parser_error(&up->parser));
+            return;
+        }
+        in->off += (uint32_t)used;
+        if (up->state == DM_U_HEAD) {
+            if (r == DM_HTTP_HEAD_DONE) {
+                up_head_done(up);
+                continue;
+            }
+            if (in->len - up->head_start > up->rt->conf->limits.header_bytes ||
+                in->len == in->cap) {
+                up_fail(up, 502, "response head too large");
+            }
+            return;
+        }
+        /* Body. */
+        if (r == DM_HTTP_MSG_DONE && dm_http_parser_status(&up->parser) >= 200) {
+            dm_req_account(req); /* before its last bytes leave */
+        }
+        up_forward_slice(up, from, req->dechunk ? from : in->off);
+        if (up->closing || up->req == NULL) {
+            return;
+        }
+        if (r == DM_HTTP_MSG_DONE) {
+            unsigned st = dm_http_parser_status(&up->parser);
+            if (st >= 100 && st < 200 && st != 101) {
+                dm_req_continued(req);
+                up->state = DM_U_HEAD;
+                up->head_start = in->off;
+                dm_http_parser_next(&up->parser);
+                continue;
+            }
+            if (st == 101) {
+                continue; /* the upgrade pause follows */
+            }
+            dm_upstream_deadline(up, 0);
+            dm_req_finish(req);
+            return;
+        }
+        if (r == DM_HTTP_UPGRADE) {
+            up_enter_tunnel(up);
+            return;
+        }
+        up_recycle_in(up);
+        return;
+    }
+}
+
+static void
+up_read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
+{
+    (void)buf;
+    struct dm_upstream *up = s->data;
+    if (nread == 0) {
+        return;
+    }
+    struct dm_req *req = up->req;
+    if (up->state == DM_U_IDLE || req == NULL) {
+        /* An idle connection closed or sent something unasked for: drop it. */
+        dm_upstream_close(up);
+        return;
+    }
+    if (nread == UV_ENOBUFS) {
+        up_fail(up, 502, "no buffer for the response");
+        return;
+    }
+    if (nread < 0) {
+        if (up->state == DM_U_TUNNEL) {
+            struct dm_client *c = req->c;
+            req->up = NULL;
+            up->req = NULL;
+            dm_upstream_close(up);
+            dm_client_close_when_written(c);
+            return;
+        }
+        if (!up->got_bytes) {
+            if (dm_req_retry(req, up)) {
+                return;
+            }
+            up_fail(up, 502,
+                    nread == UV_EOF ? "server closed the connection without answering"
+                                    : uv_strerror((int)nread));
+            return;
+        }
+        if (nread == UV_EOF && up->state == DM_U_BODY &&
+            dm_http_parse_eof(&up->parser) == DM_HTTP_MSG_DONE) {
+            uv_read_stop(s);
+            req->rinfo.keep_alive = false;
+            dm_upstream_deadline(up, 0);
+            dm_req_finish(req);
+            return;
+        }
+        up_fail(up, 502,
+                nread == UV_EOF ? "server closed the connection mid-response"
+                                : uv_strerror((int)nread));
+        return;
+    }
+    if (!up->got_bytes) {
+        up->got_bytes = true;
+        up->head_start = up->in->off;
+    }
+    up->in->len += (uint32_t)nread;
+    if (up->deadline_ms != UINT64_MAX) {
+        /* Only the deadline moves; the timer catches up when it fires. */
+        up->deadline_ms = uv_now(&up->w->loop) + up->rt->conf->timeouts.server_response_ms;
+    }
+    up_process(up);
+}
+
+static void
+up_connect_cb(uv_connect_t *creq, int status)
+{
+    struct dm_upstream *up = creq->data;
+    if (up->closing) {
+        return; /* timed out and reported already */
+    }
+    struct dm_req *req = up->req;
+    dm_upstream_ready_cb ready = up->ready;
+    dm_upstream_deadline(up, 0);
+    if (status < 0) {
+        up->req = NULL;
+        dm_upstream_close(up);
+        if (req != NULL) {
+            ready(req, NULL, status);
+        }
+        return;
+    }
+    uv_tcp_nodelay(&up->tcp, 1);
+    up->state = DM_U_HEAD;
+    if (req != NULL) {
+        ready(req, up, 0);
+    } else {
+        dm_upstream_release(up, true);
+    }
+}
+
+int
+dm_upstream_take(struct dm_worker *w, struct dm_runtime *rt, size_t pool, int server,
+                 struct dm_req *req, dm_upstream_ready_cb ready)
+{
+    struct dm_rpool *p = &rt->pools[pool];
+    struct dm_upstream **head = &p->idle[(size_t)w->id * p->sv->n + (size_t)server];
+    if (*head != NULL) {
+        struct dm_upstream *up = *head;
+        idle_remove(up);
+        dm_upstream_deadline(up, 0);
+        up->reused = true;
+        up->req = req;
+        req->up = up;
+        return DM_UPSTREAM_NOW;
+    }
+    struct dm_upstream *up = calloc(1, sizeof(*up));
+    if (up == NULL) {
+        return UV_ENOMEM;
+    }
+    int r = uv_tcp_init(&w->loop, &up->tcp);
+    if (r < 0) {
+        free(up); /* never initialized: no close */
+        return r;
+    }
+    up->tcp.data = up;
+    r = uv_timer_init(&w->loop, &up->timer);
+    if (r < 0) {
+        goto close_tcp;
+    }
+    up->timer.data = up;
+    up->w = w;
+    up->rt = rt;
+    dm_runtime_ref(rt);
+    up->pool = pool;
+    up->server = server;
+    up->req = req;
+    req->up = up; /* so that a client closing meanwhile cancels the connect */
+    up->ready = ready;
+    up->state = DM_U_CONNECTING;
+    up->creq.data = up;
+    const struct dm_conf_server *sc = &rt->conf->pools[pool].servers[server];
+    r = uv_tcp_connect(&up->creq, &up->tcp, (const struct sockaddr *)&sc->addr.sa, up_connect_cb);
+    if (r < 0) {
+        up->req = NULL;
+        req->up = NULL;
+        dm_upstream_close(up);
+        return r;
+    }
+    dm_upstream_deadline(up, rt->conf->timeouts.connect_ms);
+    return 0;
+
+close_tcp:
+    uv_close((uv_handle_t *)&up->tcp, up_free_cb); /* up->rt is NULL: nothing to unref */
+    return r;
+}
+
+void
+dm_upstream_release(struct dm_upstream *up, bool reusable)
+{
+    up_flush(up);
+    up->req = NULL;
+    up->parser.on_body = NULL;
+    if (!reusable || up->closing || up->w->stopping || up->rt != up->w->rt) {
+        dm_upstream_close(up);
+        return;
+    }
+    if (up->in != NULL && up->in->refs == 1) {
+        dm_buf_unref(up->w, up->in);
+        up->in = NULL;
+    } else if (up->in != NULL) {
+        dm_buf_unref(up->w, up->in);
+        up->in = NULL;
+    }
+    up->state = DM_U_IDLE;
+    up->paused = false;
+    struct dm_upstream **head = idle_head(up);
+    up->prev = NULL;
+    up->next = *head;
+    if (*head != NULL) {
+        (*head)->prev = up;
+    }
+    *head = up;
+    /* Keep reading: a server closing an idle connection is noticed at once. */
+    dm_upstream_read_start(up);
+    dm_upstream_deadline(up, up->rt->conf->timeouts.client_keepalive_ms);
+}
+
+void
+dm_upstream_close_idle(struct dm_worker *w, struct dm_runtime *rt)
+{
+    for (size_t i = 0; i < rt->npools; i++) {
+        struct dm_rpool *p = &rt->pools[i];
+        for (size_t s = 0; s < p->sv->n; s++) {
+            struct dm_upstream **head = &p->idle[(size_t)w->id * p->sv->n + s];
+            while (*head != NULL) {
+                dm_upstream_close(*head);
+            }
+        }
+    }
+}
