@@ -51,7 +51,12 @@ struct dm_bal_object {
 struct dm_bal_event {
     int server; /* index in the table */
     uint64_t now_us;
-    uint64_t bytes; /* bytes expected or transferred, where known */
+    /*
+     * on_request and on_response: the request's expected work (expected
+     * bytes plus the per-request cost), the same value in both hooks, for
+     * pools whose policy needs DM_BAL_NEEDS_WORK; 0 otherwise and elsewhere.
+     */
+    uint64_t work;
     /*
      * The connection's own state for the policy: ops->conn_state_size bytes,
      * zeroed before the first event of a connection, owned by the proxy,

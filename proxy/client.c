@@ -568,7 +568,7 @@ client_head_done(struct dm_client *c)
     req->close_client = !req->info.keep_alive || c->w->stopping;
     req->pool = dm_route_match(cf, req->info.host.p, req->info.host.len, req->info.path.p,
                                req->info.path.len);
-    if (c->rt->pools[req->pool].age) {
+    if (c->rt->pools[req->pool].work) {
         /* A connection whose page came from a host-less preload keys its
          * objects without host too, so that they match the page's list. */
         bool any = c->any_host;

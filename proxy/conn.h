@@ -48,11 +48,11 @@ struct dm_client {
         struct sockaddr_in in4;
         struct sockaddr_in6 in6;
     } peer;
-    void *age;                       /* the pool policy's per-connection state, or NULL */
+    void *conn_state; /* the pool policy's per-connection state (ops->conn_state_size), or NULL */
     struct dm_client *aprev, *anext; /* the worker's list of clients with state */
     int32_t bound;                   /* affinity: server of the first request, or -1 */
     uint16_t bound_pool;             /* its pool */
-    uint16_t age_pool;               /* pool whose policy owns `age` */
+    uint16_t conn_state_pool;        /* pool whose policy owns conn_state */
     uint32_t writes;                 /* writes in flight */
     uint32_t head_start;             /* offset in `in` where the current head starts */
     uint8_t state;                   /* enum dm_client_state */
@@ -124,10 +124,10 @@ struct dm_req {
     unsigned status;
     uint32_t head_len;
     uint32_t tail;          /* last four bytes of a chunked request body */
-    uint64_t key;           /* catalog key of the target (age pools) */
+    uint64_t key;           /* catalog key of the target (work pools) */
     int64_t work;           /* expected work still counted in the server's inflight_work */
     int64_t added;          /* expected work this request added, for on_response */
-    struct dm_learn *learn; /* HTML scan of this response (age pools), or NULL */
+    struct dm_learn *learn; /* HTML scan of this response (work pools), or NULL */
     uint64_t start_us;
     uint64_t up_start_us;
     struct dm_tnode bound; /* timeouts.request, when set */

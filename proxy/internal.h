@@ -70,7 +70,7 @@ struct dm_rpool {
     struct dm_balancer *bal;
     /* Idle keep-alive server connections: idle[worker * sv->n + server]. */
     struct dm_upstream **idle;
-    bool age;     /* the policy keeps per-connection state (AGE): track work, learn */
+    bool work;    /* the policy needs work or objects: track expected work, learn the catalog */
     bool hashing; /* the policy reads dm_pick.key */
 };
 

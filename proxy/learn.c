@@ -42,14 +42,14 @@ client_age_unlink(struct dm_client *c)
 void
 dm_learn_client_close(struct dm_client *c)
 {
-    if (c->age == NULL) {
+    if (c->conn_state == NULL) {
         return;
     }
-    struct dm_bal_event ev = { .server = -1, .now_us = dm_mono_us(), .conn = c->age };
-    dm_balancer_on_close(c->rt->pools[c->age_pool].bal, &ev);
+    struct dm_bal_event ev = { .server = -1, .now_us = dm_mono_us(), .conn = c->conn_state };
+    dm_balancer_on_close(c->rt->pools[c->conn_state_pool].bal, &ev);
     client_age_unlink(c);
-    free(c->age);
-    c->age = NULL;
+    free(c->conn_state);
+    c->conn_state = NULL;
 }
 
 void
@@ -57,8 +57,8 @@ dm_learn_age(struct dm_worker *w)
 {
     uint64_t now = dm_mono_us();
     for (struct dm_client *c = w->aging; c != NULL; c = c->anext) {
-        struct dm_bal_event ev = { .server = -1, .now_us = now, .conn = c->age };
-        dm_balancer_on_tick(c->rt->pools[c->age_pool].bal, &ev);
+        struct dm_bal_event ev = { .server = -1, .now_us = now, .conn = c->conn_state };
+        dm_balancer_on_tick(c->rt->pools[c->conn_state_pool].bal, &ev);
     }
 }
 
@@ -75,7 +75,7 @@ dm_learn_reserve(struct dm_req *req)
     struct dm_client *c = req->c;
     struct dm_rpool *p = &c->rt->pools[req->pool];
     struct dm_bal_event ev = { .server = req->server, .now_us = dm_mono_us() };
-    if (!p->age) {
+    if (!p->work) {
         dm_balancer_on_request(p->bal, &ev);
         return;
     }
@@ -86,10 +86,10 @@ dm_learn_reserve(struct dm_req *req)
     int64_t work = (int64_t)((cat != NULL ? dm_catalog_size(cat, req->key, dflt) : dflt) + cost);
     req->work = req->added = work;
     atomic_fetch_add_explicit(&p->sv->s[req->server].inflight_work, work, memory_order_relaxed);
-    ev.conn = c->age;
+    ev.conn = c->conn_state;
     ev.object = req->key;
-    ev.bytes = (uint64_t)work;
-    if (!c->served && cat != NULL && (c->age == NULL || c->age_pool == req->pool)) {
+    ev.work = (uint64_t)work;
+    if (!c->served && cat != NULL && (c->conn_state == NULL || c->conn_state_pool == req->pool)) {
         /* First request of the connection: its page's potential load (again
          * on a retry elsewhere, which moves it: the policy starts over). */
         struct dm_bal_object objs[DM_CATALOG_PAGE_MAX];
@@ -101,15 +101,15 @@ dm_learn_reserve(struct dm_req *req)
         dm_learn_client_close(c); /* a retry: what the failed pick held goes */
         ev.conn = NULL;
         size_t size = dm_balancer_conn_state_size(p->bal, n);
-        c->age = size > 0 ? calloc(1, size) : NULL;
-        if (c->age != NULL) {
-            c->age_pool = (uint16_t)req->pool;
+        c->conn_state = size > 0 ? calloc(1, size) : NULL;
+        if (c->conn_state != NULL) {
+            c->conn_state_pool = (uint16_t)req->pool;
             c->anext = c->w->aging;
             if (c->w->aging != NULL) {
                 c->w->aging->aprev = c;
             }
             c->w->aging = c;
-            ev.conn = c->age;
+            ev.conn = c->conn_state;
             ev.first = true;
             ev.objects = objs;
             ev.nobjects = n;
@@ -117,13 +117,13 @@ dm_learn_reserve(struct dm_req *req)
         dm_balancer_on_request(p->bal, &ev);
         return;
     }
-    if (c->age != NULL && c->age_pool != req->pool) {
+    if (c->conn_state != NULL && c->conn_state_pool != req->pool) {
         ev.conn = NULL; /* another pool's request: not this state's business */
     }
     dm_balancer_on_request(p->bal, &ev);
 }
 
-/* Learning a page's embedded objects as its HTML passes (age pools). */
+/* Learning a page's embedded objects as its HTML passes (work pools). */
 struct dm_learn {
     struct dm_html_scan scan;
     char host[256];

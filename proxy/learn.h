@@ -17,7 +17,7 @@ struct dm_worker;
 
 /*
  * The request has just been given its server: counts its expected work there
- * (age pools) and tells the policy. The first request of a connection brings
+ * (work pools) and tells the policy. The first request of a connection brings
  * its page's potential load from the catalog and creates the connection's
  * policy state (kept in the client until dm_learn_client_close()).
  */
@@ -33,7 +33,7 @@ void dm_learn_client_close(struct dm_client *c);
 void dm_learn_age(struct dm_worker *w);
 
 /*
- * A final response head of an age pool arrived: its real size replaces the
+ * A final response head of a work pool arrived: its real size replaces the
  * estimate in the server's in-flight work, and a 200 HTML page of a GET starts
  * being scanned for embedded objects (req->learn, freed with the request).
  */

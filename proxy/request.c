@@ -342,8 +342,8 @@ dm_req_account(struct dm_req *req)
     struct dm_bal_event ev = {
         .server = req->server,
         .now_us = dm_mono_us(),
-        .bytes = (uint64_t)req->added,
-        .conn = c->age != NULL && c->age_pool == req->pool ? c->age : NULL,
+        .work = (uint64_t)req->added,
+        .conn = c->conn_state != NULL && c->conn_state_pool == req->pool ? c->conn_state : NULL,
         .object = req->key,
     };
     dm_balancer_on_response(p->bal, &ev);
@@ -360,7 +360,7 @@ dm_req_finish(struct dm_req *req)
     struct dm_rpool *p = &c->rt->pools[req->pool];
     dm_req_account(req);
     uint64_t body = up != NULL ? up->parser.body_bytes : 0;
-    if (p->age) {
+    if (p->work) {
         dm_learn_finish(req, body);
     }
     dm_accesslog_write(req);

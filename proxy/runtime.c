@@ -90,7 +90,7 @@ dm_runtime_create(struct dm_conf *conf, unsigned nworkers, const struct dm_runti
         if (p->bal == NULL) {
             goto fail;
         }
-        p->age = (ops->needs & (DM_BAL_NEEDS_WORK | DM_BAL_NEEDS_OBJECTS)) != 0;
+        p->work = (ops->needs & (DM_BAL_NEEDS_WORK | DM_BAL_NEEDS_OBJECTS)) != 0;
         p->hashing = (ops->needs & DM_BAL_NEEDS_KEY) != 0;
         p->idle =
             calloc((size_t)nworkers * (pc->nservers > 0 ? pc->nservers : 1), sizeof(*p->idle));

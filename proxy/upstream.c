@@ -414,7 +414,7 @@ up_head_done(struct dm_upstream *up)
         up_fail(up, 502, "response head too large");
         return;
     }
-    if (!informational && c->rt->pools[req->pool].age) {
+    if (!informational && c->rt->pools[req->pool].work) {
         dm_learn_response(req);
     }
     if (req->dechunk || req->learn != NULL) {

@@ -51,7 +51,7 @@ first_request(struct dm_balancer *b, void *conn, int server, uint64_t now_us,
     struct dm_bal_event ev = {
         .server = server,
         .now_us = now_us,
-        .bytes = 1000,
+        .work = 1000,
         .conn = conn,
         .object = 0xfa9e,
         .objects = objs,
@@ -65,7 +65,7 @@ static void
 object_request(struct dm_balancer *b, void *conn, int server, uint64_t now_us, uint64_t key)
 {
     struct dm_bal_event ev = {
-        .server = server, .now_us = now_us, .bytes = 10, .conn = conn, .object = key
+        .server = server, .now_us = now_us, .work = 10, .conn = conn, .object = key
     };
     dm_balancer_on_request(b, &ev);
 }
