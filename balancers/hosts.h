@@ -57,7 +57,10 @@ struct dm_host {
     atomic_uint_fast64_t bound;
 };
 
-/* A host not kept in a table: zeroed (up, awake, no counts), no address or text. */
+/*
+ * Initializes h, memory the caller owns, as a host kept in no table: up,
+ * awake, no counts, no address, text NULL. Any thread, before h is shared.
+ */
 void dm_host_init(struct dm_host *h);
 
 /* The table of every host the process has seen. */
@@ -66,9 +69,13 @@ struct dm_hosts {
     size_t n, cap;
 };
 
-/* An empty table (all-zero is one too). dm_hosts_destroy(NULL) is a no-op. */
+/*
+ * An empty table, or NULL when out of memory (an all-zero struct is an empty
+ * table too). dm_hosts_destroy() frees every host, their texts and the table,
+ * so only once nothing points to a host any more (no runtime left); NULL is a
+ * no-op. The thread that adds (the control thread).
+ */
 struct dm_hosts *dm_hosts_create(void);
-/* Frees every host and the table: only once nothing points to a host. */
 void dm_hosts_destroy(struct dm_hosts *t);
 
 /*
@@ -81,7 +88,11 @@ void dm_hosts_destroy(struct dm_hosts *t);
 struct dm_host *dm_hosts_get(struct dm_hosts *t, const struct sockaddr_storage *sa,
                              const char *text);
 
-/* True when a and b are the same address (what dm_hosts_get() keys on). */
+/*
+ * True when a and b are the same address (what dm_hosts_get() keys on):
+ * family, port and address, and the scope for IPv6; padding is ignored, and
+ * an IPv4-mapped IPv6 address is not its IPv4 address. Any thread.
+ */
 bool dm_host_addr_equal(const struct sockaddr_storage *a, const struct sockaddr_storage *b);
 
 #endif

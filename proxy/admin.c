@@ -91,9 +91,9 @@ power_name(int p)
 
 /*
  * JSON of every pool and server of the current runtime. Per server: its
- * host's state (state, power, down_for_ms, fails, server_connections,
- * bound_clients: shared by every pool naming the address), then the pool's
- * own load counters.
+ * host's state (host: the address as its host first saw it written; state,
+ * power, down_for_ms, fails, server_connections, bound_clients: shared by
+ * every pool naming the address), then the pool's own load counters.
  */
 static void
 stats_json(struct sbuf *b)
@@ -119,14 +119,14 @@ stats_json(struct sbuf *b)
             }
             uint64_t until = atomic_load(&h->down_until_us);
             sb_printf(b,
-                      "%s{\"name\":\"%s\",\"address\":\"%s\",\"state\":\"%s\","
+                      "%s{\"name\":\"%s\",\"address\":\"%s\",\"host\":\"%s\",\"state\":\"%s\","
                       "\"power\":\"%s\",\"down_for_ms\":%llu,\"fails\":%u,"
                       "\"server_connections\":%llu,\"bound_clients\":%llu,\"weight\":%u,"
                       "\"capacity\":%u,\"connections\":%llu,\"inflight\":%llu,\"picks\":%llu,"
                       "\"requests\":%llu,\"failures\":%llu,\"inflight_work\":%lld,"
                       "\"potential\":%lld}",
-                      j ? "," : "", s->name, p->cf->servers[j].addr.text, state,
-                      power_name(atomic_load(&h->power)),
+                      j ? "," : "", s->name, p->cf->servers[j].addr.text,
+                      h->text != NULL ? h->text : "", state, power_name(atomic_load(&h->power)),
                       (unsigned long long)(until > now ? (until - now) / 1000 : 0),
                       atomic_load(&h->fails), (unsigned long long)dm_counter_get(&h->connections),
                       (unsigned long long)dm_counter_get(&h->bound), s->weight, s->capacity,

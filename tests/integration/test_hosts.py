@@ -94,6 +94,8 @@ class HostTest(H.DimmerTest):
         }
         self.d = self.start_dimmer(pools, default_pool="web")
         H.wait_until(lambda: self.state("other-name", "api") == "up", 5, "api up")
+        self.assertEqual(self.d.servers("api")["other-name"]["host"],
+                         self.d.servers("web")["b2"]["address"])
         self.b2.proc.kill()
         H.wait_until(lambda: self.state("b2", "web") == "down", 5, "web/b2 down")
         self.assertEqual(self.state("other-name", "api"), "down")
