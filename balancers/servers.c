@@ -5,13 +5,14 @@
 bool
 dm_server_is_usable(const struct dm_server *s, uint64_t now_us)
 {
-    if (atomic_load_explicit(&s->down, memory_order_relaxed)) {
+    const struct dm_host *h = s->host;
+    if (atomic_load_explicit(&h->down, memory_order_relaxed)) {
         return false;
     }
-    if (atomic_load_explicit(&s->power, memory_order_relaxed) != DM_POWER_AWAKE) {
+    if (atomic_load_explicit(&h->power, memory_order_relaxed) != DM_POWER_AWAKE) {
         return false;
     }
-    return atomic_load_explicit(&s->down_until_us, memory_order_relaxed) <= now_us;
+    return atomic_load_explicit(&h->down_until_us, memory_order_relaxed) <= now_us;
 }
 
 struct dm_servers *
@@ -26,8 +27,16 @@ dm_servers_create(size_t n)
         free(sv);
         return NULL;
     }
+    sv->_own = calloc(n > 0 ? n : 1, sizeof(*sv->_own));
+    if (sv->_own == NULL) {
+        free(sv->s);
+        free(sv);
+        return NULL;
+    }
     sv->n = n;
     for (size_t i = 0; i < n; i++) {
+        dm_host_init(&sv->_own[i]);
+        sv->s[i].host = &sv->_own[i];
         sv->s[i].index = (unsigned)i;
         sv->s[i].weight = 1;
         sv->s[i].capacity = 1;
@@ -41,6 +50,7 @@ dm_servers_destroy(struct dm_servers *sv)
     if (sv == NULL) {
         return;
     }
+    free(sv->_own);
     free(sv->s);
     free(sv);
 }

@@ -1,9 +1,15 @@
 /*
- * The server table: one entry per backend server of a pool, shared by every
- * worker thread. The static part (name, weight, capacity) is written once when
- * the table is built; the counters are C11 atomics, updated with relaxed
- * ordering on the request path because they are statistics and hints, never
- * used to publish other memory.
+ * The server table: one entry per backend server of a pool, per runtime
+ * generation, shared by every worker thread: the pool's load table. The
+ * static part (name, weight, capacity, host) is written once when the table
+ * is built; the counters are C11 atomics, updated with relaxed ordering on the
+ * request path because they are statistics and hints, never used to publish
+ * other memory.
+ *
+ * What belongs to the machine rather than to the pool (health, power state,
+ * open connections, bound clients) is in the server's host
+ * (balancers/hosts.h), which lives for the process and is shared by every
+ * pool and generation naming the same address.
  */
 #ifndef DM_BALANCERS_SERVERS_H
 #define DM_BALANCERS_SERVERS_H
@@ -13,24 +19,19 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Power state of a server (the power manager of a later issue moves it). */
-enum dm_power_state {
-    DM_POWER_AWAKE = 0,
-    DM_POWER_ASLEEP,
-    DM_POWER_BOOTING,
-    DM_POWER_DRAINING,
-};
+#include "balancers/hosts.h"
 
 struct dm_server {
     const char *name;  /* borrowed from the configuration */
     unsigned weight;   /* >= 1 */
     unsigned capacity; /* >= 1, requests the server serves at once at full speed */
     unsigned index;    /* position in its table */
-
-    atomic_bool down;                   /* active health check says down */
-    atomic_uint_fast64_t down_until_us; /* passive: down until this monotonic time */
-    atomic_uint fails;                  /* consecutive failures seen on the request path */
-    atomic_int power;                   /* enum dm_power_state */
+    /*
+     * The machine: health, power, connections. Never NULL: the process's
+     * host of the address, or a private one of the table's (dm_servers_create).
+     * Not const: the proxy's health checks and passive checks write through it.
+     */
+    struct dm_host *host;
 
     /*
      * What the counters promise to an observer (GET /stats, another worker):
@@ -46,11 +47,12 @@ struct dm_server {
      * Each is exact once the proxy is quiet; under load they are read with
      * relaxed loads, one at a time, so they need not agree with each other.
      */
-    atomic_uint_fast64_t conns;    /* server-side connections in use by a request */
-    atomic_uint_fast64_t inflight; /* requests being served now */
-    atomic_uint_fast64_t picks;    /* times a balancer chose it */
-    atomic_uint_fast64_t requests; /* requests whose response completed */
-    atomic_uint_fast64_t failures; /* connect failures, resets, timeouts */
+    atomic_uint_fast64_t conns;    /* requests of this pool picked for it, not yet done:
+                                      server-side connections in use (or being made) */
+    atomic_uint_fast64_t inflight; /* requests being served now (the same span as conns) */
+    atomic_uint_fast64_t picks;    /* times a balancer of this pool chose it */
+    atomic_uint_fast64_t requests; /* requests of this pool whose response completed */
+    atomic_uint_fast64_t failures; /* connect failures, resets, timeouts, through this pool */
     /*
      * In-flight work: expected bytes still to come (plus a per-request cost)
      * of the requests being served now, kept by the proxy. Potential load:
@@ -64,17 +66,22 @@ struct dm_server {
 struct dm_servers {
     struct dm_server *s;
     size_t n;
+    struct dm_host *_own; /* the private hosts of dm_servers_create(), one per server */
 };
 
 /*
- * True when a request may be sent to the server at now_us: not marked down by
- * the health checks, not inside a passive down period, and awake.
+ * True when a request may be sent to the server at now_us: its host is not
+ * marked down by the health checks, not inside a passive down period, and
+ * awake.
  */
 bool dm_server_is_usable(const struct dm_server *s, uint64_t now_us);
 
 /*
- * Builds a table of n servers, zeroed, index set, weight and capacity 1.
- * Returns NULL on allocation failure. dm_servers_destroy(NULL) is a no-op.
+ * Builds a table of n servers, zeroed, index set, weight and capacity 1, each
+ * pointing to a private host of its own (up, awake, no address), which the
+ * table owns: a caller with a host table points s[i].host to its hosts
+ * instead. Returns NULL on allocation failure. dm_servers_destroy(NULL) is a
+ * no-op; it frees the private hosts, never the ones of a host table.
  */
 struct dm_servers *dm_servers_create(size_t n);
 void dm_servers_destroy(struct dm_servers *sv);

@@ -105,7 +105,7 @@ pool_init(struct pool *p, const struct scenario *sc)
         s->capacity = 1u << (i % 4);
         /* One in awake_every, spread over the capacities (i % 4) and weights. */
         if (i % sc->awake_every != (i / sc->awake_every) % sc->awake_every) {
-            atomic_store(&s->power, DM_POWER_ASLEEP);
+            atomic_store(&s->host->power, DM_POWER_ASLEEP);
         } else {
             p->awake[p->nawake++] = (int)i;
         }

@@ -72,7 +72,29 @@ dm_admin_set_catalog(struct dm_catalog *c)
     admin_catalog = c;
 }
 
-/* JSON of every pool and server of the current runtime. */
+static const char *
+power_name(int p)
+{
+    switch (p) {
+    case DM_POWER_AWAKE:
+        return "awake";
+    case DM_POWER_ASLEEP:
+        return "asleep";
+    case DM_POWER_BOOTING:
+        return "booting";
+    case DM_POWER_DRAINING:
+        return "draining";
+    default:
+        return "?";
+    }
+}
+
+/*
+ * JSON of every pool and server of the current runtime. Per server: its
+ * host's state (host: the address as its host first saw it written; state,
+ * power, down_for_ms, fails, server_connections, bound_clients: shared by
+ * every pool naming the address), then the pool's own load counters.
+ */
 static void
 stats_json(struct sbuf *b)
 {
@@ -88,19 +110,27 @@ stats_json(struct sbuf *b)
                   p->cf->name, p->cf->balance);
         for (size_t j = 0; j < p->sv->n; j++) {
             struct dm_server *s = &p->sv->s[j];
+            const struct dm_host *h = s->host;
             const char *state = "up";
-            if (atomic_load(&s->down)) {
+            if (atomic_load(&h->down)) {
                 state = "down";
-            } else if (atomic_load(&s->down_until_us) > now) {
+            } else if (atomic_load(&h->down_until_us) > now) {
                 state = "failing";
             }
+            uint64_t until = atomic_load(&h->down_until_us);
             sb_printf(b,
-                      "%s{\"name\":\"%s\",\"address\":\"%s\",\"state\":\"%s\",\"weight\":%u,"
+                      "%s{\"name\":\"%s\",\"address\":\"%s\",\"host\":\"%s\",\"state\":\"%s\","
+                      "\"power\":\"%s\",\"down_for_ms\":%llu,\"fails\":%u,"
+                      "\"server_connections\":%llu,\"bound_clients\":%llu,\"weight\":%u,"
                       "\"capacity\":%u,\"connections\":%llu,\"inflight\":%llu,\"picks\":%llu,"
                       "\"requests\":%llu,\"failures\":%llu,\"inflight_work\":%lld,"
                       "\"potential\":%lld}",
-                      j ? "," : "", s->name, p->cf->servers[j].addr.text, state, s->weight,
-                      s->capacity, (unsigned long long)dm_counter_get(&s->conns),
+                      j ? "," : "", s->name, p->cf->servers[j].addr.text,
+                      h->text != NULL ? h->text : "", state, power_name(atomic_load(&h->power)),
+                      (unsigned long long)(until > now ? (until - now) / 1000 : 0),
+                      atomic_load(&h->fails), (unsigned long long)dm_counter_get(&h->connections),
+                      (unsigned long long)dm_counter_get(&h->bound), s->weight, s->capacity,
+                      (unsigned long long)dm_counter_get(&s->conns),
                       (unsigned long long)dm_counter_get(&s->inflight),
                       (unsigned long long)dm_counter_get(&s->picks),
                       (unsigned long long)dm_counter_get(&s->requests),

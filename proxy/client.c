@@ -192,6 +192,19 @@ client_free_cb(uv_handle_t *h)
     (void)w;
 }
 
+void
+dm_client_bind(struct dm_client *c, size_t pool, int server)
+{
+    if (c->bound >= 0) {
+        dm_counter_sub(&dm_runtime_host(c->rt, c->bound_pool, c->bound)->bound, 1);
+    }
+    c->bound = server;
+    c->bound_pool = (uint16_t)pool;
+    if (server >= 0) {
+        dm_counter_add(&dm_runtime_host(c->rt, pool, server)->bound, 1);
+    }
+}
+
 /* Closes the client and abandons its request (and that request's server connection). */
 void
 dm_client_close(struct dm_client *c)
@@ -221,6 +234,7 @@ dm_client_close(struct dm_client *c)
         c->req = NULL;
     }
     dm_learn_client_close(c);
+    dm_client_bind(c, 0, -1);
     dm_buf_unref(w, c->in);
     c->in = NULL;
     if (c->prev != NULL) {

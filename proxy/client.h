@@ -46,6 +46,13 @@ void dm_clients_expire(struct dm_worker *w);
  */
 void dm_client_close(struct dm_client *c);
 
+/*
+ * Binds the client to server `server` of pool `pool` of its runtime
+ * (connection affinity), counted in that server's host's `bound` until the
+ * client closes or is bound again; server -1 unbinds. Its worker's thread.
+ */
+void dm_client_bind(struct dm_client *c, size_t pool, int server);
+
 /* Closes the client now if no write is in flight, else after the last one. */
 void dm_client_close_when_written(struct dm_client *c);
 

@@ -102,6 +102,7 @@ struct dm_upstream {
     bool got_bytes;
     bool paused;
     bool closing;
+    bool counted; /* connected: in its host's connections until the close callback */
 };
 
 struct dm_req {

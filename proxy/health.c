@@ -54,7 +54,7 @@ struct health_check {
     struct dm_health *h;
     const struct dm_conf_pool *pool;
     const struct dm_conf_server *cs;
-    struct dm_server *srv;
+    struct dm_host *host; /* what the check marks down or up */
     uint64_t interval_ms;
     uint64_t timeout_ms;
     unsigned rise;
@@ -150,6 +150,18 @@ health_status_line_parse(const char *p, size_t len, int *status)
     return 0;
 }
 
+/* The check among the first n of h that marks host, or NULL. */
+static struct health_check *
+health_find(struct dm_health *h, size_t n, const struct dm_host *host)
+{
+    for (size_t k = 0; k < n; k++) {
+        if (h->checks[k].host == host) {
+            return &h->checks[k];
+        }
+    }
+    return NULL;
+}
+
 static const char *
 health_name(const char *s)
 {
@@ -160,11 +172,11 @@ health_name(const char *s)
 static void
 health_verdict(struct health_check *c, bool ok, const char *reason)
 {
-    bool down = atomic_load(&c->srv->down);
+    bool down = atomic_load(&c->host->down);
     if (ok) {
         c->fails = 0;
         if (down && ++c->oks >= c->rise) {
-            atomic_store(&c->srv->down, false);
+            atomic_store(&c->host->down, false);
             dm_log_info("server %s/%s is UP (health check: %u successes)",
                         health_name(c->pool->name), health_name(c->cs->name), c->oks);
             c->oks = 0;
@@ -178,7 +190,7 @@ health_verdict(struct health_check *c, bool ok, const char *reason)
     dm_log_debug("server %s/%s: health check failed: %s", health_name(c->pool->name),
                  health_name(c->cs->name), reason);
     if (!down && c->fails >= c->fall) {
-        atomic_store(&c->srv->down, true);
+        atomic_store(&c->host->down, true);
         dm_log_warn("server %s/%s is DOWN (health check: %s, %u failures)",
                     health_name(c->pool->name), health_name(c->cs->name), reason, c->fails);
     }
@@ -419,12 +431,16 @@ dm_health_start(uv_loop_t *loop, const struct dm_conf *conf, struct dm_servers *
         if (!pool->health.enabled) {
             continue;
         }
-        for (size_t i = 0; i < pool->nservers; i++, k++) {
-            struct health_check *c = &h->checks[k];
+        for (size_t i = 0; i < pool->nservers; i++) {
+            struct dm_host *host = servers[p]->s[i].host;
+            if (health_find(h, k, host) != NULL) {
+                continue; /* one check per host: the first pool naming it checks it */
+            }
+            struct health_check *c = &h->checks[k++];
             c->h = h;
             c->pool = pool;
             c->cs = &pool->servers[i];
-            c->srv = &servers[p]->s[i];
+            c->host = host;
             c->interval_ms = pool->health.interval_ms > 0 ? pool->health.interval_ms : 1;
             c->timeout_ms = pool->health.timeout_ms > 0 ? pool->health.timeout_ms : 1;
             c->rise = pool->health.rise > 0 ? pool->health.rise : 1;
@@ -432,6 +448,17 @@ dm_health_start(uv_loop_t *loop, const struct dm_conf *conf, struct dm_servers *
             c->req = health_request_build(pool, c->cs, &c->req_len);
             if (c->req == NULL) {
                 goto free_requests;
+            }
+        }
+    }
+
+    n = k;
+    h->nchecks = n;
+    /* A host no check looks at any more would stay down for good. */
+    for (size_t p = 0; p < conf->npools; p++) {
+        for (size_t i = 0; i < servers[p]->n; i++) {
+            if (health_find(h, n, servers[p]->s[i].host) == NULL) {
+                atomic_store(&servers[p]->s[i].host->down, false);
             }
         }
     }
@@ -446,7 +473,6 @@ dm_health_start(uv_loop_t *loop, const struct dm_conf *conf, struct dm_servers *
         if (uv_timer_init(loop, &c->timer) < 0) {
             goto close_timers;
         }
-        atomic_store(&c->srv->down, false);
         c->timer.data = c;
         h->nhandles++;
         /* The first checks come soon, spread so that servers are not all hit at once. */

@@ -2,9 +2,13 @@
  * Active health checks. Runs on the control thread's loop: for every server of
  * every pool whose config has a health_check block, an HTTP/1.1 GET of the
  * check path every interval; a 2xx or 3xx answer within the timeout is a
- * success. `fall` consecutive failures mark the server down (struct
- * dm_server.down = true), `rise` consecutive successes mark it up again; each
- * change is logged. Servers start up.
+ * success. `fall` consecutive failures mark the server's host down (struct
+ * dm_host.down = true), `rise` consecutive successes mark it up again; each
+ * change is logged. A host is checked once however many pools name it (by
+ * the first pool, in config order, with a health_check block). A new host
+ * starts up; a host that checks had marked down stays down when the checks
+ * restart (a reload) until `rise` successes, and a host no check looks at is
+ * marked up.
  */
 #ifndef DM_PROXY_HEALTH_H
 #define DM_PROXY_HEALTH_H

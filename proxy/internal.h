@@ -36,7 +36,10 @@
  *                loop iteration
  *   buf.c        refcounted buffers and the worker's free lists; writes that
  *                hold buffers until they complete
- *   runtime.c    a config generation made live (declared here); route.c
+ *   runtime.c    a config generation made live (declared here): per pool a
+ *                server table (the load table) and a balancer; the servers
+ *                point to hosts (balancers/hosts.h) that live for the
+ *                process, so health and power state survive a reload; route.c
  *                routing; log.c the error log
  * client.c, request.c and upstream.c serve one exchange between them and
  * call each other; below them, learn.c, accesslog.c and buf.c call none of
@@ -86,10 +89,16 @@ struct dm_runtime {
     struct dm_catalog *catalog; /* borrowed: the process's object catalog */
 };
 
-/* Builds the runtime of conf (taken) for nworkers; NULL with *err on failure. */
+/*
+ * Builds the runtime of conf (taken) for nworkers; NULL with *err on failure.
+ * Each server's host is found or added in hosts (the process's table, which
+ * must outlive the runtime): that is how a reload keeps health and power
+ * state. hosts NULL: each server has a private host (tests). Control thread.
+ */
 struct dm_catalog;
+struct dm_hosts;
 struct dm_runtime *dm_runtime_create(struct dm_conf *conf, unsigned nworkers,
-                                     const struct dm_runtime *previous, struct dm_catalog *catalog,
+                                     struct dm_hosts *hosts, struct dm_catalog *catalog,
                                      const char **err);
 void dm_runtime_ref(struct dm_runtime *rt);
 void dm_runtime_unref(struct dm_runtime *rt);
@@ -98,7 +107,7 @@ void dm_runtime_unref(struct dm_runtime *rt);
 struct dm_runtime *dm_runtime_current(void);    /* returns a new reference */
 void dm_runtime_publish(struct dm_runtime *rt); /* takes a reference of its own */
 
-/* Server `server` of pool `pool` of rt: its config, and its live table entry. */
+/* Server `server` of pool `pool` of rt: its config, its live table entry, its host. */
 static inline const struct dm_conf_server *
 dm_runtime_server_conf(const struct dm_runtime *rt, size_t pool, int server)
 {
@@ -109,6 +118,12 @@ static inline struct dm_server *
 dm_runtime_server(const struct dm_runtime *rt, size_t pool, int server)
 {
     return &rt->pools[pool].sv->s[server];
+}
+
+static inline struct dm_host *
+dm_runtime_host(const struct dm_runtime *rt, size_t pool, int server)
+{
+    return rt->pools[pool].sv->s[server].host;
 }
 
 /* The monotonic clock in microseconds: the now_us the policies are given. */

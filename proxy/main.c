@@ -13,6 +13,7 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include "balancers/hosts.h"
 #include "conf/conf.h"
 #include "parsers/catalog.h"
 #include "proxy/health.h"
@@ -35,6 +36,7 @@ struct control {
     struct dm_worker *workers;
     unsigned nworkers;
     struct dm_catalog *catalog;
+    struct dm_hosts *hosts; /* every server address seen, for the life of the process */
     const char *conf_path;
     bool stopping;
 };
@@ -163,7 +165,7 @@ reload(struct control *ctl)
         dm_log_error("reload: %s (the catalog keeps what it had)", perr);
     }
     const char *why = NULL;
-    struct dm_runtime *rt = dm_runtime_create(conf, ctl->nworkers, ctl->rt, ctl->catalog, &why);
+    struct dm_runtime *rt = dm_runtime_create(conf, ctl->nworkers, ctl->hosts, ctl->catalog, &why);
     if (rt == NULL) {
         dm_log_error("reload failed (%s), keeping the running configuration", why);
         return;
@@ -398,8 +400,14 @@ main(int argc, char **argv)
         goto destroy_catalog;
     }
     dm_admin_set_catalog(ctl.catalog);
+    /* One host table too: health and power state outlive every reload. */
+    ctl.hosts = dm_hosts_create();
+    if (ctl.hosts == NULL) {
+        fprintf(stderr, "dimmer: out of memory\n");
+        goto destroy_catalog;
+    }
     const char *why = NULL;
-    ctl.rt = dm_runtime_create(conf, nworkers, NULL, ctl.catalog, &why);
+    ctl.rt = dm_runtime_create(conf, nworkers, ctl.hosts, ctl.catalog, &why);
     conf = NULL; /* taken, whether or not the runtime was made */
     if (ctl.rt == NULL) {
         fprintf(stderr, "dimmer: %s\n", why);
@@ -477,6 +485,7 @@ unpublish_runtime:
     dm_runtime_unref(ctl.prev);
     dm_runtime_unref(ctl.rt);
 destroy_catalog:
+    dm_hosts_destroy(ctl.hosts); /* after the last runtime pointing to its hosts */
     dm_catalog_destroy(ctl.catalog);
 close_access_log:
     if (access_fd > 2) {

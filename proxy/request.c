@@ -280,8 +280,7 @@ req_upstream_ready(struct dm_req *req, struct dm_upstream *up, int status)
     req->up = up;
     up->req = req;
     if (c->rt->pools[req->pool].cf->affinity_connection && c->bound < 0) {
-        c->bound = req->server;
-        c->bound_pool = (uint16_t)req->pool;
+        dm_client_bind(c, req->pool, req->server);
     }
     dm_http_parser_init(&up->parser, false);
     up->parser.msg = &req->rmsg;

@@ -2,41 +2,22 @@
  * A runtime is one configuration generation made live: server tables and
  * balancers for its pools. Connections hold a reference to the runtime they
  * were accepted under, so a reload lets old connections finish on the old
- * config while new ones use the new; the last reference frees it.
+ * config while new ones use the new; the last reference frees it. A server's
+ * health, power state and connection counts are in its host, which outlives
+ * every runtime (the process's host table), so a reload keeps them.
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "balancers/balancer.h"
+#include "balancers/hosts.h"
 #include "proxy/internal.h"
 
 static _Atomic(struct dm_runtime *) current;
 static atomic_uint_fast64_t generations;
 
-static const struct dm_server *
-find_previous(const struct dm_runtime *prev, const struct dm_conf_pool *pc,
-              const struct dm_conf_server *sc)
-{
-    if (prev == NULL) {
-        return NULL;
-    }
-    for (size_t i = 0; i < prev->npools; i++) {
-        const struct dm_conf_pool *op = &prev->conf->pools[i];
-        if (strcmp(op->name, pc->name) != 0) {
-            continue;
-        }
-        for (size_t j = 0; j < op->nservers; j++) {
-            if (strcmp(op->servers[j].name, sc->name) == 0 &&
-                strcmp(op->servers[j].addr.text, sc->addr.text) == 0) {
-                return &prev->pools[i].sv->s[j];
-            }
-        }
-    }
-    return NULL;
-}
-
 struct dm_runtime *
-dm_runtime_create(struct dm_conf *conf, unsigned nworkers, const struct dm_runtime *previous,
+dm_runtime_create(struct dm_conf *conf, unsigned nworkers, struct dm_hosts *hosts,
                   struct dm_catalog *catalog, const char **err)
 {
     struct dm_runtime *rt = calloc(1, sizeof(*rt));
@@ -70,11 +51,13 @@ dm_runtime_create(struct dm_conf *conf, unsigned nworkers, const struct dm_runti
             s->name = pc->servers[j].name;
             s->weight = pc->servers[j].weight;
             s->capacity = pc->servers[j].capacity;
-            /* A reload keeps what the health checks knew about a server. */
-            const struct dm_server *old = find_previous(previous, pc, &pc->servers[j]);
-            if (old != NULL) {
-                atomic_store(&s->down, atomic_load(&old->down));
-                atomic_store(&s->down_until_us, atomic_load(&old->down_until_us));
+            if (hosts != NULL) {
+                /* Same address, same host: in every pool and every generation. */
+                const struct dm_conf_addr *a = &pc->servers[j].addr;
+                s->host = dm_hosts_get(hosts, &a->sa, a->text);
+                if (s->host == NULL) {
+                    goto fail;
+                }
             }
         }
         uint32_t tb = (uint32_t)((pc->nservers + 7) / 8);

@@ -19,14 +19,17 @@ void
 dm_upstream_failed(struct dm_runtime *rt, size_t pool, int server, const char *why)
 {
     struct dm_server *s = dm_runtime_server(rt, pool, server);
+    struct dm_host *h = s->host;
     const struct dm_conf_pool *pc = &rt->conf->pools[pool];
     dm_counter_add(&s->failures, 1);
-    unsigned fails = atomic_fetch_add_explicit(&s->fails, 1, memory_order_relaxed) + 1;
+    /* Consecutive failures are the host's, whichever pool saw them; the
+     * threshold and the down period are those of the pool that saw the last. */
+    unsigned fails = atomic_fetch_add_explicit(&h->fails, 1, memory_order_relaxed) + 1;
     dm_log_warn("server %s/%s: %s", pc->name, pc->servers[server].name, why);
     if (pc->passive.max_fails > 0 && fails >= pc->passive.max_fails) {
-        atomic_store_explicit(&s->down_until_us, dm_mono_us() + pc->passive.fail_timeout_ms * 1000,
+        atomic_store_explicit(&h->down_until_us, dm_mono_us() + pc->passive.fail_timeout_ms * 1000,
                               memory_order_relaxed);
-        atomic_store_explicit(&s->fails, 0, memory_order_relaxed);
+        atomic_store_explicit(&h->fails, 0, memory_order_relaxed);
         dm_log_warn("server %s/%s is DOWN for %llu ms (%u consecutive failures)", pc->name,
                     pc->servers[server].name, (unsigned long long)pc->passive.fail_timeout_ms,
                     fails);
@@ -58,6 +61,9 @@ static void
 up_free_cb(uv_handle_t *h)
 {
     struct dm_upstream *up = h->data;
+    if (up->counted) {
+        dm_counter_sub(&dm_runtime_host(up->rt, up->pool, up->server)->connections, 1);
+    }
     dm_runtime_unref(up->rt);
     free(up);
 }
@@ -389,7 +395,7 @@ up_head_done(struct dm_upstream *up)
         return;
     }
     unsigned status = dm_http_parser_status(&up->parser);
-    atomic_store_explicit(&dm_runtime_server(up->rt, up->pool, up->server)->fails, 0,
+    atomic_store_explicit(&dm_runtime_host(up->rt, up->pool, up->server)->fails, 0,
                           memory_order_relaxed);
     bool informational = status >= 100 && status < 200 && status != 101;
     bool close = false;
@@ -615,6 +621,9 @@ up_connect_cb(uv_connect_t *creq, int status)
         }
         return;
     }
+    /* Open from here until the close callback (struct dm_host, connections). */
+    up->counted = true;
+    dm_counter_add(&dm_runtime_host(up->rt, up->pool, up->server)->connections, 1);
     uv_tcp_nodelay(&up->tcp, 1);
     up->state = DM_U_HEAD;
     if (req != NULL) {

@@ -116,11 +116,11 @@ struct dm_fixture_out {
 static inline void
 dm_fixture_take_out(struct dm_fixture *f, const struct dm_fixture_out *out)
 {
-    atomic_store(&f->sv->s[out->down].down, true);
-    atomic_store(&f->sv->s[out->passive].down_until_us, f->pick.now_us + 1);
-    atomic_store(&f->sv->s[out->asleep].power, DM_POWER_ASLEEP);
-    atomic_store(&f->sv->s[out->booting].power, DM_POWER_BOOTING);
-    atomic_store(&f->sv->s[out->draining].power, DM_POWER_DRAINING);
+    atomic_store(&f->sv->s[out->down].host->down, true);
+    atomic_store(&f->sv->s[out->passive].host->down_until_us, f->pick.now_us + 1);
+    atomic_store(&f->sv->s[out->asleep].host->power, DM_POWER_ASLEEP);
+    atomic_store(&f->sv->s[out->booting].host->power, DM_POWER_BOOTING);
+    atomic_store(&f->sv->s[out->draining].host->power, DM_POWER_DRAINING);
     f->pick.tried = f->tried;
     f->tried[out->tried / 8] = (uint8_t)(1u << (out->tried % 8));
 }
@@ -243,7 +243,7 @@ static inline void
 dm_fixture_run_pickers(struct dm_fixture *f, int down, int picks, uint64_t keys)
 {
     assert_true(f->sv->n <= DM_FIXTURE_PICKERS_MAX);
-    atomic_store(&f->sv->s[down].down, true);
+    atomic_store(&f->sv->s[down].host->down, true);
     struct dm_fixture_picker args[DM_FIXTURE_PICKERS];
     pthread_t th[DM_FIXTURE_PICKERS];
     for (int t = 0; t < DM_FIXTURE_PICKERS; t++) {

@@ -439,10 +439,10 @@ test_unusable_and_tried_servers_are_never_picked(void **state)
     for (size_t i = 0; i < 6; i++) {
         set_load(f, i, 1, i < 4 ? 0 : 1000, 0);
     }
-    atomic_store(&f->sv->s[0].down, true);
-    atomic_store(&f->sv->s[1].down_until_us, f->pick.now_us + 1);
-    atomic_store(&f->sv->s[2].power, DM_POWER_ASLEEP);
-    atomic_store(&f->sv->s[3].power, DM_POWER_BOOTING);
+    atomic_store(&f->sv->s[0].host->down, true);
+    atomic_store(&f->sv->s[1].host->down_until_us, f->pick.now_us + 1);
+    atomic_store(&f->sv->s[2].host->power, DM_POWER_ASLEEP);
+    atomic_store(&f->sv->s[3].host->power, DM_POWER_BOOTING);
     for (int k = 0; k < 1000; k++) {
         int i = dm_balancer_pick(f->bal, &f->pick);
         assert_in_range(i, 4, 5);

@@ -217,8 +217,8 @@ test_no_usable_server_gives_no_server(void **state)
 {
     (void)state;
     struct dm_fixture *f = hash_fixture_create(NULL, 3, 0);
-    atomic_store(&f->sv->s[0].down, true);
-    atomic_store(&f->sv->s[1].power, DM_POWER_ASLEEP);
+    atomic_store(&f->sv->s[0].host->down, true);
+    atomic_store(&f->sv->s[1].host->power, DM_POWER_ASLEEP);
     f->pick.tried = f->tried;
     f->tried[0] = 1u << 2;
     for (int k = 0; k < 100; k++) {
@@ -374,7 +374,7 @@ test_removing_a_server_moves_only_its_keys(void **state)
     }
 
     /* Down in place: the same moves exactly. */
-    atomic_store(&all->sv->s[GONE].down, true);
+    atomic_store(&all->sv->s[GONE].host->down, true);
     for (uint64_t k = 0; k < KEYS; k++) {
         int after = pick_key(rest, key_of(k));
         int after_in_all = after >= GONE ? after + 1 : after;
@@ -573,7 +573,7 @@ test_mostly_asleep_pool(void **state)
     enum { N = 1024 };
     struct dm_fixture *f = hash_fixture_create(NULL, N, 0);
     for (size_t i = 0; i < N; i++) {
-        atomic_store(&f->sv->s[i].power, i == 777 ? DM_POWER_AWAKE : DM_POWER_ASLEEP);
+        atomic_store(&f->sv->s[i].host->power, i == 777 ? DM_POWER_AWAKE : DM_POWER_ASLEEP);
     }
     for (uint64_t k = 0; k < 500; k++) {
         assert_int_equal(pick_key(f, key_of(k)), 777);

@@ -136,8 +136,8 @@ test_no_usable_server_gives_no_server(void **state)
     (void)state;
     static const unsigned caps[3] = { 1, 2, 2 };
     struct dm_fixture *f = hy_fixture_create(caps, 3);
-    atomic_store(&f->sv->s[0].down, true);
-    atomic_store(&f->sv->s[1].power, DM_POWER_ASLEEP);
+    atomic_store(&f->sv->s[0].host->down, true);
+    atomic_store(&f->sv->s[1].host->power, DM_POWER_ASLEEP);
     f->pick.tried = f->tried;
     f->tried[0] = 1u << 2;
     assert_int_equal(dm_balancer_pick(f->bal, &f->pick), DM_NO_SERVER);
@@ -168,18 +168,18 @@ test_split_follows_class_capacity(void **state)
     check_split(f, thirds, 3, PICKS, 0.005);
 
     /* The capacity-4 server goes down: 4 and 4 of 8. */
-    atomic_store(&f->sv->s[3].down, true);
+    atomic_store(&f->sv->s[3].host->down, true);
     static const double halves[3] = { 0.5, 0.5, 0 };
     check_split(f, halves, 3, PICKS, 0.005);
 
     /* A capacity-2 server falls asleep too: 4 and 2 of 6. */
-    atomic_store(&f->sv->s[5].power, DM_POWER_ASLEEP);
+    atomic_store(&f->sv->s[5].host->power, DM_POWER_ASLEEP);
     static const double two_thirds[3] = { 4.0 / 6, 2.0 / 6, 0 };
     check_split(f, two_thirds, 3, PICKS, 0.005);
 
     /* Both come back. */
-    atomic_store(&f->sv->s[3].down, false);
-    atomic_store(&f->sv->s[5].power, DM_POWER_AWAKE);
+    atomic_store(&f->sv->s[3].host->down, false);
+    atomic_store(&f->sv->s[5].host->power, DM_POWER_AWAKE);
     check_split(f, thirds, 3, PICKS, 0.005);
     dm_fixture_destroy(f);
 
@@ -253,12 +253,12 @@ test_mostly_asleep_pool(void **state)
     }
     struct dm_fixture *f = hy_fixture_create(caps, N);
     for (size_t i = 0; i < N; i++) {
-        atomic_store(&f->sv->s[i].power, DM_POWER_ASLEEP);
+        atomic_store(&f->sv->s[i].host->power, DM_POWER_ASLEEP);
     }
     /* 4 (capacity 1), 8 (capacity 1), 11 (capacity 4): classes 2 and 4 of 6. */
-    atomic_store(&f->sv->s[4].power, DM_POWER_AWAKE);
-    atomic_store(&f->sv->s[8].power, DM_POWER_AWAKE);
-    atomic_store(&f->sv->s[11].power, DM_POWER_AWAKE);
+    atomic_store(&f->sv->s[4].host->power, DM_POWER_AWAKE);
+    atomic_store(&f->sv->s[8].host->power, DM_POWER_AWAKE);
+    atomic_store(&f->sv->s[11].host->power, DM_POWER_AWAKE);
     unsigned c4 = 0, c8 = 0, c11 = 0;
     for (int k = 0; k < PICKS; k++) {
         int i = dm_balancer_pick(f->bal, &f->pick);

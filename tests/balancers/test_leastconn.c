@@ -105,9 +105,9 @@ test_unusable_servers_are_never_picked(void **state)
     static const unsigned w[] = { 1, 1, 1, 1, 1 };
     static const uint64_t conns[] = { 0, 0, 0, 9, 9 };
     struct dm_fixture *f = lc_fixture_create(w, conns, 5);
-    atomic_store(&f->sv->s[0].down, true);
-    atomic_store(&f->sv->s[1].down_until_us, f->pick.now_us + 1);
-    atomic_store(&f->sv->s[2].power, DM_POWER_DRAINING);
+    atomic_store(&f->sv->s[0].host->down, true);
+    atomic_store(&f->sv->s[1].host->down_until_us, f->pick.now_us + 1);
+    atomic_store(&f->sv->s[2].host->power, DM_POWER_DRAINING);
     /* The idle servers are all unusable, so the loaded ones take everything. */
     for (int k = 0; k < 1000; k++) {
         int i = dm_balancer_pick(f->bal, &f->pick);
@@ -147,8 +147,8 @@ test_no_usable_server_gives_no_server(void **state)
     (void)state;
     static const unsigned w[] = { 1, 2 };
     struct dm_fixture *f = lc_fixture_create(w, NULL, 2);
-    atomic_store(&f->sv->s[0].down, true);
-    atomic_store(&f->sv->s[1].power, DM_POWER_ASLEEP);
+    atomic_store(&f->sv->s[0].host->down, true);
+    atomic_store(&f->sv->s[1].host->power, DM_POWER_ASLEEP);
     assert_int_equal(dm_balancer_pick(f->bal, &f->pick), DM_NO_SERVER);
     dm_fixture_destroy(f);
 

@@ -60,8 +60,8 @@ test_no_usable_server_gives_no_server(void **state)
 {
     (void)state;
     struct dm_fixture *f = p2c_fixture_create(NULL, 3);
-    atomic_store(&f->sv->s[0].down, true);
-    atomic_store(&f->sv->s[1].power, DM_POWER_ASLEEP);
+    atomic_store(&f->sv->s[0].host->down, true);
+    atomic_store(&f->sv->s[1].host->power, DM_POWER_ASLEEP);
     f->pick.tried = f->tried;
     f->tried[0] = 1u << 2;
     assert_int_equal(dm_balancer_pick(f->bal, &f->pick), DM_NO_SERVER);
@@ -184,10 +184,10 @@ test_mostly_asleep_pool(void **state)
     enum { N = 1024 };
     struct dm_fixture *f = p2c_fixture_create(NULL, N);
     for (size_t i = 0; i < N; i++) {
-        atomic_store(&f->sv->s[i].power, DM_POWER_ASLEEP);
+        atomic_store(&f->sv->s[i].host->power, DM_POWER_ASLEEP);
     }
-    atomic_store(&f->sv->s[100].power, DM_POWER_AWAKE);
-    atomic_store(&f->sv->s[900].power, DM_POWER_AWAKE);
+    atomic_store(&f->sv->s[100].host->power, DM_POWER_AWAKE);
+    atomic_store(&f->sv->s[900].host->power, DM_POWER_AWAKE);
     atomic_store(&f->sv->s[900].inflight, 5);
     for (int k = 0; k < 200; k++) {
         assert_int_equal(dm_balancer_pick(f->bal, &f->pick), 100);

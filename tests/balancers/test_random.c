@@ -103,8 +103,8 @@ test_no_usable_server_gives_no_server(void **state)
     static const unsigned draws[] = { 1, 2, 200 };
     for (size_t d = 0; d < sizeof(draws) / sizeof(draws[0]); d++) {
         struct dm_fixture *f = rnd_fixture_create(NULL, 3, draws[d]);
-        atomic_store(&f->sv->s[0].down, true);
-        atomic_store(&f->sv->s[1].power, DM_POWER_ASLEEP);
+        atomic_store(&f->sv->s[0].host->down, true);
+        atomic_store(&f->sv->s[1].host->power, DM_POWER_ASLEEP);
         f->pick.tried = f->tried;
         f->tried[0] = 1u << 2;
         assert_int_equal(dm_balancer_pick(f->bal, &f->pick), DM_NO_SERVER);
@@ -226,7 +226,7 @@ test_mostly_down_pool_keeps_weights(void **state)
     enum { N = 1024, PICKS = 60000 };
     struct dm_fixture *f = rnd_fixture_create(NULL, N, 1);
     for (size_t i = 0; i < N; i++) {
-        atomic_store(&f->sv->s[i].power, DM_POWER_ASLEEP);
+        atomic_store(&f->sv->s[i].host->power, DM_POWER_ASLEEP);
     }
     dm_balancer_destroy(f->bal);
     f->sv->s[10].weight = 1;
@@ -234,9 +234,9 @@ test_mostly_down_pool_keeps_weights(void **state)
     f->sv->s[1000].weight = 3;
     struct dm_bal_conf cf = { .draws = 1 };
     f->bal = dm_balancer_create(&dm_bal_random, f->sv, &cf);
-    atomic_store(&f->sv->s[10].power, DM_POWER_AWAKE);
-    atomic_store(&f->sv->s[500].power, DM_POWER_AWAKE);
-    atomic_store(&f->sv->s[1000].power, DM_POWER_AWAKE);
+    atomic_store(&f->sv->s[10].host->power, DM_POWER_AWAKE);
+    atomic_store(&f->sv->s[500].host->power, DM_POWER_AWAKE);
+    atomic_store(&f->sv->s[1000].host->power, DM_POWER_AWAKE);
     unsigned c10 = 0, c500 = 0, c1000 = 0;
     for (int k = 0; k < PICKS; k++) {
         int i = dm_balancer_pick(f->bal, &f->pick);

@@ -72,16 +72,16 @@ test_every_policy_picks_only_usable_untried_servers(void **state)
         dm_rng_init(&rng, p);
         uint8_t tried[1] = { 1u << 5 };
         struct dm_pick pick = { .tried = tried, .now_us = 10, .rng = &rng };
-        atomic_store(&sv->s[1].down, true);
-        atomic_store(&sv->s[2].down_until_us, 11);
-        atomic_store(&sv->s[3].power, DM_POWER_BOOTING);
+        atomic_store(&sv->s[1].host->down, true);
+        atomic_store(&sv->s[2].host->down_until_us, 11);
+        atomic_store(&sv->s[3].host->power, DM_POWER_BOOTING);
         for (int k = 0; k < 1000; k++) {
             pick.key = dm_rng_next(&rng);
             int i = dm_balancer_pick(b, &pick);
             assert_true(i == 0 || i == 4);
         }
-        atomic_store(&sv->s[0].power, DM_POWER_ASLEEP);
-        atomic_store(&sv->s[4].down, true);
+        atomic_store(&sv->s[0].host->power, DM_POWER_ASLEEP);
+        atomic_store(&sv->s[4].host->down, true);
         assert_int_equal(dm_balancer_pick(b, &pick), DM_NO_SERVER);
         dm_balancer_destroy(b);
         dm_servers_destroy(sv);

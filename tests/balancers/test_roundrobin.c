@@ -148,7 +148,7 @@ test_down_server_is_never_picked(void **state)
     (void)state;
     static const unsigned w[] = { 5, 1, 1 };
     struct dm_fixture *f = rr_fixture_create(w, 3);
-    atomic_store(&f->sv->s[0].down, true);
+    atomic_store(&f->sv->s[0].host->down, true);
     unsigned count[3] = { 0 };
     for (int k = 0; k < 1000; k++) {
         int i = dm_balancer_pick(f->bal, &f->pick);
@@ -167,7 +167,7 @@ test_down_server_share_keeps_other_ratios(void **state)
     (void)state;
     static const unsigned w[] = { 2, 6, 3, 1 };
     struct dm_fixture *f = rr_fixture_create(w, 4);
-    atomic_store(&f->sv->s[1].down, true);
+    atomic_store(&f->sv->s[1].host->down, true);
     unsigned count[4] = { 0 };
     for (int k = 0; k < 6 * 100; k++) {
         count[dm_balancer_pick(f->bal, &f->pick)]++;
@@ -185,7 +185,7 @@ test_passive_down_until_is_respected(void **state)
     (void)state;
     static const unsigned w[] = { 1, 3, 1 };
     struct dm_fixture *f = rr_fixture_create(w, 3);
-    atomic_store(&f->sv->s[1].down_until_us, f->pick.now_us + 500);
+    atomic_store(&f->sv->s[1].host->down_until_us, f->pick.now_us + 500);
     for (int k = 0; k < 100; k++) {
         assert_int_not_equal(dm_balancer_pick(f->bal, &f->pick), 1);
     }
@@ -222,14 +222,14 @@ test_no_usable_server_gives_no_server(void **state)
     (void)state;
     static const unsigned w[] = { 3, 1, 2 };
     struct dm_fixture *f = rr_fixture_create(w, 3);
-    atomic_store(&f->sv->s[0].down, true);
-    atomic_store(&f->sv->s[1].power, DM_POWER_ASLEEP);
-    atomic_store(&f->sv->s[2].down_until_us, f->pick.now_us + 1);
+    atomic_store(&f->sv->s[0].host->down, true);
+    atomic_store(&f->sv->s[1].host->power, DM_POWER_ASLEEP);
+    atomic_store(&f->sv->s[2].host->down_until_us, f->pick.now_us + 1);
     for (int k = 0; k < 20; k++) {
         assert_int_equal(dm_balancer_pick(f->bal, &f->pick), DM_NO_SERVER);
     }
     /* One coming back is found again wherever the ticket stands. */
-    atomic_store(&f->sv->s[1].power, DM_POWER_AWAKE);
+    atomic_store(&f->sv->s[1].host->power, DM_POWER_AWAKE);
     for (int k = 0; k < 20; k++) {
         assert_int_equal(dm_balancer_pick(f->bal, &f->pick), 1);
     }

@@ -61,7 +61,7 @@ test_two_draws_follow_weights_without_replacement(void **state)
             /* Servers 0..3 weigh 1..4; the 60 others are heavy and, in round 2, down. */
             w[i] = i < 4 ? i + 1 : 1000;
             if (mostly_down && i >= 4) {
-                atomic_store(&sv->s[i].down, true);
+                atomic_store(&sv->s[i].host->down, true);
             }
         }
         struct dm_sample t;

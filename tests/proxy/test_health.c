@@ -450,7 +450,7 @@ teardown(void **state)
 static bool
 is_down(struct fixture *f, size_t i)
 {
-    return atomic_load(&f->sv->s[i].down);
+    return atomic_load(&f->sv->s[i].host->down);
 }
 
 /* ---- Predicates: each also records what it saw. ---- */

@@ -1,0 +1,97 @@
+#include "balancers/hosts.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+void
+dm_host_init(struct dm_host *h)
+{
+    memset(h, 0, sizeof(*h));
+    atomic_init(&h->down, false);
+    atomic_init(&h->down_until_us, 0);
+    atomic_init(&h->fails, 0);
+    atomic_init(&h->power, DM_POWER_AWAKE);
+    atomic_init(&h->power_since_us, 0);
+    atomic_init(&h->connections, 0);
+    atomic_init(&h->bound, 0);
+}
+
+struct dm_hosts *
+dm_hosts_create(void)
+{
+    return calloc(1, sizeof(struct dm_hosts));
+}
+
+void
+dm_hosts_destroy(struct dm_hosts *t)
+{
+    if (t == NULL) {
+        return;
+    }
+    for (size_t i = 0; i < t->n; i++) {
+        free(t->h[i]->text);
+        free(t->h[i]);
+    }
+    free(t->h);
+    free(t);
+}
+
+bool
+dm_host_addr_equal(const struct sockaddr_storage *a, const struct sockaddr_storage *b)
+{
+    if (a->ss_family != b->ss_family) {
+        return false;
+    }
+    /* Field by field: the padding of a sockaddr need not be zero. */
+    if (a->ss_family == AF_INET) {
+        const struct sockaddr_in *x = (const struct sockaddr_in *)a;
+        const struct sockaddr_in *y = (const struct sockaddr_in *)b;
+        return x->sin_port == y->sin_port &&
+               memcmp(&x->sin_addr, &y->sin_addr, sizeof(x->sin_addr)) == 0;
+    }
+    if (a->ss_family == AF_INET6) {
+        const struct sockaddr_in6 *x = (const struct sockaddr_in6 *)a;
+        const struct sockaddr_in6 *y = (const struct sockaddr_in6 *)b;
+        return x->sin6_port == y->sin6_port && x->sin6_scope_id == y->sin6_scope_id &&
+               memcmp(&x->sin6_addr, &y->sin6_addr, sizeof(x->sin6_addr)) == 0;
+    }
+    return memcmp(a, b, sizeof(*a)) == 0;
+}
+
+struct dm_host *
+dm_hosts_get(struct dm_hosts *t, const struct sockaddr_storage *sa, const char *text)
+{
+    /* A linear search: a configuration names tens of addresses, and only the
+     * control thread looks, when it builds a runtime. */
+    for (size_t i = 0; i < t->n; i++) {
+        if (dm_host_addr_equal(&t->h[i]->addr, sa)) {
+            return t->h[i];
+        }
+    }
+    if (t->n == t->cap) {
+        size_t cap = t->cap > 0 ? t->cap * 2 : 16;
+        /* Only the array of pointers moves; the hosts stay where they are. */
+        struct dm_host **h = realloc(t->h, cap * sizeof(*h));
+        if (h == NULL) {
+            return NULL;
+        }
+        t->h = h;
+        t->cap = cap;
+    }
+    struct dm_host *host = malloc(sizeof(*host));
+    if (host == NULL) {
+        return NULL;
+    }
+    dm_host_init(host);
+    size_t len = text != NULL ? strlen(text) : 0;
+    host->text = malloc(len + 1);
+    if (host->text == NULL) {
+        free(host);
+        return NULL;
+    }
+    memcpy(host->text, text != NULL ? text : "", len);
+    host->text[len] = '\0';
+    memcpy(&host->addr, sa, sizeof(host->addr));
+    t->h[t->n++] = host;
+    return host;
+}

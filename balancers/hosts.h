@@ -1,0 +1,98 @@
+/*
+ * Hosts: what belongs to a backend machine rather than to a pool. One
+ * struct dm_host per distinct server address for the life of the process
+ * (DESIGN.md, "Threads": servers are also hosts), shared by every pool of
+ * every runtime generation that names that address, so health, power state
+ * and per-address counters survive a reload.
+ *
+ * The table (struct dm_hosts) is written by one thread only, the control
+ * thread that builds runtimes, so adding needs no lock. Every host is its own
+ * allocation and is freed only by dm_hosts_destroy(): workers keep host
+ * pointers (through struct dm_server) and read and update the atomics below,
+ * never the table itself. Counters are relaxed C11 atomics (statistics and
+ * hints, never used to publish other memory).
+ */
+#ifndef DM_BALANCERS_HOSTS_H
+#define DM_BALANCERS_HOSTS_H
+
+#include <netinet/in.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+/* Power state of a host (the power manager of a later issue moves it). */
+enum dm_power_state {
+    DM_POWER_AWAKE = 0,
+    DM_POWER_ASLEEP,
+    DM_POWER_BOOTING,
+    DM_POWER_DRAINING,
+};
+
+struct dm_host {
+    struct sockaddr_storage addr; /* the key: family, address, port (and IPv6 scope) */
+    char *text;                   /* as first written in a configuration, for display; owned */
+
+    /* Health. */
+    atomic_bool down;                   /* the active health checks say down */
+    atomic_uint_fast64_t down_until_us; /* passive checks: down until this monotonic time */
+    atomic_uint fails;                  /* consecutive failures seen on the request path */
+
+    /* Power. */
+    atomic_int power;                    /* enum dm_power_state */
+    atomic_uint_fast64_t power_since_us; /* monotonic time of the last change of power */
+
+    /*
+     * connections: server-side TCP connections open to the host, idle in a
+     * keep-alive pool or in use, from every worker and every generation. A
+     * connection enters when its connect succeeds (the server has accepted
+     * it: what the server itself would count) and leaves in its close
+     * callback; a connect in progress or failed is not counted.
+     * bound: client connections bound to the host by connection affinity,
+     * from the response that binds them until they close or rebind.
+     * Both are exact once the proxy is quiet.
+     */
+    atomic_uint_fast64_t connections;
+    atomic_uint_fast64_t bound;
+};
+
+/*
+ * Initializes h, memory the caller owns, as a host kept in no table: up,
+ * awake, no counts, no address, text NULL. Any thread, before h is shared.
+ */
+void dm_host_init(struct dm_host *h);
+
+/* The table of every host the process has seen. */
+struct dm_hosts {
+    struct dm_host **h; /* each its own allocation, so pointers never move */
+    size_t n, cap;
+};
+
+/*
+ * An empty table, or NULL when out of memory (an all-zero struct is an empty
+ * table too). dm_hosts_destroy() frees every host, their texts and the table,
+ * so only once nothing points to a host any more (no runtime left); NULL is a
+ * no-op. The thread that adds (the control thread).
+ */
+struct dm_hosts *dm_hosts_create(void);
+void dm_hosts_destroy(struct dm_hosts *t);
+
+/*
+ * The host of address sa (AF_INET or AF_INET6; others compare as bytes),
+ * added up, awake and with zero counts when the table has none, its text a
+ * copy of text (NULL: empty). Equal addresses written two ways ("localhost"
+ * and "127.0.0.1") are one host, shown with the first text. Returns NULL on
+ * allocation failure, the table unchanged. Only one thread may add at a time.
+ */
+struct dm_host *dm_hosts_get(struct dm_hosts *t, const struct sockaddr_storage *sa,
+                             const char *text);
+
+/*
+ * True when a and b are the same address (what dm_hosts_get() keys on):
+ * family, port and address, and the scope for IPv6; padding is ignored, and
+ * an IPv4-mapped IPv6 address is not its IPv4 address. Any thread.
+ */
+bool dm_host_addr_equal(const struct sockaddr_storage *a, const struct sockaddr_storage *b);
+
+#endif
