@@ -47,6 +47,19 @@ dm_buf_get(struct dm_worker *w, uint32_t cap)
 }
 
 void
+dm_buf_read_space(struct dm_worker *w, struct dm_buf **in, uint32_t cap, uv_buf_t *out)
+{
+    if (*in == NULL) {
+        *in = dm_buf_get(w, cap);
+    }
+    if (*in == NULL) {
+        *out = uv_buf_init(NULL, 0);
+        return;
+    }
+    *out = uv_buf_init((*in)->data + (*in)->len, (*in)->cap - (*in)->len);
+}
+
+void
 dm_buf_unref(struct dm_worker *w, struct dm_buf *b)
 {
     if (b == NULL || --b->refs > 0) {

@@ -34,6 +34,14 @@ struct dm_buf *dm_buf_get(struct dm_worker *w, uint32_t cap);
 void dm_buf_unref(struct dm_worker *w, struct dm_buf *b);
 
 /*
+ * For a libuv alloc callback: the free tail of *in, getting a read buffer of
+ * cap bytes from w's pool first when *in is NULL (kept in *in, owned by the
+ * caller's connection). Out of memory gives an empty buffer, which libuv
+ * reports as UV_ENOBUFS. Worker thread only.
+ */
+void dm_buf_read_space(struct dm_worker *w, struct dm_buf **in, uint32_t cap, uv_buf_t *out);
+
+/*
  * Frees every buffer and request on the worker's free lists: after a burst,
  * once the worker is quiet, and when it stops.
  */

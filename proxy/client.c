@@ -151,14 +151,7 @@ client_alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
     (void)suggested;
     struct dm_client *c = h->data;
-    if (c->in == NULL) {
-        c->in = dm_buf_get(c->w, c->rt->buf_cap);
-    }
-    if (c->in == NULL) {
-        *buf = uv_buf_init(NULL, 0);
-        return;
-    }
-    *buf = uv_buf_init(c->in->data + c->in->len, c->in->cap - c->in->len);
+    dm_buf_read_space(c->w, &c->in, c->rt->buf_cap, buf);
 }
 
 static void client_read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);

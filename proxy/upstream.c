@@ -225,14 +225,7 @@ up_alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
     (void)suggested;
     struct dm_upstream *up = h->data;
-    if (up->in == NULL) {
-        up->in = dm_buf_get(up->w, up->rt->buf_cap);
-    }
-    if (up->in == NULL) {
-        *buf = uv_buf_init(NULL, 0);
-        return;
-    }
-    *buf = uv_buf_init(up->in->data + up->in->len, up->in->cap - up->in->len);
+    dm_buf_read_space(up->w, &up->in, up->rt->buf_cap, buf);
 }
 
 static void up_read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
