@@ -14,6 +14,9 @@ dm_host_init(struct dm_host *h)
     atomic_init(&h->power_since_us, 0);
     atomic_init(&h->connections, 0);
     atomic_init(&h->bound, 0);
+    atomic_init(&h->inflight, 0);
+    atomic_init(&h->started, 0);
+    atomic_init(&h->close_idle_epoch, 0);
 }
 
 struct dm_hosts *

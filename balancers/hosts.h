@@ -55,6 +55,22 @@ struct dm_host {
      */
     atomic_uint_fast64_t connections;
     atomic_uint_fast64_t bound;
+
+    /*
+     * inflight: requests of any pool and generation on the host, from their
+     * pick until their response is complete or they fail (what a drain waits
+     * for). started: requests sent to the host, one per attempt (a retry on a
+     * new connection counts again), for the life of the process.
+     */
+    atomic_uint_fast64_t inflight;
+    atomic_uint_fast64_t started;
+
+    /*
+     * The epoch of the last command asking every worker to close its idle
+     * keep-alive connections to the host (proxy/worker.h). Written by the
+     * control thread only, before it publishes the epoch.
+     */
+    atomic_uint_fast64_t close_idle_epoch;
 };
 
 /*

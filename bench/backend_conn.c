@@ -424,6 +424,9 @@ on_handle_close(uv_handle_t *h)
     if (--c->open_handles > 0) {
         return;
     }
+    if (c->counted) {
+        c->be->open--;
+    }
     EVP_MD_CTX_free(c->md);
     free(c);
 }
@@ -933,6 +936,8 @@ dm_backend_on_connection(uv_stream_t *server, int status)
         return;
     }
     be->connections++;
+    be->open++;
+    c->counted = true;
     uv_tcp_nodelay(&c->tcp, 1);
     llhttp_init(&c->parser, HTTP_REQUEST, &be->settings);
     c->parser.data = c;

@@ -48,7 +48,8 @@ struct dm_backend {
     char *fill[3]; /* object bodies: picture, script, stylesheet (see dm_backend_make_fills) */
     const char *name;
     uint64_t requests;
-    uint64_t connections;
+    uint64_t connections; /* accepted, ever */
+    uint64_t open;        /* open now (the one asking /stats included) */
     struct dm_backend_out *free_outs;
     unsigned nfree;
     struct dm_backend_conn *conns;
@@ -123,6 +124,7 @@ struct dm_backend_conn {
     enum dm_backend_ev ev;
     int open_handles;
     unsigned inflight;
+    bool counted; /* in be->open */
     bool reading, eof, closing, shutting;
     bool http10;
     bool in_head, head_known, req_active, wait_resp;

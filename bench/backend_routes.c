@@ -38,8 +38,9 @@ route_stats(struct dm_backend_conn *c)
 {
     char body[256];
     int n = snprintf(body, sizeof body,
-                     "{\"name\":\"%s\",\"requests\":%" PRIu64 ",\"connections\":%" PRIu64 "}\n",
-                     c->be->name, c->be->requests, c->be->connections);
+                     "{\"name\":\"%s\",\"requests\":%" PRIu64 ",\"connections\":%" PRIu64
+                     ",\"open\":%" PRIu64 "}\n",
+                     c->be->name, c->be->requests, c->be->connections, c->be->open);
     dm_backend_respond_text(c, 200, "application/json", body, (size_t)n, NULL);
 }
 

@@ -1,13 +1,17 @@
 /*
  * The admin listener, on the control thread's loop: GET /stats answers the
- * live server tables as JSON, GET / a short index. One request per connection.
+ * live server tables as JSON, GET / a short index, and POST /hosts/ADDR/...
+ * sends a command about a host to every worker and answers once every worker
+ * has acknowledged it. One request per connection.
  */
+#include <netdb.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "balancers/hosts.h"
 #include "parsers/catalog.h"
 #include "proxy/internal.h"
 #include "proxy/log.h"
@@ -21,17 +25,34 @@ free_handle(uv_handle_t *h)
 }
 
 #define ADMIN_REQ_MAX 8192
+#define ADMIN_ACK_MS  5000 /* a command not acknowledged by every worker by then: 504 */
+#define ADMIN_POLL_MS 100  /* pending commands are checked at least this often */
+
+struct admin_conn;
 
 struct dm_admin {
     uv_tcp_t tcp;
+    uv_timer_t timer; /* bounds pending commands */
+    bool timer_open;
+    struct dm_hosts *hosts;
+    struct dm_worker *workers;
+    unsigned nworkers;
+    struct admin_conn *pending; /* commands waiting for every worker's acknowledgement */
 };
 
 struct admin_conn {
     uv_tcp_t tcp;
     uv_write_t wreq;
+    struct dm_admin *admin;
     size_t len;
     char *out;
     bool answered;
+    /* A command waiting for its acknowledgements. */
+    struct admin_conn *next;
+    struct dm_host *host;
+    const char *command;
+    uint64_t epoch;
+    uint64_t deadline_ms;
     char req[ADMIN_REQ_MAX];
 };
 
@@ -89,6 +110,31 @@ power_name(int p)
     }
 }
 
+/* Milliseconds since the monotonic time t_us, 0 when t_us is 0 (never) or later. */
+static unsigned long long
+ms_since(uint64_t now_us, uint64_t t_us)
+{
+    return t_us > 0 && now_us > t_us ? (unsigned long long)((now_us - t_us) / 1000) : 0;
+}
+
+/* One host's state and counters as a JSON object. */
+static void
+host_json(struct sbuf *b, const struct dm_host *h, uint64_t now_us)
+{
+    uint64_t until = atomic_load(&h->down_until_us);
+    const char *state = atomic_load(&h->down) ? "down" : until > now_us ? "failing" : "up";
+    sb_printf(b,
+              "{\"host\":\"%s\",\"state\":\"%s\",\"power\":\"%s\",\"power_for_ms\":%llu,"
+              "\"inflight\":%llu,\"started\":%llu,\"server_connections\":%llu,"
+              "\"bound_clients\":%llu}",
+              h->text != NULL ? h->text : "", state, power_name(atomic_load(&h->power)),
+              ms_since(now_us, atomic_load(&h->power_since_us)),
+              (unsigned long long)dm_counter_get(&h->inflight),
+              (unsigned long long)dm_counter_get(&h->started),
+              (unsigned long long)dm_counter_get(&h->connections),
+              (unsigned long long)dm_counter_get(&h->bound));
+}
+
 /*
  * JSON of every pool and server of the current runtime. Per server: its
  * host's state (host: the address as its host first saw it written; state,
@@ -96,7 +142,7 @@ power_name(int p)
  * every pool naming the address), then the pool's own load counters.
  */
 static void
-stats_json(struct sbuf *b)
+stats_json(struct sbuf *b, const struct dm_admin *a)
 {
     struct dm_runtime *rt = dm_runtime_current();
     sb_printf(b, "{\"generation\":%llu,\"pools\":[",
@@ -141,6 +187,14 @@ stats_json(struct sbuf *b)
         sb_printf(b, "]}");
     }
     sb_printf(b, "]");
+    if (a->hosts != NULL) {
+        sb_printf(b, ",\"hosts\":[");
+        for (size_t i = 0; i < a->hosts->n; i++) {
+            sb_printf(b, "%s", i ? "," : "");
+            host_json(b, a->hosts->h[i], now);
+        }
+        sb_printf(b, "]");
+    }
     if (admin_catalog != NULL) {
         struct dm_catalog_stats cs;
         dm_catalog_stats(admin_catalog, &cs);
@@ -180,25 +234,10 @@ alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
     *buf = uv_buf_init(ac->req + ac->len, (unsigned)(ADMIN_REQ_MAX - 1 - ac->len));
 }
 
+/* Sends status and body (taken) and closes the connection once written. */
 static void
-answer(struct admin_conn *ac)
+respond(struct admin_conn *ac, const char *status, const char *type, struct sbuf body)
 {
-    ac->answered = true;
-    uv_read_stop((uv_stream_t *)&ac->tcp);
-    ac->req[ac->len] = 0;
-    struct sbuf body = { 0 };
-    const char *status = "200 OK";
-    const char *type = "application/json";
-    if (strncmp(ac->req, "GET /stats ", 11) == 0 || strncmp(ac->req, "GET /stats?", 11) == 0) {
-        stats_json(&body);
-    } else if (strncmp(ac->req, "GET / ", 6) == 0) {
-        type = "text/plain";
-        sb_printf(&body, "dimmer admin\n  GET /stats  server tables as JSON\n");
-    } else {
-        status = "404 Not Found";
-        type = "text/plain";
-        sb_printf(&body, "not found\n");
-    }
     struct sbuf out = { 0 };
     sb_printf(&out,
               "HTTP/1.1 %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\nConnection: close\r\n"
@@ -210,6 +249,203 @@ answer(struct admin_conn *ac)
     ac->wreq.data = ac;
     if (out.p == NULL || uv_write(&ac->wreq, (uv_stream_t *)&ac->tcp, &b, 1, written) < 0) {
         uv_close((uv_handle_t *)&ac->tcp, conn_closed);
+    }
+}
+
+static void
+respond_text(struct admin_conn *ac, const char *status, const char *text)
+{
+    struct sbuf body = { 0 };
+    sb_printf(&body, "%s\n", text);
+    respond(ac, status, "text/plain", body);
+}
+
+/*
+ * The host ADDR of a command path names: the address as a configuration
+ * wrote it ("backend1:8080", as /stats shows it), or a numeric address that
+ * equals the host's ("127.0.0.1:8081", "[::1]:8081"). NULL when none.
+ */
+static struct dm_host *
+find_host(const struct dm_admin *a, const char *addr)
+{
+    if (a->hosts == NULL) {
+        return NULL;
+    }
+    for (size_t i = 0; i < a->hosts->n; i++) {
+        if (a->hosts->h[i]->text != NULL && strcmp(a->hosts->h[i]->text, addr) == 0) {
+            return a->hosts->h[i];
+        }
+    }
+    char host[INET6_ADDRSTRLEN + 2];
+    const char *colon = strrchr(addr, ':');
+    if (colon == NULL || (size_t)(colon - addr) >= sizeof(host) || colon[1] == 0) {
+        return NULL;
+    }
+    const char *start = addr;
+    size_t len = (size_t)(colon - addr);
+    if (len >= 2 && addr[0] == '[' && addr[len - 1] == ']') {
+        start++;
+        len -= 2;
+    }
+    memcpy(host, start, len);
+    host[len] = 0;
+    struct addrinfo hints = { .ai_flags = AI_NUMERICHOST | AI_NUMERICSERV,
+                              .ai_socktype = SOCK_STREAM };
+    struct addrinfo *ai = NULL;
+    if (getaddrinfo(host, colon + 1, &hints, &ai) != 0) {
+        return NULL;
+    }
+    struct sockaddr_storage sa = { 0 };
+    memcpy(&sa, ai->ai_addr, ai->ai_addrlen);
+    freeaddrinfo(ai);
+    for (size_t i = 0; i < a->hosts->n; i++) {
+        if (dm_host_addr_equal(&a->hosts->h[i]->addr, &sa)) {
+            return a->hosts->h[i];
+        }
+    }
+    return NULL;
+}
+
+/* Answers a command: 200 once every worker acknowledged its epoch, else 504. */
+static void
+command_answer(struct admin_conn *ac, unsigned acked)
+{
+    const struct dm_admin *a = ac->admin;
+    struct sbuf body = { 0 };
+    sb_printf(&body, "{\"command\":\"%s\",\"epoch\":%llu,\"workers\":%u,\"acked\":%u,", ac->command,
+              (unsigned long long)ac->epoch, a->nworkers, acked);
+    /* Read after every acknowledgement: for a drain, `started` is final. */
+    sb_printf(&body, "\"after\":");
+    host_json(&body, ac->host, dm_mono_us());
+    sb_printf(&body, "}\n");
+    respond(ac, acked == a->nworkers ? "200 OK" : "504 Gateway Timeout", "application/json", body);
+}
+
+static void admin_timer_cb(uv_timer_t *t);
+
+/* Answers the pending commands that every worker acknowledged, or that expired. */
+static void
+pending_check(struct dm_admin *a, bool stopping)
+{
+    uint64_t now = uv_now(a->tcp.loop);
+    struct admin_conn **pp = &a->pending;
+    while (*pp != NULL) {
+        struct admin_conn *ac = *pp;
+        unsigned acked = dm_workers_acked(a->workers, a->nworkers, ac->epoch);
+        if (acked == a->nworkers || now >= ac->deadline_ms || stopping) {
+            *pp = ac->next;
+            command_answer(ac, acked);
+        } else {
+            pp = &ac->next;
+        }
+    }
+    if (a->pending == NULL && a->timer_open) {
+        uv_timer_stop(&a->timer);
+    }
+}
+
+static void
+admin_timer_cb(uv_timer_t *t)
+{
+    pending_check(t->data, false);
+}
+
+void
+dm_admin_acked(struct dm_admin *a)
+{
+    if (a != NULL) {
+        pending_check(a, false);
+    }
+}
+
+/* POST /hosts/ADDR/COMMAND: sends it to every worker, answers once acknowledged. */
+static void
+command(struct admin_conn *ac, const char *path)
+{
+    struct dm_admin *a = ac->admin;
+    char addr[256];
+    const char *slash = strrchr(path, '/');
+    size_t len = (size_t)(slash - path);
+    if (slash == path || len >= sizeof(addr)) {
+        respond_text(ac, "404 Not Found", "expected POST /hosts/ADDR/drain|ready|close-idle");
+        return;
+    }
+    memcpy(addr, path, len);
+    addr[len] = 0;
+    struct dm_host *h = find_host(a, addr);
+    const char *cmd = slash + 1;
+    if (h == NULL) {
+        respond_text(ac, "404 Not Found", "no such host (GET /stats lists them)");
+        return;
+    }
+    if (a->workers == NULL || !a->timer_open) {
+        respond_text(ac, "503 Service Unavailable", "workers not running");
+        return;
+    }
+    if (strcmp(cmd, "drain") == 0) {
+        ac->command = "drain";
+        ac->epoch =
+            dm_workers_set_power(a->workers, a->nworkers, h, DM_POWER_DRAINING, dm_mono_us());
+    } else if (strcmp(cmd, "ready") == 0) {
+        ac->command = "ready";
+        ac->epoch = dm_workers_set_power(a->workers, a->nworkers, h, DM_POWER_AWAKE, dm_mono_us());
+    } else if (strcmp(cmd, "close-idle") == 0) {
+        ac->command = "close-idle";
+        ac->epoch = dm_workers_close_idle(a->workers, a->nworkers, h);
+    } else {
+        respond_text(ac, "404 Not Found", "expected POST /hosts/ADDR/drain|ready|close-idle");
+        return;
+    }
+    dm_log_info("admin: %s %s (command epoch %llu)", ac->command, h->text,
+                (unsigned long long)ac->epoch);
+    ac->host = h;
+    ac->deadline_ms = uv_now(a->tcp.loop) + ADMIN_ACK_MS;
+    ac->next = a->pending;
+    a->pending = ac;
+    if (!uv_is_active((uv_handle_t *)&a->timer)) {
+        uv_timer_start(&a->timer, admin_timer_cb, ADMIN_POLL_MS, ADMIN_POLL_MS);
+    }
+    pending_check(a, false); /* no workers at all: answered at once */
+}
+
+static void
+answer(struct admin_conn *ac)
+{
+    ac->answered = true;
+    uv_read_stop((uv_stream_t *)&ac->tcp);
+    ac->req[ac->len] = 0;
+    /* The request line: METHOD SP TARGET SP ... */
+    char method[8], target[512];
+    if (sscanf(ac->req, "%7s %511s", method, target) != 2) {
+        respond_text(ac, "400 Bad Request", "bad request");
+        return;
+    }
+    char *q = strchr(target, '?');
+    if (q != NULL) {
+        *q = 0;
+    }
+    bool get = strcmp(method, "GET") == 0;
+    bool post = strcmp(method, "POST") == 0;
+    if (strcmp(target, "/stats") == 0 && get) {
+        struct sbuf body = { 0 };
+        stats_json(&body, ac->admin);
+        respond(ac, "200 OK", "application/json", body);
+    } else if (strcmp(target, "/") == 0 && get) {
+        respond_text(ac, "200 OK",
+                     "dimmer admin\n"
+                     "  GET  /stats                   pools, servers and hosts as JSON\n"
+                     "  POST /hosts/ADDR/drain        no new request to the host; "
+                     "its idle connections close\n"
+                     "  POST /hosts/ADDR/ready        the host takes requests again\n"
+                     "  POST /hosts/ADDR/close-idle   close the idle connections to the host\n"
+                     "  (each POST answers once every worker has acknowledged it)");
+    } else if (strncmp(target, "/hosts/", 7) == 0 && post) {
+        command(ac, target + 7);
+    } else if (strcmp(target, "/stats") == 0 || strcmp(target, "/") == 0 ||
+               strncmp(target, "/hosts/", 7) == 0) {
+        respond_text(ac, "405 Method Not Allowed", "method not allowed");
+    } else {
+        respond_text(ac, "404 Not Found", "not found");
     }
 }
 
@@ -249,6 +485,7 @@ on_conn(uv_stream_t *server, int status)
         return;
     }
     ac->tcp.data = ac;
+    ac->admin = server->data;
     if (uv_accept(server, (uv_stream_t *)&ac->tcp) < 0 ||
         uv_read_start((uv_stream_t *)&ac->tcp, alloc_cb, read_cb) < 0) {
         uv_close((uv_handle_t *)&ac->tcp, conn_closed);
@@ -282,6 +519,12 @@ dm_admin_start(uv_loop_t *loop, const struct dm_conf_addr *addr, struct sockaddr
     if (r < 0) {
         goto close_tcp; /* the handle has the socket */
     }
+    r = uv_timer_init(loop, &a->timer);
+    if (r < 0) {
+        goto close_tcp;
+    }
+    a->timer.data = a;
+    a->timer_open = true;
     char text[DM_ADDR_TEXT];
     dm_log_info("admin listening on %s",
                 dm_addr_text((const struct sockaddr *)bound, text, sizeof(text)));
@@ -302,9 +545,29 @@ fail:
 }
 
 void
-dm_admin_stop(struct dm_admin *a)
+dm_admin_set_workers(struct dm_admin *a, struct dm_hosts *hosts, struct dm_worker *ws, unsigned n)
 {
     if (a != NULL) {
-        uv_close((uv_handle_t *)&a->tcp, free_handle);
+        a->hosts = hosts;
+        a->workers = ws;
+        a->nworkers = n;
     }
+}
+
+static void
+timer_closed(uv_handle_t *h)
+{
+    struct dm_admin *a = h->data;
+    uv_close((uv_handle_t *)&a->tcp, free_handle);
+}
+
+void
+dm_admin_stop(struct dm_admin *a)
+{
+    if (a == NULL) {
+        return;
+    }
+    pending_check(a, true); /* what is still waiting is answered as it stands */
+    a->timer_open = false;
+    uv_close((uv_handle_t *)&a->timer, timer_closed);
 }

@@ -216,13 +216,7 @@ dm_client_close(struct dm_client *c)
             dm_upstream_close(up);
         }
         dm_learn_work_done(req, req->work);
-        if (req->server != DM_NO_SERVER && req->attempts > 0 && !req->counted) {
-            /* A request that was counted against its server ends here. */
-            struct dm_server *s = dm_runtime_server(c->rt, req->pool, req->server);
-            dm_counter_sub(&s->conns, 1);
-            dm_counter_sub(&s->inflight, 1);
-            req->server = DM_NO_SERVER;
-        }
+        dm_req_unpick(req); /* a request counted against its server ends here */
         dm_req_free(w, req);
         c->req = NULL;
     }

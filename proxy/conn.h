@@ -50,7 +50,7 @@ struct dm_client {
     } peer;
     void *conn_state; /* the pool policy's per-connection state (ops->conn_state_size), or NULL */
     struct dm_client *aprev, *anext; /* the worker's list of clients with state */
-    int32_t bound;                   /* affinity: server of the first request, or -1 */
+    int32_t bound;                   /* affinity: server of the last request, or -1 */
     uint16_t bound_pool;             /* its pool */
     uint16_t conn_state_pool;        /* pool whose policy owns conn_state */
     uint32_t writes;                 /* writes in flight */
@@ -102,7 +102,8 @@ struct dm_upstream {
     bool got_bytes;
     bool paused;
     bool closing;
-    bool counted; /* connected: in its host's connections until the close callback */
+    bool counted;   /* connected: in its host's connections until the close callback */
+    bool commanded; /* closed by a command: in the worker's commanded_closing until freed */
 };
 
 struct dm_req {
@@ -137,6 +138,7 @@ struct dm_req {
     uint64_t resp_bytes;
     bool body_done;
     bool counted;      /* dm_req_account() ran: the server's counters are given back */
+    bool picked;       /* in its server's conns and inflight and its host's inflight */
     bool continued;    /* a 1xx went to the client (Expect: 100-continue answered) */
     bool head_pending; /* out_head not written to the server yet */
     bool body_sent;    /* request body bytes went to the server: no retry */

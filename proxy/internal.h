@@ -15,10 +15,14 @@
  * The files of proxy/ (a module's header has its name; this one declares
  * the runtime and the admin listener):
  *   main.c       main(): the control thread (config, signals, reload), with
- *                admin.c (the admin listener) and health.c (health checks)
+ *                admin.c (the admin listener and its host commands) and
+ *                health.c (health checks)
  *   worker.c     worker threads: loops, listeners, the timeout tick, reload
- *                and stop; it calls into the client side (accept, expire,
- *                drain) and the data path never calls back into it
+ *                and stop, and the control thread's commands about a host
+ *                (close idle, power state) with their acknowledgements; it
+ *                calls into the client side (accept, expire, drain) and the
+ *                server side (close idle), and the data path never calls
+ *                back into it
  *   client.c     client connections: accept, reading and checking request
  *                heads, forwarding request bodies and trailers, the client
  *                timeouts (the worker's lists), error answers, close, drain
@@ -181,6 +185,9 @@ struct dm_worker {
     uv_timer_t stop_timer;
     uv_timer_t drain_timer;
     uv_timer_t tick;             /* expires client timeouts */
+    uv_prepare_t ack;            /* acknowledges commands (worker.h), while one is pending */
+    uint64_t cmd_seen;           /* the last command epoch carried out */
+    unsigned commanded_closing;  /* connections a command closed, not yet freed */
     struct dm_tq tq[DM_T_KINDS]; /* timeout lists, by enum dm_tkind */
     struct dm_client *aging;     /* clients with policy state, for on_tick */
     struct dm_upstream *corked;  /* server connections with writes to flush */
@@ -208,8 +215,6 @@ struct dm_worker {
     int json_log;
     time_t log_time; /* second that log_time_text shows */
     char log_time_text[32];
-    /* Listener sockets are opened by the control thread and handed over. */
-    int *listen_fds;
 };
 
 /* ---- admin (proxy/admin.c) ---- */
@@ -222,6 +227,15 @@ struct dm_admin;
 struct dm_admin *dm_admin_start(uv_loop_t *loop, const struct dm_conf_addr *addr,
                                 struct sockaddr_storage *bound, int *err);
 void dm_admin_stop(struct dm_admin *a);
+/*
+ * The hosts and the running workers that the admin's commands address (after
+ * dm_workers_start(); NULL workers: commands answer 503).
+ */
+struct dm_worker;
+void dm_admin_set_workers(struct dm_admin *a, struct dm_hosts *hosts, struct dm_worker *ws,
+                          unsigned n);
+/* Every worker's acknowledgement notice comes here (the notify of worker.h). */
+void dm_admin_acked(struct dm_admin *a);
 /* The catalog whose counters GET /stats shows (borrowed, outlives the admin). */
 void dm_admin_set_catalog(struct dm_catalog *c);
 

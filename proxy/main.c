@@ -37,6 +37,8 @@ struct control {
     unsigned nworkers;
     struct dm_catalog *catalog;
     struct dm_hosts *hosts; /* every server address seen, for the life of the process */
+    uv_async_t acked;       /* workers acknowledged a command (worker.h) */
+    bool acked_open;
     const char *conf_path;
     bool stopping;
 };
@@ -208,6 +210,13 @@ stop(struct control *ctl)
     dm_log_info("stopping: draining connections (at most %llu ms)",
                 (unsigned long long)ctl->rt->conf->timeouts.shutdown_ms);
     control_close(ctl);
+}
+
+static void
+on_acked(uv_async_t *a)
+{
+    struct control *ctl = a->data;
+    dm_admin_acked(ctl->admin);
 }
 
 static void
@@ -433,6 +442,17 @@ main(int argc, char **argv)
         fprintf(stderr, "dimmer: cannot handle signals: %s\n", uv_strerror(r));
         goto close_control;
     }
+    /* The workers' acknowledgements of commands; it never keeps the loop
+     * alive, and it is closed only once the workers are joined. */
+    r = uv_async_init(ctl.loop, &ctl.acked, on_acked);
+    if (r < 0) {
+        fprintf(stderr, "dimmer: cannot make the control loop: %s\n", uv_strerror(r));
+        goto close_control;
+    }
+    ctl.acked.data = &ctl;
+    ctl.acked_open = true;
+    uv_unref((uv_handle_t *)&ctl.acked);
+    dm_workers_set_notify(&ctl.acked);
     const struct dm_conf *cf = ctl.rt->conf;
     bound = calloc(cf->nlisteners, sizeof(*bound));
     if (bound == NULL) {
@@ -452,6 +472,7 @@ main(int argc, char **argv)
         fprintf(stderr, "dimmer: cannot start: %s\n", r < -1000 ? uv_strerror(r) : strerror(-r));
         goto close_control;
     }
+    dm_admin_set_workers(ctl.admin, ctl.hosts, ctl.workers, ctl.nworkers);
     for (size_t i = 0; i < cf->nlisteners; i++) {
         char at[DM_ADDR_TEXT];
         dm_log_info("listening on %s (%u workers)",
@@ -474,9 +495,14 @@ main(int argc, char **argv)
     rc = 0;
 
 stop_workers:
+    control_close(&ctl); /* the admin first: its commands address the workers */
     dm_workers_stop(ctl.workers, ctl.nworkers, shutdown_ms);
 close_control:
     control_close(&ctl); /* nothing left when the loop ran out */
+    if (ctl.acked_open) {
+        dm_workers_set_notify(NULL);
+        uv_close((uv_handle_t *)&ctl.acked, NULL);
+    }
     uv_run(ctl.loop, UV_RUN_DEFAULT);
     uv_loop_close(ctl.loop);
     free(bound);

@@ -94,6 +94,7 @@ static void
 req_connect(struct dm_req *req)
 {
     struct dm_client *c = req->c;
+    dm_counter_add(&dm_runtime_host(c->rt, req->pool, req->server)->started, 1);
     int r = dm_upstream_take(c->w, c->rt, req->pool, req->server, req, req_upstream_ready);
     if (r == DM_UPSTREAM_NOW) {
         req_upstream_ready(req, req->up, 0);
@@ -184,6 +185,8 @@ dm_req_pick_and_connect(struct dm_req *req)
     struct dm_server *s = &p->sv->s[idx];
     dm_counter_add(&s->conns, 1);
     dm_counter_add(&s->inflight, 1);
+    dm_counter_add(&s->host->inflight, 1);
+    req->picked = true;
     /* Everything the pick decided is on the server's counters before the
      * next pick can read them, or a burst of new connections would all see
      * the same minimum (the stale-information herd). */
@@ -192,17 +195,17 @@ dm_req_pick_and_connect(struct dm_req *req)
     req_connect(req);
 }
 
-/* Undoes the counters of the current pick (before another pick or at the end). */
-static void
-req_unpick(struct dm_req *req)
+void
+dm_req_unpick(struct dm_req *req)
 {
-    if (req->server == DM_NO_SERVER) {
+    if (!req->picked) {
         return;
     }
-    struct dm_rpool *p = &req->c->rt->pools[req->pool];
-    struct dm_server *s = &p->sv->s[req->server];
+    req->picked = false;
+    struct dm_server *s = dm_runtime_server(req->c->rt, req->pool, req->server);
     dm_counter_sub(&s->conns, 1);
     dm_counter_sub(&s->inflight, 1);
+    dm_counter_sub(&s->host->inflight, 1);
 }
 
 static void
@@ -269,7 +272,7 @@ req_upstream_ready(struct dm_req *req, struct dm_upstream *up, int status)
     if (status < 0) {
         req->up = NULL;
         dm_learn_work_done(req, req->work);
-        req_unpick(req);
+        dm_req_unpick(req);
         dm_upstream_failed(c->rt, req->pool, req->server,
                            status == UV_ETIMEDOUT ? "connect timed out" : uv_strerror(status));
         req->server = DM_NO_SERVER;
@@ -279,7 +282,10 @@ req_upstream_ready(struct dm_req *req, struct dm_upstream *up, int status)
     }
     req->up = up;
     up->req = req;
-    if (c->rt->pools[req->pool].cf->affinity_connection && c->bound < 0) {
+    if (c->rt->pools[req->pool].cf->affinity_connection &&
+        (c->bound != req->server || c->bound_pool != req->pool)) {
+        /* The first request binds; one that had to go elsewhere (its
+         * server failing, draining or asleep) binds again. */
         dm_client_bind(c, req->pool, req->server);
     }
     dm_http_parser_init(&up->parser, false);
@@ -322,6 +328,15 @@ dm_req_retry(struct dm_req *req, struct dm_upstream *up)
     up->req = NULL;
     dm_upstream_close(up);
     req->c->state = DM_C_CONNECT;
+    if (!dm_server_is_usable(dm_runtime_server(req->c->rt, req->pool, req->server), dm_mono_us())) {
+        /* Its server went down, draining or asleep meanwhile: nothing new
+         * starts on it, so the request is placed again (another server). */
+        dm_learn_work_done(req, req->work);
+        dm_req_unpick(req);
+        req->server = DM_NO_SERVER;
+        dm_req_pick_and_connect(req);
+        return true;
+    }
     req->attempts++;
     req->up_start_us = uv_hrtime() / 1000;
     req_connect(req);
@@ -347,7 +362,7 @@ dm_req_account(struct dm_req *req)
     };
     dm_balancer_on_response(p->bal, &ev);
     dm_learn_work_done(req, req->work);
-    req_unpick(req);
+    dm_req_unpick(req);
 }
 
 /* After the response: learn, log, release the server connection, go on. */

@@ -48,9 +48,18 @@ void dm_req_continued(struct dm_req *req);
 /*
  * The reused connection up died before answering: when nothing of the request
  * body went out, closes up and sends the request again on a new connection to
- * the same server, and returns true. Returns false (up untouched) otherwise.
+ * the same server (or, when that server is no longer usable, to another one
+ * the balancer picks), and returns true; the client may be closing by then.
+ * Returns false (up untouched) otherwise.
  */
 bool dm_req_retry(struct dm_req *req, struct dm_upstream *up);
+
+/*
+ * Gives back what the request's pick counted on its server (conns, inflight)
+ * and its host (inflight): at the end of the request, or before it is placed
+ * again. Does something once per pick.
+ */
+void dm_req_unpick(struct dm_req *req);
 
 /*
  * The response is complete: counts it and gives its server's counters back.

@@ -64,6 +64,9 @@ up_free_cb(uv_handle_t *h)
     if (up->counted) {
         dm_counter_sub(&dm_runtime_host(up->rt, up->pool, up->server)->connections, 1);
     }
+    if (up->commanded) {
+        up->w->commanded_closing--; /* what the worker's acknowledgement waits for */
+    }
     dm_runtime_unref(up->rt);
     free(up);
 }
@@ -688,17 +691,16 @@ dm_upstream_release(struct dm_upstream *up, bool reusable)
     up_flush(up);
     up->req = NULL;
     up->parser.on_body = NULL;
-    if (!reusable || up->closing || up->w->stopping || up->rt != up->w->rt) {
+    /* A host that is not awake (draining, asleep, booting) takes no new
+     * request, so its connections are not kept either. */
+    if (!reusable || up->closing || up->w->stopping || up->rt != up->w->rt ||
+        atomic_load_explicit(&dm_runtime_host(up->rt, up->pool, up->server)->power,
+                             memory_order_relaxed) != DM_POWER_AWAKE) {
         dm_upstream_close(up);
         return;
     }
-    if (up->in != NULL && up->in->refs == 1) {
-        dm_buf_unref(up->w, up->in);
-        up->in = NULL;
-    } else if (up->in != NULL) {
-        dm_buf_unref(up->w, up->in);
-        up->in = NULL;
-    }
+    dm_buf_unref(up->w, up->in);
+    up->in = NULL;
     up->state = DM_U_IDLE;
     up->paused = false;
     struct dm_upstream **head = idle_head(up);
@@ -711,6 +713,23 @@ dm_upstream_release(struct dm_upstream *up, bool reusable)
     /* Keep reading: a server closing an idle connection is noticed at once. */
     dm_upstream_read_start(up);
     dm_upstream_deadline(up, up->rt->conf->timeouts.client_keepalive_ms);
+}
+
+unsigned
+dm_upstream_close_idle_server(struct dm_worker *w, struct dm_runtime *rt, size_t pool,
+                              size_t server)
+{
+    struct dm_rpool *p = &rt->pools[pool];
+    struct dm_upstream **head = &p->idle[(size_t)w->id * p->sv->n + server];
+    unsigned n = 0;
+    while (*head != NULL) {
+        struct dm_upstream *up = *head;
+        up->commanded = true;
+        w->commanded_closing++;
+        dm_upstream_close(up);
+        n++;
+    }
+    return n;
 }
 
 void

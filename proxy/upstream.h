@@ -49,6 +49,16 @@ void dm_upstream_close(struct dm_upstream *up);
 /* Closes every idle connection of rt held by worker w. */
 void dm_upstream_close_idle(struct dm_worker *w, struct dm_runtime *rt);
 
+/*
+ * Closes worker w's idle connections to server `server` of pool `pool` of rt
+ * for a command of the control thread, and returns how many: each is counted
+ * in w->commanded_closing until its close callback has run (the socket is
+ * closed and its host's connections count is down), which is what the
+ * worker's acknowledgement of the command waits for.
+ */
+unsigned dm_upstream_close_idle_server(struct dm_worker *w, struct dm_runtime *rt, size_t pool,
+                                       size_t server);
+
 /* Sends what the server connections corked this loop iteration (check phase). */
 void dm_upstreams_flush(struct dm_worker *w);
 

@@ -33,15 +33,26 @@ free_handle(uv_handle_t *h)
 enum {
     WAKE_RELOAD = 1,
     WAKE_STOP = 2,
+    WAKE_COMMAND = 4,
 };
 
 /* Per-worker requests from the control thread, read in the async callback. */
 struct wake_flags {
     atomic_int flags;
     uint64_t shutdown_ms;
+    atomic_uint_fast64_t acked; /* the last command epoch this worker carried out */
 };
 
 static struct wake_flags *wake_of;
+
+/*
+ * Commands (worker.h): the control thread writes what a command asks into
+ * the host (power, close_idle_epoch), then publishes the command's epoch with
+ * a release store; a worker reads the epoch with an acquire load, so it sees
+ * everything the commands up to that epoch wrote before it acts.
+ */
+static atomic_uint_fast64_t cmd_epoch;
+static uv_async_t *ack_notify; /* on the control loop, or NULL */
 
 /* The end of each loop iteration: corked server writes, then the access log. */
 static void
@@ -191,6 +202,7 @@ worker_finish(struct dm_worker *w)
     close_once((uv_handle_t *)&w->drain_timer);
     close_once((uv_handle_t *)&w->flush);
     close_once((uv_handle_t *)&w->tick);
+    close_once((uv_handle_t *)&w->ack);
 }
 
 static void
@@ -211,6 +223,49 @@ drain_check_cb(uv_timer_t *t)
     if (w->nclients == 0) {
         worker_finish(w);
     }
+}
+
+/*
+ * Acknowledges the commands carried out, once the connections they closed
+ * are gone (their close callbacks ran at the end of an earlier iteration):
+ * runs before the loop next waits for events, as long as one is pending.
+ */
+static void
+ack_cb(uv_prepare_t *p)
+{
+    struct dm_worker *w = p->data;
+    if (w->commanded_closing > 0) {
+        return;
+    }
+    uv_prepare_stop(p);
+    atomic_store_explicit(&wake_of[w->id].acked, w->cmd_seen, memory_order_release);
+    if (ack_notify != NULL) {
+        uv_async_send(ack_notify);
+    }
+}
+
+/* Carries out the commands published since the last ones this worker saw. */
+static void
+worker_commands(struct dm_worker *w)
+{
+    uint64_t epoch = atomic_load_explicit(&cmd_epoch, memory_order_acquire);
+    if (epoch == w->cmd_seen) {
+        return;
+    }
+    /* From here on, every pick of this thread sees the power states that the
+     * commands up to epoch set: a host being drained gets no new request. */
+    struct dm_runtime *rt = w->rt;
+    for (size_t p = 0; p < rt->npools; p++) {
+        struct dm_servers *sv = rt->pools[p].sv;
+        for (size_t i = 0; i < sv->n; i++) {
+            const struct dm_host *h = sv->s[i].host;
+            if (atomic_load_explicit(&h->close_idle_epoch, memory_order_relaxed) > w->cmd_seen) {
+                dm_upstream_close_idle_server(w, rt, p, i);
+            }
+        }
+    }
+    w->cmd_seen = epoch;
+    uv_prepare_start(&w->ack, ack_cb);
 }
 
 static void
@@ -239,6 +294,9 @@ wake_cb(uv_async_t *a)
         uv_timer_start(&w->stop_timer, stop_timer_cb, wake_of[w->id].shutdown_ms, 0);
         /* Poll for the last connection to go; cheap, and only while stopping. */
         uv_timer_start(&w->drain_timer, drain_check_cb, 0, 20);
+    }
+    if (flags & WAKE_COMMAND) {
+        worker_commands(w);
     }
 }
 
@@ -312,9 +370,14 @@ worker_init(struct dm_worker *w, unsigned i, struct dm_runtime *rt, int access_l
     w->flush.data = w;
     uv_check_start(&w->flush, flush_cb);
     uv_unref((uv_handle_t *)&w->flush);
-    r = dm_accesslog_init(w, access_log_fd, json);
+    r = uv_prepare_init(&w->loop, &w->ack);
     if (r < 0) {
         goto close_flush;
+    }
+    w->ack.data = w;
+    r = dm_accesslog_init(w, access_log_fd, json);
+    if (r < 0) {
+        goto close_ack;
     }
     w->listeners = calloc(rt->conf->nlisteners, sizeof(*w->listeners));
     if (w->listeners == NULL && rt->conf->nlisteners > 0) {
@@ -327,6 +390,8 @@ worker_init(struct dm_worker *w, unsigned i, struct dm_runtime *rt, int access_l
 
 fini_accesslog:
     dm_accesslog_fini(w);
+close_ack:
+    uv_close((uv_handle_t *)&w->ack, noop_close);
 close_flush:
     uv_close((uv_handle_t *)&w->flush, noop_close);
 close_tick:
@@ -393,6 +458,7 @@ worker_abandon(struct dm_worker *w)
     close_once((uv_handle_t *)&w->drain_timer);
     close_once((uv_handle_t *)&w->flush);
     close_once((uv_handle_t *)&w->tick);
+    close_once((uv_handle_t *)&w->ack);
     uv_run(&w->loop, UV_RUN_DEFAULT);
     uv_loop_close(&w->loop);
     free(w->listeners);
@@ -488,4 +554,57 @@ dm_workers_stop(struct dm_worker *ws, unsigned n, uint64_t shutdown_ms)
     free(ws);
     free(wake_of);
     wake_of = NULL;
+}
+
+void
+dm_workers_set_notify(uv_async_t *a)
+{
+    ack_notify = a;
+}
+
+/* Publishes the next epoch and wakes every worker to carry it out. */
+static uint64_t
+command_publish(struct dm_worker *ws, unsigned n, uint64_t epoch)
+{
+    atomic_store_explicit(&cmd_epoch, epoch, memory_order_release);
+    for (unsigned i = 0; i < n; i++) {
+        atomic_fetch_or(&wake_of[i].flags, WAKE_COMMAND);
+        uv_async_send(&ws[i].wake);
+    }
+    return epoch;
+}
+
+uint64_t
+dm_workers_close_idle(struct dm_worker *ws, unsigned n, struct dm_host *h)
+{
+    uint64_t epoch = atomic_load_explicit(&cmd_epoch, memory_order_relaxed) + 1;
+    atomic_store_explicit(&h->close_idle_epoch, epoch, memory_order_relaxed);
+    return command_publish(ws, n, epoch);
+}
+
+uint64_t
+dm_workers_set_power(struct dm_worker *ws, unsigned n, struct dm_host *h, int power,
+                     uint64_t now_us)
+{
+    uint64_t epoch = atomic_load_explicit(&cmd_epoch, memory_order_relaxed) + 1;
+    if (atomic_exchange_explicit(&h->power, power, memory_order_relaxed) != power) {
+        atomic_store_explicit(&h->power_since_us, now_us, memory_order_relaxed);
+    }
+    if (power != DM_POWER_AWAKE) {
+        atomic_store_explicit(&h->close_idle_epoch, epoch, memory_order_relaxed);
+    }
+    return command_publish(ws, n, epoch);
+}
+
+unsigned
+dm_workers_acked(const struct dm_worker *ws, unsigned n, uint64_t epoch)
+{
+    (void)ws;
+    unsigned k = 0;
+    for (unsigned i = 0; i < n; i++) {
+        if (atomic_load_explicit(&wake_of[i].acked, memory_order_acquire) >= epoch) {
+            k++;
+        }
+    }
+    return k;
 }

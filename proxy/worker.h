@@ -1,7 +1,8 @@
 /*
  * Worker threads: each runs one libuv loop with its own SO_REUSEPORT listener
  * on every configured address, its own buffers and its own keep-alive pools.
- * The control thread starts them, tells them about a new runtime (reload) and
+ * The control thread starts them, tells them about a new runtime (reload),
+ * sends them commands about a host (close idle connections, power state) and
  * asks them to drain and stop (SIGTERM).
  */
 #ifndef DM_PROXY_WORKER_H
@@ -10,7 +11,9 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
+#include <uv.h>
 
+struct dm_host;
 struct dm_worker;
 struct dm_runtime;
 
@@ -46,6 +49,39 @@ struct dm_worker *dm_workers_start(unsigned n, struct dm_runtime *rt, int access
 
 /* Asks every worker to pick up the runtime now published (after a reload). */
 void dm_workers_reload(struct dm_worker *w, unsigned n);
+
+/*
+ * Commands to every worker about a host, from the control thread (the only
+ * one that may send them). Each returns its epoch, a number that grows with
+ * every command. A worker acknowledges an epoch once it has carried out every
+ * command up to it, in its loop, and once the connections they closed are
+ * gone (closed, and out of their host's connections count);
+ * dm_workers_acked() counts the workers that have acknowledged an epoch.
+ *
+ * dm_workers_close_idle: every worker closes its idle keep-alive connections
+ * to h (in every pool naming it). Connections in use are left alone.
+ *
+ * dm_workers_set_power: h's power state becomes `power` (enum dm_power_state;
+ * power_since_us is now_us when it changes). Any state but DM_POWER_AWAKE
+ * makes h unusable: once every worker has acknowledged the epoch, no worker
+ * starts a request on h (no pick, no affinity, no retry chooses it), the idle
+ * connections to h are closed, and a connection to h whose request completes
+ * is closed rather than kept. Requests already on h finish; h is drained when
+ * its inflight and connections counts are zero (balancers/hosts.h).
+ * DM_POWER_AWAKE makes h usable again.
+ */
+uint64_t dm_workers_close_idle(struct dm_worker *ws, unsigned n, struct dm_host *h);
+uint64_t dm_workers_set_power(struct dm_worker *ws, unsigned n, struct dm_host *h, int power,
+                              uint64_t now_us);
+unsigned dm_workers_acked(const struct dm_worker *ws, unsigned n, uint64_t epoch);
+
+/*
+ * An async handle of the control loop that every worker sends after each
+ * acknowledgement (NULL: none), so the control thread learns of them without
+ * polling. Set before dm_workers_start(); it must stay open until
+ * dm_workers_stop() has returned.
+ */
+void dm_workers_set_notify(uv_async_t *a);
 
 /*
  * Asks every worker to stop accepting and finish in-flight requests within

@@ -488,8 +488,9 @@ def yaml_config(listen, pools, admin=None, workers=1, timeouts=None, limits=None
     out.append("pools:")
     for name, p in pools.items():
         out.append("  %s:" % name)
-        if p.get("balance"):
-            out.append("    balance: %s" % p["balance"])
+        for key in ("balance", "affinity"):
+            if p.get(key):
+                out.append("    %s: %s" % (key, p[key]))
         for key in ("health_check", "passive"):
             if p.get(key) is not None:
                 out.append("    %s:" % key)
