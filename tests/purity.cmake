@@ -15,6 +15,8 @@ set(allowed
     memcpy memmove memset memcmp memchr strlen strcmp strncmp strchr strrchr
     # sorting and searching
     qsort bsearch
+    # numbers to and from text in memory (no I/O; the C locale, never set by dimmer)
+    strtod snprintf vsnprintf
     # arithmetic (libm)
     exp exp2 log log2 pow sqrt floor ceil round lround llround fabs fmin fmax ldexp frexp
     # what the compiler itself calls
