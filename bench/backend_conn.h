@@ -50,6 +50,9 @@ struct dm_backend {
     uint64_t requests;
     uint64_t connections; /* accepted, ever */
     uint64_t open;        /* open now (the one asking /stats included) */
+    uint64_t pages;        /* GET /page/N.html served */
+    uint64_t page_objects; /* the embedded objects of those pages, summed */
+    uint64_t objects;      /* GET /obj/... served */
     struct dm_backend_out *free_outs;
     unsigned nfree;
     struct dm_backend_conn *conns;

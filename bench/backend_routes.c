@@ -39,8 +39,10 @@ route_stats(struct dm_backend_conn *c)
     char body[256];
     int n = snprintf(body, sizeof body,
                      "{\"name\":\"%s\",\"requests\":%" PRIu64 ",\"connections\":%" PRIu64
-                     ",\"open\":%" PRIu64 "}\n",
-                     c->be->name, c->be->requests, c->be->connections, c->be->open);
+                     ",\"open\":%" PRIu64 ",\"pages\":%" PRIu64 ",\"page_objects\":%" PRIu64
+                     ",\"objects\":%" PRIu64 "}\n",
+                     c->be->name, c->be->requests, c->be->connections, c->be->open, c->be->pages,
+                     c->be->page_objects, c->be->objects);
     dm_backend_respond_text(c, 200, "application/json", body, (size_t)n, NULL);
 }
 
@@ -66,6 +68,8 @@ route_page(struct dm_backend_conn *c, struct dm_backend_span rest)
         char extra[48];
         snprintf(extra, sizeof extra, "X-Page-Objects: %u\r\n", nobj);
         const char *html = dm_site_page(site, (unsigned)n, &len);
+        c->be->pages++;
+        c->be->page_objects += nobj;
         dm_backend_respond_mem(c, 200, "text/html", html, 0, len, 0, extra);
     } else if (dm_backend_span_eq(ext, ".objects")) {
         unsigned nobj;
@@ -102,6 +106,7 @@ route_obj(struct dm_backend_conn *c, struct dm_backend_span rest)
     struct dm_backend_span ext = { dot, (size_t)(rest.p + rest.len - dot) };
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         if (dm_backend_span_eq(ext, types[i].ext)) {
+            c->be->objects++;
             dm_backend_respond_mem(c, 200, types[i].ctype, c->be->fill[types[i].fill], 0,
                                    dm_site_obj_size(id), 0, NULL);
             return;

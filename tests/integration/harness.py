@@ -53,6 +53,7 @@ def _find_binary(env, rel):
 
 DIMMER = _find_binary("DIMMER", "dimmer")
 DIMMER_BACKEND = _find_binary("DIMMER_BACKEND", "dimmer-backend")
+DIMMER_LOAD = _find_binary("DIMMER_LOAD", "dimmer-load")
 
 # ---- processes ----------------------------------------------------------
 

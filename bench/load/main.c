@@ -1,0 +1,1011 @@
+/*
+ * dimmer-load: a SPECweb-style load generator (bench/load/load.h). This file:
+ * options, the load threads of the rate and closed modes, gathering the
+ * seconds, the live line, the CSV timeline, the JSON summary and the plot.
+ */
+#include <errno.h>
+#include <math.h>
+#include <netdb.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "bench/load/load.h"
+
+#define EXIT_USAGE 2
+
+/* A connection of the rate and closed modes, with its schedule. */
+struct dm_load_fixed {
+    uv_timer_t due; /* rate mode: the next request's due time; closed: a pause after a failure */
+    struct dm_load_thread *t;
+    struct dm_load_conn *lc;
+    uint64_t next_due_ns;
+    unsigned index; /* among every thread's */
+};
+
+static atomic_uint_fast64_t stop_sec = UINT64_MAX;
+
+/* ---- options ---- */
+
+static void
+usage(FILE *f)
+{
+    fprintf(f, "usage: dimmer-load [options] URL\n"
+               "\n"
+               "SPECweb-style HTTP/1.1 load: users in sessions (the default), an open-loop\n"
+               "rate (--rate), or wrk's closed loop (-c/-d). Every response is scored good\n"
+               "(< --good), tolerable (< --tolerable) or failed (slower, connect error, reset,\n"
+               "timeout, 5xx, malformed), and so is every page whole.\n"
+               "\n"
+               "  URL                  http://HOST[:PORT][/PATH]; PATH is the request of the\n"
+               "                       rate and closed modes\n"
+               "Modes:\n"
+               "  --mode M             sessions, rate or closed (default: rate with --rate,\n"
+               "                       closed with -c or -d, else sessions)\n"
+               "  --rate R             rate mode: R requests/s in all, over -c connections;\n"
+               "                       latency counts from when a request was due, not sent\n"
+               "  -c N                 connections of the rate and closed modes (default 10)\n"
+               "  -d SECONDS           length of the rate and closed modes (default 10)\n"
+               "Sessions:\n"
+               "  --pattern P          exp1, exp2, steps, ramp, constant, or a CSV file of\n"
+               "                       seconds,sessions points, interpolated (default exp1)\n"
+               "  --max-sessions N     the built-in pattern's peak (exp1 1200, exp2 800,\n"
+               "                       others 100)\n"
+               "  --scale F            play the pattern F times faster (10: 30 min in 3)\n"
+               "  --conns-per-user N   connections a user loads objects over (default 6)\n"
+               "  --think MS           mean of the exponential think time (default 10000)\n"
+               "  --session-pages N    pages per session, then a new user (default 0: no bound)\n"
+               "  --session-time S     seconds per session (default 0: no bound)\n"
+               "  --keepalive MS       close a connection idle this long (default 15000;\n"
+               "                       0: close at every think time)\n"
+               "  --pages N            pages of the demo site, /page/0.html .. (default 50)\n"
+               "  --urls FILE          page paths instead, one a line, the most popular first\n"
+               "  --zipf S             page popularity exponent (default 1.0)\n"
+               "  --no-objects         pages only: do not scan them for embedded objects\n"
+               "  --scan-limit BYTES   scan the first BYTES of a page (default 0: all)\n"
+               "Common:\n"
+               "  --threads T          load threads, one event loop each (default 1)\n"
+               "  --timeout MS         a request not answered by then fails (default 10000)\n"
+               "  --connect-timeout MS (default 3000)\n"
+               "  --good MS            good below this (default 2000)\n"
+               "  --tolerable MS       tolerable below this (default 4000)\n"
+               "  --seed N             random seed (default 1)\n"
+               "  --csv FILE           the per-second timeline\n"
+               "  --json FILE          the summary\n"
+               "  --plot FILE.png      offered vs served sessions and the scores per second\n"
+               "                       (needs gnuplot: apt-get install gnuplot-nox)\n"
+               "  --quiet              no live line\n"
+               "  --help               this text\n");
+}
+
+static void __attribute__((format(printf, 1, 2), noreturn)) die_usage(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "dimmer-load: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, " (dimmer-load --help)\n");
+    va_end(ap);
+    exit(EXIT_USAGE);
+}
+
+static double
+parse_number(const char *opt, const char *v, double lo, double hi)
+{
+    char *end;
+    errno = 0;
+    double d = strtod(v, &end);
+    if (errno != 0 || end == v || *end != 0 || !isfinite(d) || d < lo || d > hi) {
+        die_usage("%s: expected a number from %g to %g, got \"%s\"", opt, lo, hi, v);
+    }
+    return d;
+}
+
+/* Seconds, with an optional s, m or h suffix. */
+static double
+parse_seconds(const char *opt, const char *v)
+{
+    char buf[64];
+    size_t n = strlen(v);
+    double mul = 1;
+    if (n > 0 && n < sizeof(buf) && strchr("smh", v[n - 1]) != NULL) {
+        mul = v[n - 1] == 'm' ? 60 : v[n - 1] == 'h' ? 3600 : 1;
+        memcpy(buf, v, n - 1);
+        buf[n - 1] = 0;
+        v = buf;
+    }
+    return parse_number(opt, v, 0.001, 1e7 / mul) * mul;
+}
+
+static void
+parse_url(struct dm_load_opts *o, const char *url)
+{
+    if (strncmp(url, "https://", 8) == 0) {
+        die_usage("%s: https is not supported yet", url);
+    }
+    if (strncmp(url, "http://", 7) != 0) {
+        die_usage("%s: expected http://HOST[:PORT][/PATH]", url);
+    }
+    const char *h = url + 7;
+    const char *slash = strchr(h, '/');
+    size_t hlen = slash != NULL ? (size_t)(slash - h) : strlen(h);
+    if (hlen == 0 || hlen >= sizeof(o->host)) {
+        die_usage("%s: expected http://HOST[:PORT][/PATH]", url);
+    }
+    memcpy(o->host, h, hlen);
+    o->host[hlen] = 0;
+    const char *path = slash != NULL ? slash : "/";
+    if (strlen(path) >= sizeof(o->path)) {
+        die_usage("%s: path too long", url);
+    }
+    strcpy(o->path, path);
+    char name[300];
+    const char *port = "80";
+    memcpy(name, o->host, hlen + 1);
+    if (name[0] == '[') {
+        char *close = strchr(name, ']');
+        if (close == NULL || (close[1] != 0 && close[1] != ':')) {
+            die_usage("%s: bad IPv6 address", url);
+        }
+        if (close[1] == ':') {
+            port = close + 2;
+        }
+        *close = 0;
+        memmove(name, name + 1, strlen(name));
+    } else {
+        char *colon = strrchr(name, ':');
+        if (colon != NULL) {
+            *colon = 0;
+            port = colon + 1;
+        }
+    }
+    if (*port == 0) {
+        die_usage("%s: empty port", url);
+    }
+    struct addrinfo hints = { .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV };
+    struct addrinfo *ai = NULL;
+    int r = getaddrinfo(name, port, &hints, &ai);
+    if (r != 0) {
+        die_usage("%s: cannot resolve %s port %s: %s", url, name, port, gai_strerror(r));
+    }
+    memcpy(&o->addr, ai->ai_addr, ai->ai_addrlen);
+    freeaddrinfo(ai);
+}
+
+static void
+read_urls(struct dm_load_opts *o, const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (f == NULL) {
+        die_usage("%s: %s", path, strerror(errno));
+    }
+    char line[DM_LOAD_PATH_MAX + 2];
+    unsigned lineno = 0;
+    while (fgets(line, sizeof(line), f) != NULL) {
+        lineno++;
+        size_t n = strcspn(line, "\r\n");
+        if (line[n] == 0 && !feof(f)) {
+            die_usage("%s:%u: line too long", path, lineno);
+        }
+        line[n] = 0;
+        char *p = line;
+        while (*p == ' ' || *p == '\t') {
+            p++;
+        }
+        if (*p == 0 || *p == '#') {
+            continue;
+        }
+        if (*p != '/' || strpbrk(p, " \t") != NULL) {
+            die_usage("%s:%u: expected a path such as /index.html", path, lineno);
+        }
+        char **u = realloc(o->urls, (o->nurls + 1) * sizeof(*u));
+        char *copy = strdup(p);
+        if (u == NULL || copy == NULL) {
+            die_usage("out of memory");
+        }
+        o->urls = u;
+        o->urls[o->nurls++] = copy;
+    }
+    fclose(f);
+    if (o->nurls == 0) {
+        die_usage("%s: no paths", path);
+    }
+}
+
+static bool
+have_gnuplot(void)
+{
+    const char *path = getenv("PATH");
+    if (path == NULL) {
+        return false;
+    }
+    char buf[4096];
+    while (*path) {
+        size_t n = strcspn(path, ":");
+        if (n > 0 && n + 9 < sizeof(buf)) {
+            memcpy(buf, path, n);
+            strcpy(buf + n, "/gnuplot");
+            if (access(buf, X_OK) == 0) {
+                return true;
+            }
+        }
+        path += n + (path[n] == ':');
+    }
+    return false;
+}
+
+struct outputs {
+    const char *csv, *json, *plot;
+    bool quiet;
+};
+
+static void
+parse_args(int argc, char **argv, struct dm_load_opts *o, struct outputs *out)
+{
+    const char *mode = NULL, *pattern = "exp1", *urls = NULL, *url = NULL;
+    double max_sessions = -1, scale = 1;
+    bool have_c = false, have_d = false;
+    *o = (struct dm_load_opts){
+        .threads = 1,
+        .conns = 10,
+        .duration_s = 10,
+        .timeout_ms = 10000,
+        .connect_timeout_ms = 3000,
+        .conns_per_user = 6,
+        .think_ms = 10000,
+        .keepalive_ms = 15000,
+        .site_pages = 50,
+        .zipf = 1.0,
+        .scan = true,
+        .bounds = { .good_us = 2000000, .tolerable_us = 4000000 },
+        .seed = 1,
+    };
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+#define VALUE()                                                                                    \
+    do {                                                                                           \
+        if (v == NULL) {                                                                           \
+            die_usage("%s needs a value", a);                                                      \
+        }                                                                                          \
+        i++;                                                                                       \
+    } while (0)
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            usage(stdout);
+            exit(0);
+        } else if (strcmp(a, "--mode") == 0) {
+            VALUE();
+            mode = v;
+        } else if (strcmp(a, "--rate") == 0) {
+            VALUE();
+            o->rate = parse_number(a, v, 0.001, 1e8);
+        } else if (strcmp(a, "-c") == 0) {
+            VALUE();
+            o->conns = (unsigned)parse_number(a, v, 1, 100000);
+            have_c = true;
+        } else if (strcmp(a, "-d") == 0) {
+            VALUE();
+            o->duration_s = parse_seconds(a, v);
+            have_d = true;
+        } else if (strcmp(a, "--pattern") == 0) {
+            VALUE();
+            pattern = v;
+        } else if (strcmp(a, "--max-sessions") == 0) {
+            VALUE();
+            max_sessions = parse_number(a, v, 1, 1000000);
+        } else if (strcmp(a, "--scale") == 0) {
+            VALUE();
+            scale = parse_number(a, v, 0.0001, 1e6);
+        } else if (strcmp(a, "--conns-per-user") == 0) {
+            VALUE();
+            o->conns_per_user = (unsigned)parse_number(a, v, 1, DM_LOAD_MAX_CPU);
+        } else if (strcmp(a, "--think") == 0) {
+            VALUE();
+            o->think_ms = parse_number(a, v, 0, 1e9);
+        } else if (strcmp(a, "--session-pages") == 0) {
+            VALUE();
+            o->session_pages = (unsigned)parse_number(a, v, 0, 1e9);
+        } else if (strcmp(a, "--session-time") == 0) {
+            VALUE();
+            o->session_s = parse_number(a, v, 0, 1e9);
+        } else if (strcmp(a, "--keepalive") == 0) {
+            VALUE();
+            o->keepalive_ms = (uint64_t)parse_number(a, v, 0, 1e9);
+        } else if (strcmp(a, "--pages") == 0) {
+            VALUE();
+            o->site_pages = (unsigned)parse_number(a, v, 1, 100000);
+        } else if (strcmp(a, "--urls") == 0) {
+            VALUE();
+            urls = v;
+        } else if (strcmp(a, "--zipf") == 0) {
+            VALUE();
+            o->zipf = parse_number(a, v, 0, 10);
+        } else if (strcmp(a, "--no-objects") == 0) {
+            o->scan = false;
+        } else if (strcmp(a, "--scan-limit") == 0) {
+            VALUE();
+            o->scan_limit = (uint64_t)parse_number(a, v, 0, 1e15);
+        } else if (strcmp(a, "--threads") == 0) {
+            VALUE();
+            o->threads = (unsigned)parse_number(a, v, 1, 256);
+        } else if (strcmp(a, "--timeout") == 0) {
+            VALUE();
+            o->timeout_ms = (uint64_t)parse_number(a, v, 0, 1e9);
+        } else if (strcmp(a, "--connect-timeout") == 0) {
+            VALUE();
+            o->connect_timeout_ms = (uint64_t)parse_number(a, v, 0, 1e9);
+        } else if (strcmp(a, "--good") == 0) {
+            VALUE();
+            o->bounds.good_us = (uint64_t)(parse_number(a, v, 0.001, 1e9) * 1000);
+        } else if (strcmp(a, "--tolerable") == 0) {
+            VALUE();
+            o->bounds.tolerable_us = (uint64_t)(parse_number(a, v, 0.001, 1e9) * 1000);
+        } else if (strcmp(a, "--seed") == 0) {
+            VALUE();
+            o->seed = (uint64_t)parse_number(a, v, 0, 1e18);
+        } else if (strcmp(a, "--csv") == 0) {
+            VALUE();
+            out->csv = v;
+        } else if (strcmp(a, "--json") == 0) {
+            VALUE();
+            out->json = v;
+        } else if (strcmp(a, "--plot") == 0) {
+            VALUE();
+            out->plot = v;
+        } else if (strcmp(a, "--quiet") == 0) {
+            out->quiet = true;
+        } else if (a[0] == '-' && a[1] != 0) {
+            die_usage("unknown option %s", a);
+        } else if (url == NULL) {
+            url = a;
+        } else {
+            die_usage("one URL only (got %s and %s)", url, a);
+        }
+#undef VALUE
+    }
+    if (url == NULL) {
+        die_usage("no URL");
+    }
+    parse_url(o, url);
+    if (mode == NULL) {
+        o->mode = o->rate > 0          ? DM_LOAD_RATE
+                  : (have_c || have_d) ? DM_LOAD_CLOSED
+                                       : DM_LOAD_SESSIONS;
+    } else if (strcmp(mode, "sessions") == 0) {
+        o->mode = DM_LOAD_SESSIONS;
+    } else if (strcmp(mode, "rate") == 0) {
+        o->mode = DM_LOAD_RATE;
+    } else if (strcmp(mode, "closed") == 0) {
+        o->mode = DM_LOAD_CLOSED;
+    } else {
+        die_usage("--mode: expected sessions, rate or closed, got \"%s\"", mode);
+    }
+    if (o->mode == DM_LOAD_RATE && o->rate <= 0) {
+        die_usage("rate mode needs --rate R");
+    }
+    if (o->bounds.tolerable_us < o->bounds.good_us) {
+        die_usage("--tolerable must not be below --good");
+    }
+    if (o->mode != DM_LOAD_SESSIONS && o->conns < o->threads) {
+        o->threads = o->conns;
+    }
+    if (out->plot != NULL && !have_gnuplot()) {
+        die_usage("--plot needs gnuplot, which is not installed (apt-get install gnuplot-nox)");
+    }
+    if (o->mode == DM_LOAD_SESSIONS) {
+        char err[512];
+        bool builtin = strchr(pattern, '.') == NULL && strchr(pattern, '/') == NULL;
+        if (builtin) {
+            if (max_sessions < 0) {
+                max_sessions = strcmp(pattern, "exp1") == 0   ? 1200
+                               : strcmp(pattern, "exp2") == 0 ? 800
+                                                              : 100;
+            }
+            if (dm_load_pattern_builtin(&o->pattern, pattern, max_sessions, err, sizeof(err)) < 0) {
+                die_usage("--pattern: %s", err);
+            }
+        } else if (dm_load_pattern_load(&o->pattern, pattern, err, sizeof(err)) < 0) {
+            die_usage("--pattern: %s", err);
+        }
+        dm_load_pattern_scale(&o->pattern, scale);
+        o->duration_s = dm_load_pattern_duration(&o->pattern);
+        if (o->duration_s <= 0) {
+            die_usage("--pattern: the pattern lasts no time");
+        }
+        double peak = 0;
+        for (size_t i = 0; i < o->pattern.n; i++) {
+            peak = o->pattern.sessions[i] > peak ? o->pattern.sessions[i] : peak;
+        }
+        o->max_sessions = ceil(peak);
+        if (urls != NULL) {
+            read_urls(o, urls);
+        }
+        unsigned n = o->urls != NULL ? o->nurls : o->site_pages;
+        o->zipf_cdf = malloc(n * sizeof(double));
+        if (o->zipf_cdf == NULL) {
+            die_usage("out of memory");
+        }
+        double sum = 0;
+        for (unsigned i = 0; i < n; i++) {
+            sum += 1.0 / pow((double)i + 1, o->zipf);
+            o->zipf_cdf[i] = sum;
+        }
+        for (unsigned i = 0; i < n; i++) {
+            o->zipf_cdf[i] /= sum;
+        }
+        o->zipf_cdf[n - 1] = 1.0;
+    }
+}
+
+/* ---- rate and closed modes ---- */
+
+static void fixed_send(struct dm_load_fixed *f);
+
+static void
+fixed_due_cb(uv_timer_t *timer)
+{
+    fixed_send(timer->data);
+}
+
+/* Sends the slot's next request now, or arms its timer for when it is due. */
+static void
+fixed_next(struct dm_load_fixed *f)
+{
+    struct dm_load_thread *t = f->t;
+    if (t->stopping) {
+        return;
+    }
+    if (t->o->mode == DM_LOAD_CLOSED) {
+        fixed_send(f);
+        return;
+    }
+    uint64_t now = dm_load_now_ns();
+    if (f->next_due_ns <= now) {
+        fixed_send(f);
+    } else {
+        uint64_t ms = (f->next_due_ns - now + 999999) / 1000000;
+        uv_timer_start(&f->due, fixed_due_cb, ms, 0);
+    }
+}
+
+static void
+fixed_done(struct dm_load_conn *lc, const struct dm_load_result *r)
+{
+    struct dm_load_fixed *f = lc->owner;
+    if (f->t->o->mode == DM_LOAD_CLOSED && r->status == 0) {
+        /* A failure in the closed loop: pause a little rather than spin. */
+        uv_timer_start(&f->due, fixed_due_cb, 10, 0);
+        return;
+    }
+    fixed_next(f);
+}
+
+static void
+fixed_send(struct dm_load_fixed *f)
+{
+    struct dm_load_thread *t = f->t;
+    if (t->stopping) {
+        return;
+    }
+    uint64_t due = dm_load_now_ns();
+    if (t->o->mode == DM_LOAD_RATE) {
+        due = f->next_due_ns;
+        f->next_due_ns += (uint64_t)t->interval_ns;
+    }
+    if (f->lc == NULL && dm_load_conn_get(t, &f->lc, f) == NULL) {
+        uv_timer_start(&f->due, fixed_due_cb, 10, 0);
+        return;
+    }
+    dm_load_conn_request(f->lc, t->o->path, strlen(t->o->path), due, NULL, fixed_done);
+}
+
+static int
+fixed_start(struct dm_load_thread *t, unsigned first, unsigned n)
+{
+    const struct dm_load_opts *o = t->o;
+    t->fixed = calloc(n > 0 ? n : 1, sizeof(*t->fixed));
+    if (t->fixed == NULL) {
+        return -1;
+    }
+    t->nfixed = n;
+    /* Each connection carries rate / conns requests a second, on a schedule of
+     * its own, the connections staggered over one interval. */
+    t->interval_ns = o->rate > 0 ? 1e9 * o->conns / o->rate : 0;
+    for (unsigned i = 0; i < n; i++) {
+        struct dm_load_fixed *f = &t->fixed[i];
+        f->t = t;
+        f->index = first + i;
+        if (uv_timer_init(&t->loop, &f->due) < 0) {
+            return -1;
+        }
+        f->due.data = f;
+        f->next_due_ns = t->t0_ns + (uint64_t)(t->interval_ns * f->index / o->conns);
+        fixed_next(f);
+    }
+    return 0;
+}
+
+/* ---- load threads ---- */
+
+static void
+publish(struct dm_load_thread *t)
+{
+    struct dm_load_slot *slot = &t->slots[t->sec % DM_LOAD_SLOTS];
+    t->cur.active = t->active;
+    t->cur.thinking = t->thinking;
+    t->cur.open = t->open;
+    t->cur.target = t->target;
+    slot->s = t->cur;
+    atomic_store_explicit(&slot->published, t->sec + 1, memory_order_release);
+    /* The run's totals: counts add up, levels are the last second's. */
+    struct dm_load_sec *tot = &t->total;
+    tot->responses += t->cur.responses;
+    tot->bytes += t->cur.bytes;
+    dm_score_counts_merge(&tot->score, &t->cur.score);
+    dm_score_counts_merge(&tot->pages, &t->cur.pages);
+    dm_hist_merge(&tot->hist, &t->cur.hist);
+    tot->sessions_started += t->cur.sessions_started;
+    tot->sessions_ended += t->cur.sessions_ended;
+    tot->connects += t->cur.connects;
+    memset(&t->cur, 0, sizeof(t->cur));
+    dm_hist_init(&t->cur.hist);
+    t->sec++;
+}
+
+static void
+close_handle(uv_handle_t *h)
+{
+    if (!uv_is_closing(h)) {
+        uv_close(h, NULL);
+    }
+}
+
+static void
+thread_stop(struct dm_load_thread *t)
+{
+    t->stopping = true;
+    close_handle((uv_handle_t *)&t->sec_timer);
+    close_handle((uv_handle_t *)&t->sched);
+    if (t->o->mode == DM_LOAD_SESSIONS) {
+        dm_load_sessions_stop(t);
+    }
+    for (unsigned i = 0; i < t->nfixed; i++) {
+        if (t->fixed[i].lc != NULL) {
+            dm_load_conn_close(t->fixed[i].lc);
+        }
+        close_handle((uv_handle_t *)&t->fixed[i].due);
+    }
+}
+
+static void
+sec_cb(uv_timer_t *timer)
+{
+    struct dm_load_thread *t = timer->data;
+    uint64_t now = dm_load_now_ns();
+    /* Publish every second that has ended (one, unless the loop was late). */
+    while (now >= t->t0_ns + (t->sec + 1) * 1000000000ull) {
+        uint64_t s = t->sec;
+        publish(t);
+        if (s + 1 >= atomic_load(t->stop_sec)) {
+            thread_stop(t);
+            return;
+        }
+    }
+    uint64_t next = t->t0_ns + (t->sec + 1) * 1000000000ull;
+    uv_timer_start(&t->sec_timer, sec_cb, (next - now + 999999) / 1000000, 0);
+}
+
+static void
+sched_cb(uv_timer_t *timer)
+{
+    struct dm_load_thread *t = timer->data;
+    uint64_t now = dm_load_now_ns();
+    dm_load_sessions_sched(t, (double)(now - t->t0_ns) / 1e9);
+}
+
+static void
+thread_main(void *arg)
+{
+    struct dm_load_thread *t = arg;
+    uv_run(&t->loop, UV_RUN_DEFAULT);
+}
+
+static int
+thread_init(struct dm_load_thread *t, unsigned id, const struct dm_load_opts *o, uint64_t t0)
+{
+    t->id = id;
+    t->o = o;
+    t->t0_ns = t0;
+    t->stop_sec = &stop_sec;
+    dm_rng_init(&t->rng, o->seed * 0x9e3779b97f4a7c15ULL + id);
+    dm_hist_init(&t->cur.hist);
+    dm_hist_init(&t->total.hist);
+    t->head_tail_len = (size_t)snprintf(t->head_tail, sizeof(t->head_tail),
+                                        " HTTP/1.1\r\nHost: %s\r\nUser-Agent: dimmer-load\r\n"
+                                        "Accept: */*\r\n\r\n",
+                                        o->host);
+    if (uv_loop_init(&t->loop) < 0) {
+        return -1;
+    }
+    if (uv_timer_init(&t->loop, &t->sec_timer) < 0 || uv_timer_init(&t->loop, &t->sched) < 0) {
+        return -1;
+    }
+    t->sec_timer.data = t;
+    t->sched.data = t;
+    uv_timer_start(&t->sec_timer, sec_cb, 1000, 0);
+    if (o->mode == DM_LOAD_SESSIONS) {
+        t->max_sessions = (unsigned)ceil(o->max_sessions / o->threads) + 1;
+        if (dm_load_sessions_init(t) < 0) {
+            return -1;
+        }
+        uv_timer_start(&t->sched, sched_cb, 0, DM_LOAD_SCHED_MS);
+        return 0;
+    }
+    /* Connections split as evenly as they go: thread i gets the i-th of each T. */
+    unsigned n = o->conns / o->threads + (id < o->conns % o->threads ? 1 : 0);
+    unsigned first =
+        id * (o->conns / o->threads) + (id < o->conns % o->threads ? id : o->conns % o->threads);
+    return fixed_start(t, first, n);
+}
+
+/* ---- gathering and output ---- */
+
+static void
+sec_merge(struct dm_load_sec *into, const struct dm_load_sec *s)
+{
+    into->responses += s->responses;
+    into->bytes += s->bytes;
+    dm_score_counts_merge(&into->score, &s->score);
+    dm_score_counts_merge(&into->pages, &s->pages);
+    dm_hist_merge(&into->hist, &s->hist);
+    into->sessions_started += s->sessions_started;
+    into->sessions_ended += s->sessions_ended;
+    into->connects += s->connects;
+    into->active += s->active;
+    into->thinking += s->thinking;
+    into->open += s->open;
+    into->target += s->target;
+}
+
+static double
+pct(uint64_t part, uint64_t whole)
+{
+    return whole > 0 ? 100.0 * (double)part / (double)whole : 0;
+}
+
+static uint64_t
+score_total(const struct dm_score_counts *c)
+{
+    return c->good + c->tolerable + c->fail;
+}
+
+static void
+live_line(FILE *f, bool tty, const struct dm_load_opts *o, uint64_t sec,
+          const struct dm_load_sec *m)
+{
+    char line[320];
+    int n = snprintf(line, sizeof(line), "%5llus", (unsigned long long)sec + 1);
+    if (o->mode == DM_LOAD_SESSIONS) {
+        n += snprintf(line + n, sizeof(line) - (size_t)n, "  target %5.0f  active %5llu", m->target,
+                      (unsigned long long)m->active);
+    }
+    uint64_t tot = score_total(&m->score);
+    snprintf(line + n, sizeof(line) - (size_t)n,
+             "  %7llu req/s  good %5.1f%%  tol %5.1f%%  fail %5.1f%%  p50 %7.2f ms  p99 %8.2f ms",
+             (unsigned long long)m->responses, pct(m->score.good, tot),
+             pct(m->score.tolerable, tot), pct(m->score.fail, tot),
+             (double)dm_hist_quantile(&m->hist, 0.5) / 1000.0,
+             (double)dm_hist_quantile(&m->hist, 0.99) / 1000.0);
+    if (tty) {
+        fprintf(f, "\r\033[K%s", line);
+    } else {
+        fprintf(f, "%s\n", line);
+    }
+    fflush(f);
+}
+
+static void
+csv_header(FILE *f)
+{
+    fprintf(f, "second,target_sessions,active_sessions,thinking_sessions,responses,good,tolerable,"
+               "fail,pages,pages_good,pages_tolerable,pages_fail,bytes,p50_ms,p99_ms,"
+               "connections,connects\n");
+}
+
+static void
+csv_row(FILE *f, uint64_t sec, const struct dm_load_sec *m)
+{
+    fprintf(
+        f, "%llu,%.1f,%llu,%llu,%llu,%llu,%llu,%llu,%llu,%llu,%llu,%llu,%llu,%.3f,%.3f,%llu,%llu\n",
+        (unsigned long long)sec + 1, m->target, (unsigned long long)m->active,
+        (unsigned long long)m->thinking, (unsigned long long)m->responses,
+        (unsigned long long)m->score.good, (unsigned long long)m->score.tolerable,
+        (unsigned long long)m->score.fail, (unsigned long long)score_total(&m->pages),
+        (unsigned long long)m->pages.good, (unsigned long long)m->pages.tolerable,
+        (unsigned long long)m->pages.fail, (unsigned long long)m->bytes,
+        (double)dm_hist_quantile(&m->hist, 0.5) / 1000.0,
+        (double)dm_hist_quantile(&m->hist, 0.99) / 1000.0, (unsigned long long)m->open,
+        (unsigned long long)m->connects);
+    fflush(f);
+}
+
+static void
+json_scores(FILE *f, const struct dm_score_counts *c)
+{
+    uint64_t tot = score_total(c);
+    fprintf(f,
+            "{\"total\":%llu,\"good\":%llu,\"tolerable\":%llu,\"fail\":%llu,"
+            "\"good_pct\":%.3f,\"tolerable_pct\":%.3f,\"fail_pct\":%.3f,\"fail_by_kind\":{",
+            (unsigned long long)tot, (unsigned long long)c->good, (unsigned long long)c->tolerable,
+            (unsigned long long)c->fail, pct(c->good, tot), pct(c->tolerable, tot),
+            pct(c->fail, tot));
+    for (int k = 0; k < DM_FAIL_KINDS; k++) {
+        fprintf(f, "%s\"%s\":%llu", k ? "," : "", dm_fail_kind_name((enum dm_fail_kind)k),
+                (unsigned long long)c->by_kind[k]);
+    }
+    fprintf(f, "}}");
+}
+
+static const char *
+mode_name(enum dm_load_mode m)
+{
+    return m == DM_LOAD_RATE ? "rate" : m == DM_LOAD_CLOSED ? "closed" : "sessions";
+}
+
+static int
+write_json(const char *path, const struct dm_load_opts *o, double secs, const struct dm_load_sec *t)
+{
+    FILE *f = fopen(path, "w");
+    if (f == NULL) {
+        return -1;
+    }
+    const struct dm_hist *h = &t->hist;
+    fprintf(f, "{\"mode\":\"%s\",\"seconds\":%.3f,\"threads\":%u,", mode_name(o->mode), secs,
+            o->threads);
+    if (o->mode == DM_LOAD_RATE) {
+        fprintf(f, "\"rate\":%.3f,", o->rate);
+    }
+    fprintf(f, "\"responses\":%llu,\"responses_per_s\":%.3f,\"bytes\":%llu,\"connects\":%llu,",
+            (unsigned long long)t->responses, secs > 0 ? (double)t->responses / secs : 0,
+            (unsigned long long)t->bytes, (unsigned long long)t->connects);
+    fprintf(f, "\"sessions_started\":%llu,\"sessions_ended\":%llu,",
+            (unsigned long long)t->sessions_started, (unsigned long long)t->sessions_ended);
+    fprintf(f, "\"score\":");
+    json_scores(f, &t->score);
+    fprintf(f, ",\"pages\":");
+    json_scores(f, &t->pages);
+    fprintf(f,
+            ",\"latency_ms\":{\"count\":%llu,\"mean\":%.3f,\"p50\":%.3f,\"p90\":%.3f,"
+            "\"p99\":%.3f,\"p99_9\":%.3f,\"max\":%.3f},",
+            (unsigned long long)h->count, dm_hist_mean(h) / 1000.0,
+            (double)dm_hist_quantile(h, 0.5) / 1000.0, (double)dm_hist_quantile(h, 0.9) / 1000.0,
+            (double)dm_hist_quantile(h, 0.99) / 1000.0, (double)dm_hist_quantile(h, 0.999) / 1000.0,
+            (double)dm_hist_quantile(h, 1.0) / 1000.0);
+    fprintf(f, "\"bounds_ms\":{\"good\":%.3f,\"tolerable\":%.3f}}\n",
+            (double)o->bounds.good_us / 1000.0, (double)o->bounds.tolerable_us / 1000.0);
+    return fclose(f) == 0 ? 0 : -1;
+}
+
+/* Runs gnuplot on the timeline CSV; returns 0, or -1 after saying why. */
+static int
+plot(const char *png, const char *csv, const struct dm_load_opts *o)
+{
+    FILE *g = popen("gnuplot", "w");
+    if (g == NULL) {
+        fprintf(stderr, "dimmer-load: cannot run gnuplot: %s\n", strerror(errno));
+        return -1;
+    }
+    fprintf(g,
+            "set terminal pngcairo size 1200,800 noenhanced\n"
+            "set output '%s'\n"
+            "set datafile separator ','\n"
+            "set key top left\n"
+            "set multiplot layout 2,1 title 'dimmer-load, %s mode'\n"
+            "set ylabel 'sessions'\n"
+            "plot '%s' using 1:2 skip 1 with lines lw 2 title 'offered (target)', "
+            "'' using 1:3 skip 1 with lines lw 2 title 'served (active)'\n"
+            "set xlabel 'seconds'\n"
+            "set ylabel 'responses per second'\n"
+            "plot '%s' using 1:6 skip 1 with lines lw 2 lc rgb '#2ca02c' title 'good', "
+            "'' using 1:7 skip 1 with lines lw 2 lc rgb '#ff7f0e' title 'tolerable', "
+            "'' using 1:8 skip 1 with lines lw 2 lc rgb '#d62728' title 'fail'\n"
+            "unset multiplot\n",
+            png, mode_name(o->mode), csv, csv);
+    int st = pclose(g);
+    if (st != 0) {
+        fprintf(stderr, "dimmer-load: gnuplot failed (status %d) drawing %s\n", st, png);
+        return -1;
+    }
+    return 0;
+}
+
+static void
+on_signal(int sig)
+{
+    (void)sig;
+    atomic_store(&stop_sec, 0); /* every thread stops at its next second */
+}
+
+static void
+raise_fd_limit(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
+}
+
+int
+main(int argc, char **argv)
+{
+    struct dm_load_opts o;
+    struct outputs out = { 0 };
+    parse_args(argc, argv, &o, &out);
+    raise_fd_limit();
+    signal(SIGPIPE, SIG_IGN);
+    char tmp_csv[] = "/tmp/dimmer-load-XXXXXX";
+    const char *csv_path = out.csv;
+    if (out.plot != NULL && csv_path == NULL) {
+        int fd = mkstemp(tmp_csv);
+        if (fd < 0) {
+            fprintf(stderr, "dimmer-load: cannot make a temporary file: %s\n", strerror(errno));
+            return 1;
+        }
+        close(fd);
+        csv_path = tmp_csv;
+    }
+    FILE *csv = NULL;
+    if (csv_path != NULL && (csv = fopen(csv_path, "w")) == NULL) {
+        fprintf(stderr, "dimmer-load: %s: %s\n", csv_path, strerror(errno));
+        return EXIT_USAGE;
+    }
+    if (csv != NULL) {
+        csv_header(csv);
+    }
+    uint64_t nsec = (uint64_t)ceil(o.duration_s - 1e-9);
+    atomic_store(&stop_sec, nsec);
+    struct dm_load_thread *ts = calloc(o.threads, sizeof(*ts));
+    if (ts == NULL) {
+        fprintf(stderr, "dimmer-load: out of memory\n");
+        return 1;
+    }
+    uint64_t t0 = dm_load_now_ns();
+    for (unsigned i = 0; i < o.threads; i++) {
+        if (thread_init(&ts[i], i, &o, t0) < 0) {
+            fprintf(stderr, "dimmer-load: cannot start thread %u: out of memory\n", i);
+            return 1;
+        }
+    }
+    for (unsigned i = 0; i < o.threads; i++) {
+        if (uv_thread_create(&ts[i].thread, thread_main, &ts[i]) < 0) {
+            fprintf(stderr, "dimmer-load: cannot start thread %u\n", i);
+            return 1;
+        }
+    }
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    bool tty = isatty(STDOUT_FILENO) && !out.quiet;
+    struct dm_load_sec *m = malloc(sizeof(*m));
+    if (m == NULL) {
+        return 1;
+    }
+    uint64_t secs = 0;
+    for (uint64_t s = 0;; s++) {
+        /* Wait until every thread has published second s (or stopped). */
+        bool all = false;
+        while (!all) {
+            all = true;
+            for (unsigned i = 0; i < o.threads; i++) {
+                uint64_t p = atomic_load_explicit(&ts[i].slots[s % DM_LOAD_SLOTS].published,
+                                                  memory_order_acquire);
+                if (p < s + 1) {
+                    all = false;
+                }
+            }
+            if (!all) {
+                if (s >= atomic_load(&stop_sec)) {
+                    break;
+                }
+                usleep(5000);
+            }
+        }
+        if (!all) {
+            break;
+        }
+        memset(m, 0, sizeof(*m));
+        dm_hist_init(&m->hist);
+        for (unsigned i = 0; i < o.threads; i++) {
+            sec_merge(m, &ts[i].slots[s % DM_LOAD_SLOTS].s);
+        }
+        secs = s + 1;
+        if (!out.quiet) {
+            live_line(stdout, tty, &o, s, m);
+        }
+        if (csv != NULL) {
+            csv_row(csv, s, m);
+        }
+        if (secs >= atomic_load(&stop_sec)) {
+            break;
+        }
+    }
+    if (tty) {
+        printf("\n");
+    }
+    /* Every thread stops by itself once it has published the last second. */
+    for (unsigned i = 0; i < o.threads; i++) {
+        uv_thread_join(&ts[i].thread);
+    }
+    memset(m, 0, sizeof(*m));
+    dm_hist_init(&m->hist);
+    for (unsigned i = 0; i < o.threads; i++) {
+        sec_merge(m, &ts[i].total);
+    }
+    const struct dm_hist *h = &m->hist;
+    uint64_t tot = score_total(&m->score);
+    printf("%llu responses in %llu s, %.1f/s, %.1f MB; good %.2f%%, tolerable %.2f%%, fail "
+           "%.2f%%\n",
+           (unsigned long long)m->responses, (unsigned long long)secs,
+           secs > 0 ? (double)m->responses / (double)secs : 0, (double)m->bytes / 1e6,
+           pct(m->score.good, tot), pct(m->score.tolerable, tot), pct(m->score.fail, tot));
+    printf("latency ms: p50 %.3f  p90 %.3f  p99 %.3f  p99.9 %.3f  max %.3f\n",
+           (double)dm_hist_quantile(h, 0.5) / 1000.0, (double)dm_hist_quantile(h, 0.9) / 1000.0,
+           (double)dm_hist_quantile(h, 0.99) / 1000.0, (double)dm_hist_quantile(h, 0.999) / 1000.0,
+           (double)dm_hist_quantile(h, 1.0) / 1000.0);
+    if (m->score.fail > 0) {
+        printf("failures:");
+        for (int k = 0; k < DM_FAIL_KINDS; k++) {
+            if (m->score.by_kind[k] > 0) {
+                printf(" %s %llu", dm_fail_kind_name((enum dm_fail_kind)k),
+                       (unsigned long long)m->score.by_kind[k]);
+            }
+        }
+        printf("\n");
+    }
+    if (o.mode == DM_LOAD_SESSIONS) {
+        uint64_t pt = score_total(&m->pages);
+        printf("pages: %llu; good %.2f%%, tolerable %.2f%%, fail %.2f%%; sessions started %llu\n",
+               (unsigned long long)pt, pct(m->pages.good, pt), pct(m->pages.tolerable, pt),
+               pct(m->pages.fail, pt), (unsigned long long)m->sessions_started);
+    }
+    fflush(stdout);
+    int rc = 0;
+    if (csv != NULL && fclose(csv) != 0) {
+        fprintf(stderr, "dimmer-load: %s: %s\n", csv_path, strerror(errno));
+        rc = 1;
+    }
+    if (out.json != NULL && write_json(out.json, &o, (double)secs, m) < 0) {
+        fprintf(stderr, "dimmer-load: %s: %s\n", out.json, strerror(errno));
+        rc = 1;
+    }
+    if (out.plot != NULL && plot(out.plot, csv_path, &o) < 0) {
+        rc = 1;
+    }
+    if (csv_path == tmp_csv) {
+        unlink(tmp_csv);
+    }
+    for (unsigned i = 0; i < o.threads; i++) {
+        uv_loop_close(&ts[i].loop);
+        dm_load_sessions_fini(&ts[i]);
+        while (ts[i].free_conns != NULL) {
+            struct dm_load_conn *lc = ts[i].free_conns;
+            ts[i].free_conns = lc->next_free;
+            free(lc);
+        }
+        free(ts[i].fixed);
+    }
+    free(ts);
+    free(m);
+    free(o.zipf_cdf);
+    for (unsigned i = 0; i < o.nurls; i++) {
+        free(o.urls[i]);
+    }
+    free(o.urls);
+    dm_load_pattern_fini(&o.pattern);
+    return rc;
+}

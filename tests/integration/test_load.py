@@ -1,0 +1,149 @@
+"""
+dimmer-load against real dimmer-backend processes, directly and through
+dimmer: session mode fetches each page's embedded objects exactly once per
+page view; responses are scored by their delay; a killed backend gives
+failures counted by kind, not a hang; rate mode measures latency from when a
+request was due, so a server stalled for a second shows in the p99 (the
+coordinated-omission check); bad options get one line and exit code 2.
+"""
+import csv
+import json
+import os
+import signal
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(__file__))
+import harness as H  # noqa: E402
+
+RUN_BOUND = 60  # seconds any run below may take, startup and shutdown included
+
+
+class LoadTest(H.DimmerTest):
+    def load(self, *args, timeout=RUN_BOUND, name="load"):
+        """Runs dimmer-load with args and --json; returns (exit code, summary, stdout)."""
+        out = self.path(name + ".json")
+        p = self.start_proc(name, [H.DIMMER_LOAD, "--quiet", "--json", out] + list(args))
+        code = p.wait(timeout)
+        if code is None:
+            raise AssertionError("dimmer-load did not end within %d s" % timeout)
+        summary = None
+        if os.path.exists(out):
+            with open(out) as f:
+                summary = json.load(f)
+        return code, summary, p.stdout()
+
+    def url(self, port, path="/"):
+        return "http://%s:%d%s" % (H.HOST, port, path)
+
+    def pattern(self, text):
+        path = self.path("pattern.csv")
+        with open(path, "w") as f:
+            f.write(text)
+        return path
+
+    def check_objects_once(self, port, backends):
+        # 6 users for 2 s, then none: each user ends at its next think time, so
+        # every page view is whole when the run ends at 4 s.
+        pat = self.pattern("seconds,sessions\n0,6\n2,6\n2.01,0\n4,0\n")
+        code, s, out = self.load("--pattern", pat, "--think", "50", "--pages", "8",
+                                 "--csv", self.path("t.csv"), self.url(port))
+        self.assertEqual(code, 0, out)
+        stats = [b.stats() for b in backends]
+        pages = sum(x["pages"] for x in stats)
+        self.assertGreater(pages, 10)
+        self.assertEqual(s["pages"]["total"], pages)
+        # Every object of every page view, once: no more, no fewer.
+        self.assertEqual(sum(x["objects"] for x in stats), sum(x["page_objects"] for x in stats))
+        self.assertEqual(s["responses"], pages + sum(x["objects"] for x in stats))
+        self.assertEqual(s["score"]["fail"], 0)
+        self.assertEqual(s["sessions_started"], s["sessions_ended"])
+        with open(self.path("t.csv")) as f:
+            rows = list(csv.DictReader(f))
+        self.assertEqual(len(rows), 4)
+        self.assertEqual(float(rows[0]["target_sessions"]), 6.0)
+        self.assertEqual(int(rows[-1]["active_sessions"]), 0)
+        return s
+
+    def test_session_mode_objects_once_direct(self):
+        b = self.start_backend("b1")
+        self.check_objects_once(b.port, [b])
+
+    def test_session_mode_objects_once_through_dimmer(self):
+        b1, b2 = self.start_backend("b1"), self.start_backend("b2")
+        self.d = self.start_dimmer({"web": self.pool(b1, b2, balance="age")}, workers=2)
+        self.check_objects_once(self.d.port, [b1, b2])
+
+    def test_scored_by_delay(self):
+        b = self.start_backend("b1")
+        for ms, kind in ((20, "good"), (300, "tolerable"), (600, "fail")):
+            code, s, out = self.load("-c", "2", "-d", "2", "--good", "200", "--tolerable", "500",
+                                     self.url(b.port, "/slow/%d" % ms), name="slow%d" % ms)
+            self.assertEqual(code, 0, out)
+            sc = s["score"]
+            self.assertGreater(sc["total"], 0)
+            self.assertEqual(sc[kind], sc["total"], (ms, sc))
+            if kind == "fail":
+                self.assertEqual(sc["fail_by_kind"]["slow"], sc["total"])
+            self.assertGreaterEqual(s["latency_ms"]["p50"], ms * 0.99)
+            self.assertLess(s["latency_ms"]["p50"], ms + 150)
+
+    def test_killed_backend_fails_by_kind(self):
+        b = self.start_backend("b1")
+        threading.Timer(1.0, b.proc.kill).start()
+        start = time.monotonic()
+        code, s, out = self.load("-c", "4", "-d", "3", self.url(b.port, "/bytes/100"))
+        self.assertEqual(code, 0, out)
+        self.assertLess(time.monotonic() - start, 3 + 10)
+        sc = s["score"]
+        self.assertGreater(sc["good"], 0)
+        self.assertGreater(sc["fail_by_kind"]["connect"], 0, sc)
+        self.assertEqual(sc["fail"], sum(sc["fail_by_kind"].values()))
+
+    def test_killed_backend_through_dimmer_is_5xx(self):
+        b = self.start_backend("b1")
+        self.d = self.start_dimmer({"web": self.pool(b)})
+        threading.Timer(1.0, b.proc.kill).start()
+        code, s, out = self.load("-c", "4", "-d", "3", self.url(self.d.port, "/bytes/100"))
+        self.assertEqual(code, 0, out)
+        sc = s["score"]
+        self.assertGreater(sc["good"], 0)
+        self.assertGreater(sc["fail_by_kind"]["5xx"], 0, sc)
+
+    def test_rate_mode_sees_a_stall(self):
+        b = self.start_backend("b1")
+        # 200 requests/s over 4 connections for 4 s; the backend stops for 1 s at 1.5 s.
+        def stall():
+            b.proc.signal(signal.SIGSTOP)
+            time.sleep(1.0)
+            b.proc.signal(signal.SIGCONT)
+        threading.Timer(1.5, stall).start()
+        code, s, out = self.load("--rate", "200", "-c", "4", "-d", "4",
+                                 self.url(b.port, "/bytes/100"))
+        self.assertEqual(code, 0, out)
+        # About a quarter of the requests were due during the stall and waited
+        # for it: from their due time, the p99 is about the stall itself.
+        self.assertGreaterEqual(s["latency_ms"]["p99"], 800, s["latency_ms"])
+        self.assertGreaterEqual(s["latency_ms"]["p90"], 300, s["latency_ms"])
+        # And the rate was held: the requests due in 4 s were all sent.
+        self.assertGreater(s["responses"], 0.9 * 200 * 4)
+
+    def test_bad_input(self):
+        for args, what in ((["--rate", "x", "http://127.0.0.1:1/"], "--rate"),
+                           (["--bogus", "http://127.0.0.1:1/"], "unknown option"),
+                           (["--pattern", self.path("missing.csv"), "http://127.0.0.1:1/"],
+                            "missing.csv"),
+                           (["--pattern", self.pattern("0,1\n5,x\n"), "http://127.0.0.1:1/"],
+                            "pattern.csv:2"),
+                           (["ftp://127.0.0.1/"], "http://"),
+                           ([], "no URL")):
+            p = self.start_proc("bad%d" % len(self.procs), [H.DIMMER_LOAD] + args)
+            self.assertEqual(p.wait(10), 2, args)
+            err = p.stderr().strip().splitlines()
+            self.assertEqual(len(err), 1, err)
+            self.assertIn(what, err[0])
+
+
+if __name__ == "__main__":
+    H.main()
