@@ -8,8 +8,11 @@
  * new connection, as a browser does; its latency still counts from its due
  * time.
  */
+#include <errno.h>
+#include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "bench/load/load.h"
 
@@ -260,15 +263,54 @@ read_cb(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
     }
 }
 
+static bool conn_write(struct dm_load_conn *lc);
+
 static void
 write_cb(uv_write_t *w, int status)
 {
     struct dm_load_conn *lc = w->data;
-    if (status < 0 && lc->state == DM_LC_BUSY && !lc->got_bytes) {
+    lc->writing = false;
+    if (lc->state != DM_LC_BUSY) {
+        return;
+    }
+    if (status < 0 && !lc->got_bytes) {
         if (!conn_retry_stale(lc)) {
             conn_fail(lc, DM_FAIL_RESET);
         }
+    } else if (lc->write_deferred) {
+        lc->write_deferred = false;
+        (void)conn_write(lc);
     }
+}
+
+/*
+ * Writes the request. A response can be read before the write callback of
+ * its request has run (libuv defers it to the next iteration, and the reply
+ * may arrive first), so while the connection's write request is still out,
+ * the next request waits for that callback.
+ */
+static bool
+conn_write(struct dm_load_conn *lc)
+{
+    struct dm_load_thread *t = lc->t;
+    if (lc->writing) {
+        lc->write_deferred = true;
+        return true;
+    }
+    uv_buf_t b[3] = {
+        uv_buf_init((char *)"GET ", 4),
+        uv_buf_init((char *)lc->req_path, (unsigned)lc->req_path_len),
+        uv_buf_init(t->head_tail, (unsigned)t->head_tail_len),
+    };
+    lc->wreq.data = lc;
+    if (uv_write(&lc->wreq, (uv_stream_t *)&lc->tcp, b, 3, write_cb) < 0) {
+        if (!conn_retry_stale(lc)) {
+            conn_fail(lc, DM_FAIL_RESET);
+        }
+        return false; /* lc is the owner's again (or free): not to be touched */
+    }
+    lc->writing = true;
+    return true;
 }
 
 static void
@@ -284,17 +326,8 @@ conn_send(struct dm_load_conn *lc)
     lc->parser.msg = NULL;
     lc->parser.on_body = lc->page != NULL ? on_body : NULL;
     lc->parser.body_arg = lc;
-    uv_buf_t b[3] = {
-        uv_buf_init((char *)"GET ", 4),
-        uv_buf_init((char *)lc->req_path, (unsigned)lc->req_path_len),
-        uv_buf_init(t->head_tail, (unsigned)t->head_tail_len),
-    };
-    lc->wreq.data = lc;
     uv_timer_stop(&lc->timer);
-    if (uv_write(&lc->wreq, (uv_stream_t *)&lc->tcp, b, 3, write_cb) < 0) {
-        if (!conn_retry_stale(lc)) {
-            conn_fail(lc, DM_FAIL_RESET);
-        }
+    if (!conn_write(lc)) {
         return;
     }
     if (t->o->timeout_ms > 0) {
@@ -322,11 +355,34 @@ connect_cb(uv_connect_t *req, int status)
     conn_send(lc);
 }
 
+/*
+ * Binds the socket to the next --source address, its port left to connect():
+ * with IP_BIND_ADDRESS_NO_PORT the kernel picks the port for the whole
+ * 4-tuple, so each source address has a port space of its own.
+ */
+static int
+conn_bind_source(struct dm_load_conn *lc)
+{
+    struct dm_load_thread *t = lc->t;
+    const struct dm_load_opts *o = t->o;
+    const struct sockaddr_storage *src = &o->sources[t->next_source++ % o->nsources];
+    uv_os_fd_t fd;
+    int one = 1;
+    int r = uv_fileno((uv_handle_t *)&lc->tcp, &fd);
+    if (r == 0 && setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof(one)) < 0) {
+        r = -errno;
+    }
+    return r < 0 ? r : uv_tcp_bind(&lc->tcp, (const struct sockaddr *)src, 0);
+}
+
 static void
 conn_connect(struct dm_load_conn *lc)
 {
     struct dm_load_thread *t = lc->t;
-    if (uv_tcp_init(&t->loop, &lc->tcp) < 0) {
+    const struct dm_load_opts *o = t->o;
+    int r = o->nsources > 0 ? uv_tcp_init_ex(&t->loop, &lc->tcp, o->addr.ss_family)
+                            : uv_tcp_init(&t->loop, &lc->tcp);
+    if (r < 0) {
         conn_fail(lc, DM_FAIL_CONNECT); /* nothing open: back to the free list */
         return;
     }
@@ -339,8 +395,8 @@ conn_connect(struct dm_load_conn *lc)
             *lc->where = NULL;
         }
         uv_close((uv_handle_t *)&lc->tcp, conn_closed);
-        struct dm_load_result r = { .status = 0, .kind = DM_FAIL_CONNECT };
-        conn_finish(lc, &r);
+        struct dm_load_result res = { .status = 0, .kind = DM_FAIL_CONNECT };
+        conn_finish(lc, &res);
         return;
     }
     lc->timer.data = lc;
@@ -348,6 +404,10 @@ conn_connect(struct dm_load_conn *lc)
     t->cur.connects++;
     lc->state = DM_LC_CONNECTING;
     lc->creq.data = lc;
+    if (o->nsources > 0 && conn_bind_source(lc) < 0) {
+        conn_fail(lc, DM_FAIL_CONNECT);
+        return;
+    }
     int rc = uv_tcp_connect(&lc->creq, &lc->tcp, (const struct sockaddr *)&t->o->addr, connect_cb);
     if (rc < 0) {
         conn_fail(lc, DM_FAIL_CONNECT);

@@ -57,8 +57,10 @@ struct dm_load_opts {
     enum dm_load_mode mode;
     /* Target. */
     struct sockaddr_storage addr;
-    char host[300];              /* Host header: host[:port] as in the URL */
-    char path[DM_LOAD_PATH_MAX]; /* rate and closed modes: the request target */
+    char host[300];                   /* Host header: host[:port] as in the URL */
+    char path[DM_LOAD_PATH_MAX];      /* rate and closed modes: the request target */
+    struct sockaddr_storage *sources; /* --source: local addresses, in turn; NULL: the kernel's */
+    unsigned nsources;
     /* Threads and connections. */
     unsigned threads;
     unsigned conns;      /* -c: rate and closed modes */
@@ -151,6 +153,8 @@ struct dm_load_conn {
     bool got_bytes;  /* of the current response */
     bool retried;
     bool want_close;      /* the response said Connection: close */
+    bool writing;         /* wreq is out: its callback has not run yet */
+    bool write_deferred;  /* the current request waits for that callback */
     const char *req_path; /* the request target (owned by the caller until done) */
     size_t req_path_len;
     uint64_t due_ns; /* when the request was due: its latency counts from here */
@@ -217,6 +221,7 @@ struct dm_load_thread {
     struct dm_load_fixed *fixed; /* rate and closed modes: this thread's connections */
     unsigned nfixed;
     uint64_t open;                        /* connections open or opening */
+    unsigned next_source;                 /* --source: the address the next connection binds */
     double interval_ns;                   /* rate mode: between two requests of one connection */
     const atomic_uint_fast64_t *stop_sec; /* main: stop once this second is published */
     /* Sessions. */

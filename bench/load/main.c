@@ -3,6 +3,7 @@
  * options, the load threads of the rate and closed modes, gathering the
  * seconds, the live line, the CSV timeline, the JSON summary and the plot.
  */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <math.h>
 #include <netdb.h>
@@ -70,6 +71,9 @@ usage(FILE *f)
                "  --scan-limit BYTES   scan the first BYTES of a page (default 0: all)\n"
                "Common:\n"
                "  --threads T          load threads, one event loop each (default 1)\n"
+               "  --source LIST        local addresses to connect from, in turn (A,B or an\n"
+               "                       IPv4 range A-B such as 127.0.0.2-127.0.0.9): each has\n"
+               "                       its own ports, for more connections than one has\n"
                "  --timeout MS         a request not answered by then fails (default 10000)\n"
                "  --connect-timeout MS (default 3000)\n"
                "  --good MS            good below this (default 2000)\n"
@@ -217,6 +221,57 @@ read_urls(struct dm_load_opts *o, const char *path)
     }
 }
 
+/* --source: numeric addresses, comma-separated; A-B is every IPv4 address from A to B. */
+static void
+parse_sources(struct dm_load_opts *o, const char *list)
+{
+    char *copy = strdup(list);
+    if (copy == NULL) {
+        die_usage("out of memory");
+    }
+    char *save = NULL;
+    for (char *item = strtok_r(copy, ",", &save); item != NULL; item = strtok_r(NULL, ",", &save)) {
+        char *dash = strchr(item, '-');
+        struct in_addr a, b;
+        struct sockaddr_storage one = { 0 };
+        uint32_t from = 0, to = 0;
+        if (dash != NULL) {
+            *dash = 0;
+            if (inet_pton(AF_INET, item, &a) != 1 || inet_pton(AF_INET, dash + 1, &b) != 1 ||
+                ntohl(b.s_addr) < ntohl(a.s_addr) || ntohl(b.s_addr) - ntohl(a.s_addr) > 65535) {
+                die_usage("--source: bad range %s-%s", item, dash + 1);
+            }
+            from = ntohl(a.s_addr);
+            to = ntohl(b.s_addr);
+        } else if (inet_pton(AF_INET, item, &a) == 1) {
+            from = to = ntohl(a.s_addr);
+        } else if (inet_pton(AF_INET6, item, &((struct sockaddr_in6 *)&one)->sin6_addr) == 1) {
+            one.ss_family = AF_INET6;
+        } else {
+            die_usage("--source: expected numeric addresses, got \"%s\"", item);
+        }
+        for (uint64_t v = from; v <= to; v++) {
+            struct sockaddr_storage *s = realloc(o->sources, (o->nsources + 1) * sizeof(*s));
+            if (s == NULL) {
+                die_usage("out of memory");
+            }
+            o->sources = s;
+            if (one.ss_family == AF_INET6) {
+                s[o->nsources++] = one;
+                break;
+            }
+            struct sockaddr_in *in = (struct sockaddr_in *)&s[o->nsources++];
+            memset(in, 0, sizeof(struct sockaddr_storage));
+            in->sin_family = AF_INET;
+            in->sin_addr.s_addr = htonl((uint32_t)v);
+        }
+    }
+    free(copy);
+    if (o->nsources == 0) {
+        die_usage("--source: no address");
+    }
+}
+
 static bool
 have_gnuplot(void)
 {
@@ -247,7 +302,7 @@ struct outputs {
 static void
 parse_args(int argc, char **argv, struct dm_load_opts *o, struct outputs *out)
 {
-    const char *mode = NULL, *pattern = "exp1", *urls = NULL, *url = NULL;
+    const char *mode = NULL, *pattern = "exp1", *urls = NULL, *url = NULL, *sources = NULL;
     double max_sessions = -1, scale = 1;
     bool have_c = false, have_d = false;
     *o = (struct dm_load_opts){
@@ -357,6 +412,9 @@ parse_args(int argc, char **argv, struct dm_load_opts *o, struct outputs *out)
         } else if (strcmp(a, "--plot") == 0) {
             VALUE();
             out->plot = v;
+        } else if (strcmp(a, "--source") == 0) {
+            VALUE();
+            sources = v;
         } else if (strcmp(a, "--quiet") == 0) {
             out->quiet = true;
         } else if (a[0] == '-' && a[1] != 0) {
@@ -372,6 +430,14 @@ parse_args(int argc, char **argv, struct dm_load_opts *o, struct outputs *out)
         die_usage("no URL");
     }
     parse_url(o, url);
+    if (sources != NULL) {
+        parse_sources(o, sources);
+        for (unsigned i = 0; i < o->nsources; i++) {
+            if (o->sources[i].ss_family != o->addr.ss_family) {
+                die_usage("--source: the addresses must be of the URL's family");
+            }
+        }
+    }
     if (mode == NULL) {
         o->mode = o->rate > 0          ? DM_LOAD_RATE
                   : (have_c || have_d) ? DM_LOAD_CLOSED
@@ -1006,6 +1072,7 @@ main(int argc, char **argv)
         free(o.urls[i]);
     }
     free(o.urls);
+    free(o.sources);
     dm_load_pattern_fini(&o.pattern);
     return rc;
 }

@@ -129,6 +129,26 @@ class LoadTest(H.DimmerTest):
         # And the rate was held: the requests due in 4 s were all sent.
         self.assertGreater(s["responses"], 0.9 * 200 * 4)
 
+    def test_source_addresses(self):
+        # Connections come from each --source address in turn: dimmer's access
+        # log shows the client address of every request.
+        b = self.start_backend("b1")
+        log = self.path("access.log")
+        self.d = self.start_dimmer({"web": self.pool(b)}, access_log=log)
+        self.extra_logs = [log]
+        code, s, out = self.load("-c", "4", "-d", "1", "--source", "127.0.0.2-127.0.0.3",
+                                 self.url(self.d.port, "/bytes/10"))
+        self.assertEqual(code, 0, out)
+        self.assertGreater(s["score"]["good"], 0)
+        self.assertEqual(s["score"]["fail"], 0)
+
+        def clients():
+            with open(log) as f:
+                lines = f.read().splitlines()
+            return {line.split(" ")[1] for line in lines} if len(lines) >= 4 else None
+
+        self.assertEqual(H.wait_until(clients, 5, "access log"), {"127.0.0.2", "127.0.0.3"})
+
     def test_bad_input(self):
         for args, what in ((["--rate", "x", "http://127.0.0.1:1/"], "--rate"),
                            (["--bogus", "http://127.0.0.1:1/"], "unknown option"),
@@ -137,6 +157,8 @@ class LoadTest(H.DimmerTest):
                            (["--pattern", self.pattern("0,1\n5,x\n"), "http://127.0.0.1:1/"],
                             "pattern.csv:2"),
                            (["ftp://127.0.0.1/"], "http://"),
+                           (["--source", "::1", "http://127.0.0.1:1/"], "family"),
+                           (["--source", "10.0.0.9-10.0.0.1", "http://127.0.0.1:1/"], "range"),
                            ([], "no URL")):
             p = self.start_proc("bad%d" % len(self.procs), [H.DIMMER_LOAD] + args)
             self.assertEqual(p.wait(10), 2, args)
