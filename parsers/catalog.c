@@ -46,7 +46,9 @@
 
 #include "balancers/balancer.h"
 #include "balancers/hash.h"
+#include "parsers/errbuf.h"
 #include "parsers/html_scan.h"
+#include "parsers/manifest.h"
 
 #define SHARD_BITS  6
 #define SHARDS      (1u << SHARD_BITS)
@@ -680,253 +682,78 @@ dm_catalog_stats(struct dm_catalog *c, struct dm_catalog_stats *out)
 /* Preload: manifest                                                        */
 /* ------------------------------------------------------------------------ */
 
-__attribute__((format(printf, 3, 4))) static void
-set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (errlen == 0) {
-        return;
-    }
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
-/* A size in bytes: decimal digits, no overflow. */
-static bool
-parse_bytes(const char *s, uint64_t *out)
-{
-    uint64_t v = 0;
-    if (*s == '\0') {
-        return false;
-    }
-    for (; *s; s++) {
-        if (*s < '0' || *s > '9') {
-            return false;
-        }
-        unsigned d = (unsigned)(*s - '0');
-        if (v > (UINT64_MAX - d) / 10) {
-            return false;
-        }
-        v = v * 10 + d;
-    }
-    *out = v;
-    return true;
-}
-
-struct manifest {
+/* What the catalog learns from a manifest (parsers/manifest.h), per pass. */
+struct manifest_learn {
     struct dm_catalog *c; /* NULL while checking: nothing is learned */
-    const char *path;
-    const char *host;
-    size_t host_len;
-    char *err;
-    size_t errlen;
-    unsigned line;
-    bool in_page;
     uint64_t page_key;
-    size_t page_path_len;
-    char page_path[DM_URL_MAX];
-    char url[DM_URL_MAX];
     struct keyset objects;
 };
 
-__attribute__((format(printf, 2, 3))) static int
-manifest_error(struct manifest *m, const char *fmt, ...)
-{
-    char msg[256];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    set_err(m->err, m->errlen, "%s:%u: %s", m->path, m->line, msg);
-    return -EINVAL;
-}
-
-static void
-manifest_end_page(struct manifest *m)
-{
-    if (m->in_page && m->c) {
-        dm_catalog_learn_page(m->c, m->page_key, m->objects.keys, m->objects.n);
-    }
-    m->in_page = false;
-}
-
-/* Resolves ref against base (the page, or "/") and keys it. */
 static int
-manifest_key(struct manifest *m, const char *base, size_t base_len, const char *ref, uint64_t *key,
-             size_t *path_len)
+learn_page(void *arg, const char *host, size_t host_len, const char *path, size_t len)
 {
-    size_t hl, pl;
-    int rc = dm_url_resolve(m->host, m->host_len, base, base_len, ref, strlen(ref), m->url,
-                            sizeof m->url, &hl, &pl);
-    if (rc == -ENOSPC) {
-        return manifest_error(m, "URL too long: %.64s", ref);
-    }
-    if (rc < 0) {
-        return manifest_error(m, "not an http(s) URL: \"%.64s\"", ref);
-    }
-    *key = dm_catalog_key(m->url, hl, m->url + hl, pl);
-    if (path_len) {
-        *path_len = pl;
-        memmove(m->url, m->url + hl, pl);
+    struct manifest_learn *l = arg;
+    l->page_key = dm_catalog_key(host, host_len, path, len);
+    keyset_clear(&l->objects);
+    return 0;
+}
+
+static int
+learn_object(void *arg, const char *host, size_t host_len, const char *path, size_t path_len,
+             bool sized, uint64_t bytes)
+{
+    struct manifest_learn *l = arg;
+    uint64_t key = dm_catalog_key(host, host_len, path, path_len);
+    keyset_add(&l->objects, key); /* past DM_CATALOG_PAGE_MAX: ignored */
+    if (sized && l->c) {
+        dm_catalog_learn_size(l->c, key, bytes);
     }
     return 0;
 }
 
 static int
-manifest_line(struct manifest *m, char *line)
+learn_page_end(void *arg)
 {
-    bool indented = line[0] == ' ' || line[0] == '\t';
-    char *tok[4];
-    size_t ntok = 0;
-    for (char *p = line; *p;) {
-        while (*p == ' ' || *p == '\t') {
-            *p++ = '\0';
-        }
-        if (*p == '\0') {
-            break;
-        }
-        if (ntok == 0 && *p == '#') {
-            return 0;
-        }
-        if (ntok == sizeof tok / sizeof tok[0]) {
-            return manifest_error(m, "too many fields: \"%.64s\"", p);
-        }
-        tok[ntok++] = p;
-        while (*p && *p != ' ' && *p != '\t') {
-            p++;
-        }
+    struct manifest_learn *l = arg;
+    if (l->c) {
+        dm_catalog_learn_page(l->c, l->page_key, l->objects.keys, l->objects.n);
     }
-    if (ntok == 0) {
-        return 0;
-    }
-
-    /* bytes stays 0 when an object line gives no size (and is then not used). */
-    uint64_t key, bytes = 0;
-    if (indented) {
-        if (!m->in_page) {
-            return manifest_error(m, "object line outside a page");
-        }
-        if (ntok > 2) {
-            return manifest_error(m, "object line: expected \"URL [bytes]\", got extra \"%.64s\"",
-                                  tok[2]);
-        }
-        if (ntok == 2 && !parse_bytes(tok[1], &bytes)) {
-            return manifest_error(m, "size \"%.64s\" is not a number of bytes", tok[1]);
-        }
-        int rc = manifest_key(m, m->page_path, m->page_path_len, tok[0], &key, NULL);
-        if (rc < 0) {
-            return rc;
-        }
-        keyset_add(&m->objects, key); /* past DM_CATALOG_PAGE_MAX: ignored */
-        if (ntok == 2 && m->c) {
-            dm_catalog_learn_size(m->c, key, bytes);
-        }
-        return 0;
-    }
-
-    manifest_end_page(m);
-    if (strcmp(tok[0], "page") == 0) {
-        if (ntok != 2) {
-            return manifest_error(m, "expected \"page PATH\"");
-        }
-        if (tok[1][0] != '/' || tok[1][1] == '/') {
-            return manifest_error(m, "page path \"%.64s\" must start with one /", tok[1]);
-        }
-        int rc = manifest_key(m, "/", 1, tok[1], &m->page_key, &m->page_path_len);
-        if (rc < 0) {
-            return rc;
-        }
-        memcpy(m->page_path, m->url, m->page_path_len);
-        m->in_page = true;
-        keyset_clear(&m->objects);
-        return 0;
-    }
-    if (strcmp(tok[0], "size") == 0) {
-        if (ntok != 3) {
-            return manifest_error(m, "expected \"size URL bytes\"");
-        }
-        if (!parse_bytes(tok[2], &bytes)) {
-            return manifest_error(m, "size \"%.64s\" is not a number of bytes", tok[2]);
-        }
-        int rc = manifest_key(m, "/", 1, tok[1], &key, NULL);
-        if (rc < 0) {
-            return rc;
-        }
-        if (m->c) {
-            dm_catalog_learn_size(m->c, key, bytes);
-        }
-        return 0;
-    }
-    return manifest_error(m,
-                          "unknown item \"%.64s\": expected page or size (object lines are "
-                          "indented)",
-                          tok[0]);
+    return 0;
 }
 
 static int
-manifest_pass(struct manifest *m, FILE *f)
+learn_size(void *arg, const char *host, size_t host_len, const char *path, size_t path_len,
+           uint64_t bytes)
 {
-    char *line = NULL;
-    size_t cap = 0;
-    ssize_t len;
-    int rc = 0;
-    m->line = 0;
-    m->in_page = false;
-    while ((len = getline(&line, &cap, f)) >= 0) {
-        m->line++;
-        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) {
-            line[--len] = '\0';
-        }
-        rc = manifest_line(m, line);
-        if (rc < 0) {
-            break;
-        }
+    struct manifest_learn *l = arg;
+    if (l->c) {
+        dm_catalog_learn_size(l->c, dm_catalog_key(host, host_len, path, path_len), bytes);
     }
-    if (rc == 0 && ferror(f)) {
-        rc = -EIO;
-        set_err(m->err, m->errlen, "%s: read error", m->path);
-    }
-    if (rc == 0) {
-        manifest_end_page(m);
-    }
-    free(line);
-    return rc;
+    return 0;
 }
 
 int
 dm_catalog_preload_manifest(struct dm_catalog *c, const char *path, const char *host, char *err,
                             size_t errlen)
 {
-    set_err(err, errlen, "%s", "");
-    struct manifest *m = calloc(1, sizeof *m);
-    if (m == NULL) {
-        set_err(err, errlen, "%s: out of memory", path);
+    static const struct dm_manifest_cb cb = {
+        .page = learn_page,
+        .object = learn_object,
+        .page_end = learn_page_end,
+        .size = learn_size,
+    };
+    struct manifest_learn *l = calloc(1, sizeof *l);
+    if (l == NULL) {
+        dm_errbuf_set(err, errlen, "%s: out of memory", path);
         return -ENOMEM;
     }
-    m->path = path;
-    m->host = host ? host : "";
-    m->host_len = strlen(m->host);
-    m->err = err;
-    m->errlen = errlen;
-
-    int rc;
-    FILE *f = fopen(path, "re");
-    if (f == NULL) {
-        rc = -errno;
-        set_err(err, errlen, "%s: cannot open: %s", path, strerror(errno));
-        goto free_manifest;
-    }
     /* First check the whole file, then learn it: a bad manifest changes nothing. */
-    rc = manifest_pass(m, f);
+    int rc = dm_manifest_read(path, host, &cb, l, err, errlen);
     if (rc == 0) {
-        rewind(f);
-        m->c = c;
-        rc = manifest_pass(m, f);
+        l->c = c;
+        rc = dm_manifest_read(path, host, &cb, l, err, errlen);
     }
-    fclose(f);
-free_manifest:
-    free(m);
+    free(l);
     return rc;
 }
 
@@ -1088,10 +915,10 @@ int
 dm_catalog_preload_docroot(struct dm_catalog *c, const char *dir, const char *host,
                            uint64_t scan_limit, char *err, size_t errlen)
 {
-    set_err(err, errlen, "%s", "");
+    dm_errbuf_set(err, errlen, "%s", "");
     struct walk *w = calloc(1, sizeof *w);
     if (w == NULL) {
-        set_err(err, errlen, "%s: out of memory", dir);
+        dm_errbuf_set(err, errlen, "%s: out of memory", dir);
         return -ENOMEM;
     }
     w->c = c;
@@ -1104,13 +931,13 @@ dm_catalog_preload_docroot(struct dm_catalog *c, const char *dir, const char *ho
     size_t n = strlen(dir);
     if (n >= sizeof w->fs) {
         rc = -ENAMETOOLONG;
-        set_err(err, errlen, "%s: path too long", dir);
+        dm_errbuf_set(err, errlen, "%s: path too long", dir);
     } else if (stat(dir, &st) != 0) {
         rc = -errno;
-        set_err(err, errlen, "%s: %s", dir, strerror(errno));
+        dm_errbuf_set(err, errlen, "%s: %s", dir, strerror(errno));
     } else if (!S_ISDIR(st.st_mode)) {
         rc = -ENOTDIR;
-        set_err(err, errlen, "%s: not a directory", dir);
+        dm_errbuf_set(err, errlen, "%s: not a directory", dir);
     } else {
         memcpy(w->fs, dir, n + 1);
         w->fs_len = n;
@@ -1118,7 +945,7 @@ dm_catalog_preload_docroot(struct dm_catalog *c, const char *dir, const char *ho
         w->ino[0] = st.st_ino;
         rc = walk_dir(w, 0);
         if (rc < 0) {
-            set_err(err, errlen, "%s: cannot read: %s", dir, strerror(-rc));
+            dm_errbuf_set(err, errlen, "%s: cannot read: %s", dir, strerror(-rc));
         }
     }
     free(w);

@@ -132,20 +132,10 @@ uint64_t dm_catalog_size(struct dm_catalog *c, uint64_t object_key, uint64_t def
 void dm_catalog_stats(struct dm_catalog *c, struct dm_catalog_stats *out);
 
 /*
- * Preloads pages and sizes from the manifest file at path; host is the host
- * of its pages (NULL or "" for any host). The whole file is checked before
- * anything is learned. Format, one item a line, fields separated by blanks:
- *
- *   # a comment (the first non-blank character is #); blank lines are skipped
- *   page /index.html           a page, by its path (query allowed)
- *     /img/logo.png 12345      an object of the page above: an indented line,
- *     css/site.css             a URL then, optionally, its size in bytes.
- *     //cdn.example.com/a.js 9 The URL is resolved against the page as a
- *                              browser does (relative, //host, http(s)://)
- *   size /img/big.jpg 40000    a size alone, for an object of no page here
- *
- * URLs have no blanks (write %20). A line that is not indented ends the
- * page; a page listed again replaces the earlier list; objects past the
+ * Preloads pages and sizes from the manifest file at path (the format of
+ * parsers/manifest.h); host is the host of its pages (NULL or "" for any
+ * host). The whole file is checked before anything is learned. A page
+ * listed again replaces the earlier list; objects past the
  * DM_CATALOG_PAGE_MAX-th distinct one are ignored. Returns 0, -EINVAL with
  * "path:line: message" in err (errlen bytes, NUL-terminated, may be 0), or
  * another negative errno ("path: message").

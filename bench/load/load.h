@@ -39,6 +39,13 @@
 #include "parsers/html_scan.h"
 #include "parsers/http.h"
 
+/* The embedded objects of one page of a manifest: paths, one after another. */
+struct dm_load_objects {
+    char *paths; /* NUL-terminated, back to back */
+    size_t used;
+    unsigned n;
+};
+
 enum dm_load_mode {
     DM_LOAD_SESSIONS = 0, /* users following a pattern (the default) */
     DM_LOAD_RATE,         /* open loop at --rate requests/s */
@@ -77,11 +84,12 @@ struct dm_load_opts {
     double session_s;       /* seconds per session, 0: no bound */
     uint64_t keepalive_ms;  /* a connection idle this long is closed; 0: at each think */
     unsigned site_pages;    /* pages /page/0.html .. of the demo site */
-    char **urls;            /* --urls: page paths, the most popular first; NULL: the site */
+    char **urls; /* --urls or --manifest: page paths, the most popular first; NULL: the site */
     unsigned nurls;
-    double zipf;      /* exponent of page popularity */
-    double *zipf_cdf; /* per page, cumulative, ends at 1 */
-    bool scan;        /* find embedded objects in pages (--no-objects: false) */
+    struct dm_load_objects *objects; /* --manifest: urls[i]'s objects; NULL: scan the pages */
+    double zipf;                     /* exponent of page popularity */
+    double *zipf_cdf;                /* per page, cumulative, ends at 1 */
+    bool scan;                       /* find embedded objects in pages (--no-objects: false) */
     uint64_t scan_limit;
     /* Scoring. */
     struct dm_score_bounds bounds;

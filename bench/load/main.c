@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "bench/load/load.h"
+#include "parsers/manifest.h"
 
 #define EXIT_USAGE 2
 
@@ -66,6 +67,8 @@ usage(FILE *f)
                "                       0: close at every think time)\n"
                "  --pages N            pages of the demo site, /page/0.html .. (default 50)\n"
                "  --urls FILE          page paths instead, one a line, the most popular first\n"
+               "  --manifest FILE      pages and their objects from a catalog manifest (the\n"
+               "                       format of parsers/manifest.h): pages are not scanned\n"
                "  --zipf S             page popularity exponent (default 1.0)\n"
                "  --no-objects         pages only: do not scan them for embedded objects\n"
                "  --scan-limit BYTES   scan the first BYTES of a page (default 0: all)\n"
@@ -272,6 +275,81 @@ parse_sources(struct dm_load_opts *o, const char *list)
     }
 }
 
+/* --manifest: pages in file order (the most popular first) and their objects. */
+struct manifest_read {
+    struct dm_load_opts *o;
+    struct dm_load_objects *cur;
+};
+
+static int
+manifest_page(void *arg, const char *host, size_t host_len, const char *path, size_t len)
+{
+    (void)host;
+    (void)host_len;
+    struct manifest_read *m = arg;
+    struct dm_load_opts *o = m->o;
+    char **u = realloc(o->urls, (o->nurls + 1) * sizeof(*u));
+    if (u == NULL) {
+        return -ENOMEM;
+    }
+    o->urls = u;
+    struct dm_load_objects *ob = realloc(o->objects, (o->nurls + 1) * sizeof(*ob));
+    if (ob == NULL) {
+        return -ENOMEM;
+    }
+    o->objects = ob;
+    char *copy = len < DM_LOAD_PATH_MAX ? strndup(path, len) : NULL;
+    if (copy == NULL) {
+        return -ENOMEM;
+    }
+    o->urls[o->nurls] = copy;
+    m->cur = &o->objects[o->nurls++];
+    *m->cur = (struct dm_load_objects){ 0 };
+    return 0;
+}
+
+static int
+manifest_object(void *arg, const char *host, size_t host_len, const char *path, size_t path_len,
+                bool sized, uint64_t bytes)
+{
+    (void)host;
+    (void)sized;
+    (void)bytes;
+    struct manifest_read *m = arg;
+    struct dm_load_objects *ob = m->cur;
+    if (host_len > 0 || ob->n >= DM_LOAD_MAX_OBJECTS) {
+        return 0; /* another site's, or more than a page load keeps */
+    }
+    char *p = realloc(ob->paths, ob->used + path_len + 1);
+    if (p == NULL) {
+        return -ENOMEM;
+    }
+    memcpy(p + ob->used, path, path_len);
+    p[ob->used + path_len] = 0;
+    ob->paths = p;
+    ob->used += path_len + 1;
+    ob->n++;
+    return 0;
+}
+
+static void
+read_manifest(struct dm_load_opts *o, const char *path)
+{
+    static const struct dm_manifest_cb cb = { .page = manifest_page, .object = manifest_object };
+    struct manifest_read m = { .o = o };
+    char err[512];
+    int r = dm_manifest_read(path, NULL, &cb, &m, err, sizeof(err));
+    if (r == -ENOMEM) {
+        die_usage("%s: out of memory", path);
+    }
+    if (r < 0) {
+        die_usage("--manifest: %s", err);
+    }
+    if (o->nurls == 0) {
+        die_usage("--manifest: %s: no pages", path);
+    }
+}
+
 static bool
 have_gnuplot(void)
 {
@@ -303,6 +381,7 @@ static void
 parse_args(int argc, char **argv, struct dm_load_opts *o, struct outputs *out)
 {
     const char *mode = NULL, *pattern = "exp1", *urls = NULL, *url = NULL, *sources = NULL;
+    const char *manifest = NULL;
     double max_sessions = -1, scale = 1;
     bool have_c = false, have_d = false;
     *o = (struct dm_load_opts){
@@ -377,6 +456,9 @@ parse_args(int argc, char **argv, struct dm_load_opts *o, struct outputs *out)
         } else if (strcmp(a, "--urls") == 0) {
             VALUE();
             urls = v;
+        } else if (strcmp(a, "--manifest") == 0) {
+            VALUE();
+            manifest = v;
         } else if (strcmp(a, "--zipf") == 0) {
             VALUE();
             o->zipf = parse_number(a, v, 0, 10);
@@ -488,8 +570,14 @@ parse_args(int argc, char **argv, struct dm_load_opts *o, struct outputs *out)
             peak = o->pattern.sessions[i] > peak ? o->pattern.sessions[i] : peak;
         }
         o->max_sessions = ceil(peak);
+        if (urls != NULL && manifest != NULL) {
+            die_usage("--urls and --manifest: one or the other");
+        }
         if (urls != NULL) {
             read_urls(o, urls);
+        }
+        if (manifest != NULL) {
+            read_manifest(o, manifest);
         }
         unsigned n = o->urls != NULL ? o->nurls : o->site_pages;
         o->zipf_cdf = malloc(n * sizeof(double));
@@ -1072,6 +1160,10 @@ main(int argc, char **argv)
         free(o.urls[i]);
     }
     free(o.urls);
+    for (unsigned i = 0; o.objects != NULL && i < o.nurls; i++) {
+        free(o.objects[i].paths);
+    }
+    free(o.objects);
     free(o.sources);
     dm_load_pattern_fini(&o.pattern);
     return rc;

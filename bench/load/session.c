@@ -311,7 +311,20 @@ page_begin(struct dm_load_session *s)
     } else {
         pg->path_len = (size_t)snprintf(pg->path, sizeof(pg->path), "/page/%u.html", n);
     }
-    dm_html_scan_init(&pg->scan, o->host, pg->path, o->scan_limit);
+    bool scan = o->scan && o->objects == NULL;
+    if (scan) {
+        dm_html_scan_init(&pg->scan, o->host, pg->path, o->scan_limit);
+    } else if (o->objects != NULL && o->scan) {
+        /* The manifest's list: the page's objects without reading it. */
+        const struct dm_load_objects *ob = &o->objects[n];
+        const char *p = ob->paths;
+        for (unsigned i = 0; i < ob->n; i++) {
+            size_t len = strlen(p);
+            page_object(pg, "", 0, p, len, DM_HTML_IMAGE);
+            p += len + 1;
+        }
+    }
+    pg->scan.dropped = 0;
     pg->due_ns = dm_load_now_ns();
     s->page = pg;
     struct dm_load_conn *lc = s->conns[0];
@@ -322,7 +335,7 @@ page_begin(struct dm_load_session *s)
         return;
     }
     lc->index = 0;
-    dm_load_conn_request(lc, pg->path, pg->path_len, pg->due_ns, o->scan ? pg : NULL, page_done);
+    dm_load_conn_request(lc, pg->path, pg->path_len, pg->due_ns, scan ? pg : NULL, page_done);
 }
 
 static void

@@ -75,6 +75,35 @@ class LoadTest(H.DimmerTest):
         self.d = self.start_dimmer({"web": self.pool(b1, b2, balance="age")}, workers=2)
         self.check_objects_once(self.d.port, [b1, b2])
 
+    def test_session_mode_objects_from_a_manifest(self):
+        # The manifest lists two of page 0's objects and one of page 1's: those
+        # are fetched, and the pages are not scanned for the others.
+        b = self.start_backend("b1")
+        objs = [H.get(b.port, "/page/%d.objects" % n).body.decode().split() for n in (0, 1)]
+        self.assertGreater(len(objs[0]), 2)
+        manifest = self.path("site.manifest")
+        with open(manifest, "w") as f:
+            f.write("# two pages\npage /page/0.html\n  %s\n  %s 100\npage /page/1.html\n"
+                    "  %s\n  //elsewhere.example/a.png\n" % (objs[0][0], objs[0][1], objs[1][0]))
+        pat = self.pattern("0,3\n2,3\n2.01,0\n3,0\n")
+        code, s, out = self.load("--pattern", pat, "--think", "50", "--manifest", manifest,
+                                 self.url(b.port))
+        self.assertEqual(code, 0, out)
+        st = b.stats()
+        self.assertGreater(st["pages"], 5)
+        self.assertEqual(s["pages"]["total"], st["pages"])
+        # Each view of page 0 fetched 2 objects, each of page 1 one: never more than 2 a page.
+        self.assertLessEqual(st["objects"], 2 * st["pages"])
+        self.assertGreaterEqual(st["objects"], st["pages"])
+        self.assertEqual(s["responses"], st["pages"] + st["objects"])
+        self.assertEqual(s["score"]["fail"], 0)
+        with open(manifest, "a") as f:
+            f.write("page nope.html\n")
+        p = self.start_proc("badmanifest", [H.DIMMER_LOAD, "--manifest", manifest,
+                                            self.url(b.port)])
+        self.assertEqual(p.wait(10), 2)
+        self.assertIn("site.manifest:8:", p.stderr())
+
     def test_scored_by_delay(self):
         b = self.start_backend("b1")
         for ms, kind in ((20, "good"), (300, "tolerable"), (600, "fail")):
