@@ -358,13 +358,11 @@ dm_load_sessions_sched(struct dm_load_thread *t, double elapsed_s)
 {
     const struct dm_load_opts *o = t->o;
     double total = dm_load_pattern_at(&o->pattern, elapsed_s);
-    /* This thread's share: thread i of T takes the i-th of every T sessions. */
-    double share = total / o->threads;
-    t->target = share;
-    unsigned want = (unsigned)floor(share);
-    if (share - want > 0 && (double)t->id / o->threads < share - want) {
-        want++;
-    }
+    /* This thread's share of the whole number of sessions: thread i of T
+     * takes the i-th of every T, so the shares add up exactly. */
+    unsigned whole = total > 0 ? (unsigned)llround(total) : 0;
+    t->target = total / o->threads;
+    unsigned want = whole / o->threads + (t->id < whole % o->threads ? 1 : 0);
     if (want > t->max_sessions) {
         want = t->max_sessions;
     }

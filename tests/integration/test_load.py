@@ -43,12 +43,12 @@ class LoadTest(H.DimmerTest):
             f.write(text)
         return path
 
-    def check_objects_once(self, port, backends):
+    def check_objects_once(self, port, backends, *extra):
         # 6 users for 2 s, then none: each user ends at its next think time, so
         # every page view is whole when the run ends at 4 s.
         pat = self.pattern("seconds,sessions\n0,6\n2,6\n2.01,0\n4,0\n")
         code, s, out = self.load("--pattern", pat, "--think", "50", "--pages", "8",
-                                 "--csv", self.path("t.csv"), self.url(port))
+                                 "--csv", self.path("t.csv"), *extra, self.url(port))
         self.assertEqual(code, 0, out)
         stats = [b.stats() for b in backends]
         pages = sum(x["pages"] for x in stats)
@@ -58,7 +58,8 @@ class LoadTest(H.DimmerTest):
         self.assertEqual(sum(x["objects"] for x in stats), sum(x["page_objects"] for x in stats))
         self.assertEqual(s["responses"], pages + sum(x["objects"] for x in stats))
         self.assertEqual(s["score"]["fail"], 0)
-        self.assertEqual(s["sessions_started"], s["sessions_ended"])
+        # The 6 users, split among the threads, each started once and ended.
+        self.assertEqual((s["sessions_started"], s["sessions_ended"]), (6, 6))
         with open(self.path("t.csv")) as f:
             rows = list(csv.DictReader(f))
         self.assertEqual(len(rows), 4)
@@ -69,6 +70,10 @@ class LoadTest(H.DimmerTest):
     def test_session_mode_objects_once_direct(self):
         b = self.start_backend("b1")
         self.check_objects_once(b.port, [b])
+
+    def test_session_mode_objects_once_three_threads(self):
+        b = self.start_backend("b1")
+        self.check_objects_once(b.port, [b], "--threads", "3")
 
     def test_session_mode_objects_once_through_dimmer(self):
         b1, b2 = self.start_backend("b1"), self.start_backend("b2")
