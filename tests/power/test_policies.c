@@ -1,0 +1,262 @@
+/*
+ * The power policies (power/policy.h) on scripted metrics: the seed's Table 3
+ * classes and thresholds, its Table 5 weights at 57/58/66/67 W, single and
+ * dual by their formulas, immediate control on the rapid classes, and
+ * boot-aware never sleeping a server that it wakes again within a boot
+ * delay on an up-down-up sequence where multi does.
+ */
+#include "dm_test.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "power/policy.h"
+
+static struct dm_power_params P;
+
+static int
+setup(void **st)
+{
+    (void)st;
+    dm_power_params_default(&P);
+    return 0;
+}
+
+static struct dm_power_metrics
+metrics(unsigned total, unsigned live, double watts, double d_tcp)
+{
+    return (struct dm_power_metrics){
+        .n_total = total, .n_live = live, .total_w = watts, .d_tcp = d_tcp, .trend_s = 1
+    };
+}
+
+static struct dm_power_target
+decide(const struct dm_power_ops *ops, void *state, const struct dm_power_metrics *m, uint64_t now)
+{
+    struct dm_power_target t;
+    memset(&t, 0xa5, sizeof(t));
+    ops->decide(state, &P, m, now, &t);
+    return t;
+}
+
+static void
+test_table3_classes(void **st)
+{
+    (void)st;
+    /* 4 live servers x TCPmax 200 = 800; normal weights 0.075, 0.05: bounds 60 and 40. */
+    const struct {
+        double d;
+        enum dm_power_class c;
+    } cases[] = {
+        { 61, DM_PC_RAPID_GROWTH }, { 60, DM_PC_GROWTH },   { 41, DM_PC_GROWTH },
+        { 40, DM_PC_STEADY },       { 0, DM_PC_STEADY },    { -40, DM_PC_STEADY },
+        { -41, DM_PC_DECLINE },     { -60, DM_PC_DECLINE }, { -61, DM_PC_RAPID_DECLINE },
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        assert_int_equal(dm_power_classify(&P.normal, P.tcp_max, 4, cases[i].d), cases[i].c);
+    }
+    /* The bounds grow with the live servers: 61 is only growth with 8 live (120, 80). */
+    assert_int_equal(dm_power_classify(&P.normal, P.tcp_max, 8, 61), DM_PC_STEADY);
+    assert_int_equal(dm_power_classify(&P.normal, P.tcp_max, 8, 81), DM_PC_GROWTH);
+    assert_string_equal(dm_power_class_name(DM_PC_RAPID_DECLINE), "rapid-decline");
+}
+
+static void
+test_table5_tiers(void **st)
+{
+    (void)st;
+    const struct dm_power_weights *w = dm_power_tier(&P, 57);
+    assert_true(w->alpha == 0.15 && w->beta == 0.10 && w->neg_beta == -0.01 &&
+                w->neg_alpha == -0.015);
+    w = dm_power_tier(&P, 58);
+    assert_true(w->alpha == 0.075 && w->beta == 0.05 && w->neg_beta == -0.05 &&
+                w->neg_alpha == -0.075);
+    assert_ptr_equal(dm_power_tier(&P, 66), w);
+    w = dm_power_tier(&P, 67);
+    assert_true(w->alpha == 0.015 && w->beta == 0.01 && w->neg_beta == -0.10 &&
+                w->neg_alpha == -0.15);
+}
+
+static void
+test_single_and_dual_formulas(void **st)
+{
+    (void)st;
+    /* single: ceil(total / T1), within [min_active, n_total]. */
+    struct dm_power_metrics m = metrics(15, 6, 340, 0);
+    struct dm_power_target t = decide(&dm_power_single, NULL, &m, 0);
+    assert_int_equal(t.servers, (unsigned)ceil(340.0 / 60));
+    assert_true(t.threshold_w == 60);
+    m.total_w = 2000;
+    assert_int_equal(decide(&dm_power_single, NULL, &m, 0).servers, 15);
+    m.total_w = 0;
+    assert_int_equal(decide(&dm_power_single, NULL, &m, 0).servers, 1); /* min_active */
+    P.min_active = 0;
+    assert_int_equal(decide(&dm_power_single, NULL, &m, 0).servers, 0); /* scale to zero */
+    P.min_active = 1;
+    /* dual: T1 - 5 while growing, T1 + 5 while declining. */
+    m = metrics(15, 6, 300, +1);
+    t = decide(&dm_power_dual, NULL, &m, 0);
+    assert_true(t.threshold_w == 55);
+    assert_int_equal(t.servers, 6); /* 300 / 55 = 5.45 */
+    m.d_tcp = -1;
+    t = decide(&dm_power_dual, NULL, &m, 0);
+    assert_true(t.threshold_w == 65);
+    assert_int_equal(t.servers, 5); /* 300 / 65 = 4.6 */
+    m.d_tcp = 0;
+    assert_int_equal(decide(&dm_power_dual, NULL, &m, 0).servers, 5); /* 300 / 60 */
+    /* always-on: all of them. */
+    assert_int_equal(decide(&dm_power_always_on, NULL, &m, 0).servers, 15);
+}
+
+static void
+test_multi_thresholds_and_immediate_control(void **st)
+{
+    (void)st;
+    /* 4 live, 340 W: thresholds 50, 55, 60, 65, 70 by class. */
+    const struct {
+        double d;
+        double t;
+        unsigned n;
+        bool now;
+    } cases[] = {
+        { 100, 50, 7, true },  { 50, 55, 7, false },  { 0, 60, 6, false },
+        { -50, 65, 6, false }, { -100, 70, 5, true },
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct dm_power_metrics m = metrics(15, 4, 340, cases[i].d);
+        struct dm_power_target t = decide(&dm_power_multi, NULL, &m, 0);
+        assert_true(t.threshold_w == cases[i].t);
+        assert_int_equal(t.servers, cases[i].n);
+        assert_int_equal(t.immediate, cases[i].now);
+        assert_int_equal(t.servers, (unsigned)ceil(340.0 / cases[i].t));
+    }
+}
+
+static void
+test_flexible_tier_changes_the_class(void **st)
+{
+    (void)st;
+    /* +10 connections on 4 live (800): steady with much spare capacity (beta 0.10 -> 80),
+     * growth with little (beta 0.01 -> 8); -10 the other way round. */
+    struct dm_power_metrics m = metrics(15, 4, 4 * 50.0, +10);
+    assert_int_equal(decide(&dm_power_flexible, NULL, &m, 0).cls, DM_PC_STEADY);
+    m.total_w = 4 * 68.0;
+    assert_int_equal(decide(&dm_power_flexible, NULL, &m, 0).cls, DM_PC_GROWTH);
+    m.d_tcp = -10;
+    assert_int_equal(decide(&dm_power_flexible, NULL, &m, 0).cls, DM_PC_STEADY);
+    m.total_w = 4 * 50.0;
+    assert_int_equal(decide(&dm_power_flexible, NULL, &m, 0).cls, DM_PC_DECLINE);
+    /* multi keeps the normal weights whatever the power. */
+    m.total_w = 4 * 68.0;
+    m.d_tcp = +10;
+    assert_int_equal(decide(&dm_power_multi, NULL, &m, 0).cls, DM_PC_STEADY);
+}
+
+/* An up-down-up load: rise, a dip of 5 s, rise again. Returns the number of
+ * times the policy's count went down and then up again within a boot delay. */
+static unsigned
+flaps(const struct dm_power_ops *ops, unsigned *peak)
+{
+    unsigned char state[256] = { 0 };
+    if (ops->init != NULL) {
+        ops->init(state, &P);
+    }
+    unsigned live = 4, last = 4, n = 0;
+    uint64_t down_at = 0;
+    *peak = 0;
+    for (unsigned sec = 0; sec < 40; sec++) {
+        double d, w;
+        if (sec < 10) {
+            d = 60, w = 200 + 20.0 * sec; /* rising */
+        } else if (sec < 15) {
+            d = -60, w = 300 - 20.0 * (sec - 10); /* the dip */
+        } else {
+            d = 60, w = 200 + 20.0 * (sec - 15);
+        }
+        struct dm_power_metrics m = metrics(15, live, w, d);
+        uint64_t now = (uint64_t)sec * 1000000;
+        struct dm_power_target t = decide(ops, state, &m, now);
+        if (t.servers < last) {
+            down_at = now;
+        } else if (t.servers > last && down_at != 0 && now - down_at < P.boot_us) {
+            n++;
+        }
+        last = t.servers;
+        live = t.servers;
+        *peak = t.servers > *peak ? t.servers : *peak;
+    }
+    return n;
+}
+
+static void
+test_boot_aware_does_not_flap(void **st)
+{
+    (void)st;
+    unsigned peak_multi, peak_boot;
+    assert_true(flaps(&dm_power_multi, &peak_multi) > 0); /* the seed's rule does */
+    assert_int_equal(flaps(&dm_power_boot_aware, &peak_boot), 0);
+    assert_true(peak_boot >= peak_multi);
+}
+
+static void
+test_boot_aware_wakes_ahead_and_sleeps_late(void **st)
+{
+    (void)st;
+    unsigned char state[256];
+    dm_power_boot_aware.init(state, &P);
+    /* Steady 200 W on 4: 4 needed. */
+    struct dm_power_metrics m = metrics(15, 4, 200, 0);
+    struct dm_power_target t = decide(&dm_power_boot_aware, state, &m, 0);
+    assert_int_equal(t.servers, 4);
+    /* +20 connections a second: 20 x 0.35 W x 7 s x 1.25 = 61.25 W more within a
+     * boot delay: 5 servers at once, though single would still say 4. */
+    m.d_tcp = 20;
+    t = decide(&dm_power_boot_aware, state, &m, 1000000);
+    assert_int_equal(t.servers, 5);
+    assert_true(t.immediate);
+    assert_int_equal(decide(&dm_power_single, NULL, &m, 0).servers, 4);
+    /* The load falls back to 100 W: nothing sleeps before delay_off (30 s). */
+    m = metrics(15, 5, 100, 0);
+    for (uint64_t s = 2; s < 32; s++) {
+        assert_int_equal(decide(&dm_power_boot_aware, state, &m, s * 1000000).servers, 5);
+    }
+    /* Then one server at a time, each after its own delay. */
+    assert_int_equal(decide(&dm_power_boot_aware, state, &m, 32 * 1000000).servers, 4);
+    m.n_live = 4;
+    assert_int_equal(decide(&dm_power_boot_aware, state, &m, 33 * 1000000).servers, 4);
+    assert_int_equal(decide(&dm_power_boot_aware, state, &m, 63 * 1000000).servers, 3);
+}
+
+static void
+test_registry(void **st)
+{
+    (void)st;
+    const char *names[] = { "always-on", "single", "dual", "multi", "flexible", "boot-aware" };
+    size_t n = 0;
+    for (; dm_power_registry[n] != NULL; n++) {
+        assert_non_null(dm_power_registry[n]->decide);
+        assert_true(dm_power_registry[n]->state_size <= 256);
+    }
+    assert_int_equal(n, sizeof(names) / sizeof(names[0]));
+    for (size_t i = 0; i < n; i++) {
+        assert_ptr_equal(dm_power_find(names[i]), dm_power_registry[i]);
+    }
+    assert_null(dm_power_find("turbo"));
+    assert_null(dm_power_find(NULL));
+}
+
+int
+main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup(test_table3_classes, setup),
+        cmocka_unit_test_setup(test_table5_tiers, setup),
+        cmocka_unit_test_setup(test_single_and_dual_formulas, setup),
+        cmocka_unit_test_setup(test_multi_thresholds_and_immediate_control, setup),
+        cmocka_unit_test_setup(test_flexible_tier_changes_the_class, setup),
+        cmocka_unit_test_setup(test_boot_aware_does_not_flap, setup),
+        cmocka_unit_test_setup(test_boot_aware_wakes_ahead_and_sleeps_late, setup),
+        cmocka_unit_test_setup(test_registry, setup),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
