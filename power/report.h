@@ -1,0 +1,80 @@
+/*
+ * Agent reports (dimmer-agent -> the proxy's metrics listener, one UDP
+ * datagram a second): what a backend says about its power and connections,
+ * authenticated with HMAC-SHA256 under the key of the configuration. The
+ * proxy trusts nothing it has not checked: a datagram is parsed strictly,
+ * its HMAC verified in constant time, then its name, sequence number and
+ * timestamp checked against what the proxy knows (dm_report_accept).
+ *
+ * The datagram is one line of text (no newline), at most DM_REPORT_MAX bytes:
+ *
+ *   dimmer-agent/1 name=web1 seq=42 ts=1796130000123 est_w=61.5 measured_w=- tcp=17 hmac=<64 hex>
+ *
+ * name: 1-63 of [A-Za-z0-9._-]; seq: decimal, grows by one each report;
+ * ts: Unix time in milliseconds; est_w: the estimate from /proc/stat (W);
+ * measured_w: an energy counter's figure (W), "-" when the machine has none;
+ * tcp: connections on the served ports; hmac: lowercase hex of
+ * HMAC-SHA256(key, every byte before " hmac="). Fields in that order, one
+ * space between them.
+ */
+#ifndef DM_POWER_REPORT_H
+#define DM_POWER_REPORT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define DM_REPORT_MAX       512
+#define DM_REPORT_NAME_MAX  63
+#define DM_REPORT_WATTS_MAX 100000.0 /* a figure above this is malformed */
+
+struct dm_report {
+    char name[DM_REPORT_NAME_MAX + 1];
+    uint64_t seq;
+    uint64_t ts_ms;
+    double est_w;
+    double measured_w; /* valid when has_measured */
+    bool has_measured;
+    uint64_t tcp;
+};
+
+/* Why a report was dropped (or DM_REPORT_OK); /stats counts each. */
+enum dm_report_verdict {
+    DM_REPORT_OK = 0,
+    DM_REPORT_MALFORMED,
+    DM_REPORT_BAD_HMAC,
+    DM_REPORT_UNKNOWN, /* no server of that name (the caller's check) */
+    DM_REPORT_REPLAY,  /* a sequence number not above the last accepted */
+    DM_REPORT_STALE,   /* a timestamp too far from the proxy's clock */
+    DM_REPORT_VERDICTS,
+};
+
+const char *dm_report_verdict_name(enum dm_report_verdict v); /* "ok", "malformed", ... */
+
+/*
+ * Writes r as a signed datagram into out (cap bytes); returns its length,
+ * or 0 when r does not fit the format (bad name, figure out of range) or cap
+ * is too small. Any thread.
+ */
+size_t dm_report_encode(const struct dm_report *r, const uint8_t *key, size_t key_len, char *out,
+                        size_t cap);
+
+/*
+ * Parses the datagram buf (len bytes, not NUL-terminated) into *out and
+ * verifies its HMAC under key: DM_REPORT_OK, DM_REPORT_MALFORMED (out
+ * undefined) or DM_REPORT_BAD_HMAC (out parsed but not to be trusted).
+ * Stateless, any thread.
+ */
+enum dm_report_verdict dm_report_decode(const char *buf, size_t len, const uint8_t *key,
+                                        size_t key_len, struct dm_report *out);
+
+/*
+ * The checks that need state, for a report that decoded OK from a known
+ * server: its seq must be above *last_seq (the last accepted, 0 for none)
+ * and its ts within max_age_ms of now_ms either way. On DM_REPORT_OK,
+ * *last_seq becomes r->seq.
+ */
+enum dm_report_verdict dm_report_accept(const struct dm_report *r, uint64_t *last_seq,
+                                        uint64_t now_ms, uint64_t max_age_ms);
+
+#endif
