@@ -54,6 +54,7 @@ def _find_binary(env, rel):
 DIMMER = _find_binary("DIMMER", "dimmer")
 DIMMER_BACKEND = _find_binary("DIMMER_BACKEND", "dimmer-backend")
 DIMMER_LOAD = _find_binary("DIMMER_LOAD", "dimmer-load")
+DIMMER_AGENT = _find_binary("DIMMER_AGENT", "dimmer-agent")
 
 # ---- processes ----------------------------------------------------------
 

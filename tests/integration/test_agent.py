@@ -1,0 +1,92 @@
+"""
+dimmer-agent as a real process: it sends signed reports over UDP every
+interval, and a receiver written here (Python's hmac, not the project's code)
+checks each one: the format, the HMAC-SHA256 under the key file, sequence
+numbers 1, 2, 3, a timestamp of now, an estimate between the configured idle
+and full watts, and the ESTABLISHED connections of the served port counted
+from /proc/net/tcp. Bad arguments get one line and exit code 2.
+"""
+import hashlib
+import hmac
+import os
+import re
+import socket
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(__file__))
+import harness as H  # noqa: E402
+
+KEY = b"a key only the proxy and the agent know"
+REPORT = re.compile(rb"^(dimmer-agent/1 name=(\S+) seq=(\d+) ts=(\d+) est_w=([\d.]+) "
+                    rb"measured_w=(-|[\d.]+) tcp=(\d+)) hmac=([0-9a-f]{64})$")
+
+
+class AgentTest(H.DimmerTest):
+    def test_reports(self):
+        key_file = self.path("agent.key")
+        with open(key_file, "wb") as f:
+            f.write(KEY + b"\n")  # a final newline is not part of the key
+        rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        rx.bind((H.HOST, 0))
+        rx.settimeout(10)
+        self.addCleanup(rx.close)
+        # A served port with three connections to it.
+        srv = socket.socket()
+        srv.bind((H.HOST, 0))
+        srv.listen(8)
+        self.addCleanup(srv.close)
+        port = srv.getsockname()[1]
+        clients = [socket.create_connection((H.HOST, port)) for _ in range(3)]
+        accepted = [srv.accept()[0] for _ in range(3)]
+        for s in clients + accepted:
+            self.addCleanup(s.close)
+        p = self.start_proc("agent", [H.DIMMER_AGENT, "--name", "web-1", "--to",
+                                      "%s:%d" % rx.getsockname(), "--key-file", key_file,
+                                      "--ports", "%d,1" % port, "--interval", "100",
+                                      "--idle-w", "30", "--sys-w", "70", "--io-w", "60",
+                                      "--wait-w", "50", "--count", "3"])
+        for seq in (1, 2, 3):
+            data, _ = rx.recvfrom(2048)
+            m = REPORT.match(data)
+            self.assertIsNotNone(m, data)
+            signed, name, got_seq, ts, est, measured, tcp, mac = m.groups()
+            want = hmac.new(KEY, signed, hashlib.sha256).hexdigest().encode()
+            self.assertTrue(hmac.compare_digest(want, mac), data)
+            self.assertEqual((name, int(got_seq), int(tcp)), (b"web-1", seq, 3))
+            self.assertLess(abs(int(ts) - time.time() * 1000), 5000)
+            self.assertGreaterEqual(float(est), 30)
+            self.assertLessEqual(float(est), 70)
+        self.assertEqual(p.wait(10), 0)
+        # A fourth connection shows in the next run's count.
+        extra = socket.create_connection((H.HOST, port))
+        self.addCleanup(extra.close)
+        self.addCleanup(srv.accept()[0].close)
+        p = self.start_proc("agent2", [H.DIMMER_AGENT, "--name", "web-1", "--to",
+                                       "%s:%d" % rx.getsockname(), "--key-file", key_file,
+                                       "--ports", str(port), "--count", "1"])
+        data, _ = rx.recvfrom(2048)
+        self.assertEqual(int(REPORT.match(data).group(7)), 4)
+        self.assertEqual(p.wait(10), 0)
+
+    def test_bad_arguments(self):
+        key_file = self.path("k")
+        with open(key_file, "w") as f:
+            f.write("k")
+        base = ["--to", "127.0.0.1:9", "--key-file", key_file, "--ports", "80"]
+        for args, what in ((["--name", "web 1"] + base, "--name"),
+                           (["--name", "a", "--to", "127.0.0.1", "--key-file", key_file,
+                             "--ports", "80"], "--to"),
+                           (["--name", "a", "--to", "127.0.0.1:9", "--key-file", key_file,
+                             "--ports", "0"], "--ports"),
+                           (["--name", "a"] + base + ["--bogus", "1"], "unknown option"),
+                           (["--name", "a"], "required")):
+            p = self.start_proc("bad%d" % len(self.procs), [H.DIMMER_AGENT] + args)
+            self.assertEqual(p.wait(10), 2, args)
+            err = p.stderr().strip().splitlines()
+            self.assertEqual(len(err), 1, err)
+            self.assertIn(what, err[0])
+
+
+if __name__ == "__main__":
+    H.main()
