@@ -613,6 +613,14 @@ class DimmerTest(unittest.TestCase):
             if text.strip():
                 sys.stderr.write("---- %s ----\n%s\n" % (os.path.basename(extra), text[-20000:]))
 
+    def assert_usage_error(self, binary, args, what):
+        """binary with args exits 2 with one line on stderr that contains what."""
+        p = self.start_proc("bad%d" % len(self.procs), [binary] + list(args))
+        self.assertEqual(p.wait(10), 2, args)
+        err = p.stderr().strip().splitlines()
+        self.assertEqual(len(err), 1, err)
+        self.assertIn(what, err[0])
+
     def path(self, name):
         return os.path.join(self.tmp, name)
 

@@ -81,11 +81,7 @@ class AgentTest(H.DimmerTest):
                              "--ports", "0"], "--ports"),
                            (["--name", "a"] + base + ["--bogus", "1"], "unknown option"),
                            (["--name", "a"], "required")):
-            p = self.start_proc("bad%d" % len(self.procs), [H.DIMMER_AGENT] + args)
-            self.assertEqual(p.wait(10), 2, args)
-            err = p.stderr().strip().splitlines()
-            self.assertEqual(len(err), 1, err)
-            self.assertIn(what, err[0])
+            self.assert_usage_error(H.DIMMER_AGENT, args, what)
 
 
 if __name__ == "__main__":

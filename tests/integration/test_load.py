@@ -194,11 +194,7 @@ class LoadTest(H.DimmerTest):
                            (["--source", "::1", "http://127.0.0.1:1/"], "family"),
                            (["--source", "10.0.0.9-10.0.0.1", "http://127.0.0.1:1/"], "range"),
                            ([], "no URL")):
-            p = self.start_proc("bad%d" % len(self.procs), [H.DIMMER_LOAD] + args)
-            self.assertEqual(p.wait(10), 2, args)
-            err = p.stderr().strip().splitlines()
-            self.assertEqual(len(err), 1, err)
-            self.assertIn(what, err[0])
+            self.assert_usage_error(H.DIMMER_LOAD, args, what)
 
 
 if __name__ == "__main__":
