@@ -48,8 +48,8 @@ struct dm_backend {
     char *fill[3]; /* object bodies: picture, script, stylesheet (see dm_backend_make_fills) */
     const char *name;
     uint64_t requests;
-    uint64_t connections; /* accepted, ever */
-    uint64_t open;        /* open now (the one asking /stats included) */
+    uint64_t connections;  /* accepted, ever */
+    uint64_t open;         /* open now (the one asking /stats included) */
     uint64_t pages;        /* GET /page/N.html served */
     uint64_t page_objects; /* the embedded objects of those pages, summed */
     uint64_t objects;      /* GET /obj/... served */
