@@ -53,12 +53,10 @@ struct manifest {
 __attribute__((format(printf, 2, 3))) static int
 manifest_error(struct manifest *m, const char *fmt, ...)
 {
-    char msg[256];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    dm_errbuf_vat(m->err, m->errlen, m->path, m->line, fmt, ap);
     va_end(ap);
-    dm_errbuf_set(m->err, m->errlen, "%s:%u: %s", m->path, m->line, msg);
     return -EINVAL;
 }
 

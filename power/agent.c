@@ -45,6 +45,7 @@ struct agent {
     bool have_last;
     uint64_t rapl_uj, rapl_us; /* the last energy reading and its time */
     bool have_rapl;
+    glob_t rapl; /* the energy counters' files */
     char *buf;
 };
 
@@ -109,23 +110,19 @@ wall_ms(void)
     return (uint64_t)tv.tv_sec * 1000 + (uint64_t)tv.tv_usec / 1000;
 }
 
-/* The RAPL package counters summed, in microjoules; false when there are none. */
+/* The RAPL package counters (found once, at start) summed, in microjoules;
+ * false when there are none. */
 static bool
 rapl_read(struct agent *a, uint64_t *uj)
 {
-    glob_t g;
-    if (glob("/sys/class/powercap/intel-rapl:[0-9]*/energy_uj", 0, NULL, &g) != 0) {
-        return false;
-    }
     uint64_t sum = 0;
     bool any = false;
-    for (size_t i = 0; i < g.gl_pathc; i++) {
-        if (slurp(a, g.gl_pathv[i]) > 0) {
+    for (size_t i = 0; i < a->rapl.gl_pathc; i++) {
+        if (slurp(a, a->rapl.gl_pathv[i]) > 0) {
             sum += strtoull(a->buf, NULL, 10);
             any = true;
         }
     }
-    globfree(&g);
     *uj = sum;
     return any;
 }
@@ -322,6 +319,9 @@ main(int argc, char **argv)
         fprintf(stderr, "dimmer-agent: %s: empty key\n", key_file);
         return 2;
     }
+    if (glob("/sys/class/powercap/intel-rapl:[0-9]*/energy_uj", 0, NULL, &a.rapl) != 0) {
+        a.rapl.gl_pathc = 0; /* no counter: measured_w is "-" */
+    }
     a.loop = uv_default_loop();
     if (uv_udp_init(a.loop, &a.udp) < 0 || uv_timer_init(a.loop, &a.timer) < 0 ||
         uv_signal_init(a.loop, &a.sigterm) < 0 || uv_signal_init(a.loop, &a.sigint) < 0) {
@@ -337,6 +337,7 @@ main(int argc, char **argv)
     uv_timer_start(&a.timer, tick, 0, a.interval_ms);
     uv_run(a.loop, UV_RUN_DEFAULT);
     uv_loop_close(a.loop);
+    globfree(&a.rapl);
     free(a.buf);
     return 0;
 }

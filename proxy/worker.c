@@ -187,13 +187,10 @@ close_once(uv_handle_t *h)
     }
 }
 
+/* Closes the worker's own handles: listeners, wake, timers, check, prepare. */
 static void
-worker_finish(struct dm_worker *w)
+worker_close_handles(struct dm_worker *w)
 {
-    /* Connections close through their own chains (timer, then socket); then
-     * the worker's own handles, and the loop runs out. */
-    dm_clients_close_all(w);
-    dm_upstream_close_idle(w, w->rt);
     for (size_t i = 0; i < w->nlisteners; i++) {
         close_once((uv_handle_t *)&w->listeners[i]);
     }
@@ -203,6 +200,16 @@ worker_finish(struct dm_worker *w)
     close_once((uv_handle_t *)&w->flush);
     close_once((uv_handle_t *)&w->tick);
     close_once((uv_handle_t *)&w->ack);
+}
+
+static void
+worker_finish(struct dm_worker *w)
+{
+    /* Connections close through their own chains (timer, then socket); then
+     * the worker's own handles, and the loop runs out. */
+    dm_clients_close_all(w);
+    dm_upstream_close_idle(w, w->rt);
+    worker_close_handles(w);
 }
 
 static void
@@ -450,15 +457,7 @@ worker_listen(struct dm_worker *w, unsigned i, const struct dm_conf *cf,
 static void
 worker_abandon(struct dm_worker *w)
 {
-    for (size_t l = 0; l < w->nlisteners; l++) {
-        close_once((uv_handle_t *)&w->listeners[l]);
-    }
-    close_once((uv_handle_t *)&w->wake);
-    close_once((uv_handle_t *)&w->stop_timer);
-    close_once((uv_handle_t *)&w->drain_timer);
-    close_once((uv_handle_t *)&w->flush);
-    close_once((uv_handle_t *)&w->tick);
-    close_once((uv_handle_t *)&w->ack);
+    worker_close_handles(w);
     uv_run(&w->loop, UV_RUN_DEFAULT);
     uv_loop_close(&w->loop);
     free(w->listeners);

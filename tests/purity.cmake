@@ -6,7 +6,7 @@
 # logging are not among them, so a policy that reaches for one fails the
 # suite, whichever object it is in, and says which symbol and where.
 if(NOT LIB OR NOT NM)
-    message(FATAL_ERROR "usage: cmake -DNM=nm -DLIB=archive.a -P purity.cmake")
+    message(FATAL_ERROR "usage: cmake -DNM=nm -DLIB=archive.a [-DWITH=pure.a...] -P purity.cmake")
 endif()
 set(allowed
     # memory
@@ -26,22 +26,26 @@ set(allowed
 # Sanitizer and compiler runtime hooks are not calls a policy makes.
 set(allowed_prefixes __asan_ __ubsan_ __sanitizer_ __tsan_ __msan_ __atomic_ __sync_)
 
-execute_process(COMMAND ${NM} --defined-only ${LIB} OUTPUT_VARIABLE defined_out
-                RESULT_VARIABLE rc)
-if(NOT rc EQUAL 0)
-    message(FATAL_ERROR "${NM} --defined-only ${LIB} failed")
-endif()
 execute_process(COMMAND ${NM} -u ${LIB} OUTPUT_VARIABLE undefined_out RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0)
     message(FATAL_ERROR "${NM} -u ${LIB} failed")
 endif()
 
+# What the library defines, and what WITH defines: other pure libraries
+# (checked by their own test) that the library may call.
 set(defined "")
-string(REPLACE "\n" ";" lines "${defined_out}")
-foreach(line ${lines})
-    if(line MATCHES "^[0-9a-fA-F]* *[A-Za-z] ([^ ]+)$")
-        list(APPEND defined ${CMAKE_MATCH_1})
+foreach(archive ${LIB} ${WITH})
+    execute_process(COMMAND ${NM} --defined-only ${archive} OUTPUT_VARIABLE defined_out
+                    RESULT_VARIABLE rc)
+    if(NOT rc EQUAL 0)
+        message(FATAL_ERROR "${NM} --defined-only ${archive} failed")
     endif()
+    string(REPLACE "\n" ";" lines "${defined_out}")
+    foreach(line ${lines})
+        if(line MATCHES "^[0-9a-fA-F]* *[A-Za-z] ([^ ]+)$")
+            list(APPEND defined ${CMAKE_MATCH_1})
+        endif()
+    endforeach()
 endforeach()
 
 set(bad "")

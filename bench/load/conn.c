@@ -22,14 +22,9 @@ void
 dm_load_record(struct dm_load_thread *t, const struct dm_load_result *r)
 {
     struct dm_load_sec *s = &t->cur;
-    enum dm_score sc = dm_score(&t->o->bounds, r->status, r->latency_us);
-    enum dm_fail_kind kind = r->kind;
-    if (r->status != 0) {
-        kind = r->status >= 500 ? DM_FAIL_5XX : DM_FAIL_SLOW;
-    }
     s->responses++;
     s->bytes += r->bytes;
-    dm_score_counts_add(&s->score, sc, kind);
+    dm_score_counts_record(&s->score, &t->o->bounds, r->status, r->latency_us, r->kind);
     if (r->status != 0) {
         dm_hist_add(&s->hist, r->latency_us);
     }
@@ -197,7 +192,6 @@ conn_response_done(struct dm_load_conn *lc)
     lc->retried = false;
     if (keep) {
         lc->state = DM_LC_IDLE;
-        lc->idle_since_ns = dm_load_now_ns();
         dm_http_parser_next(&lc->parser);
         uint64_t ka = lc->t->o->keepalive_ms;
         if (ka > 0) {

@@ -166,7 +166,6 @@ struct dm_load_conn {
     const char *req_path; /* the request target (owned by the caller until done) */
     size_t req_path_len;
     uint64_t due_ns; /* when the request was due: its latency counts from here */
-    uint64_t idle_since_ns;
     uint64_t bytes;
     unsigned status;
 };
@@ -193,15 +192,12 @@ struct dm_load_session {
 
 /* A page being loaded: its path, the objects found, progress. */
 struct dm_load_page {
-    struct dm_load_session *s;
     struct dm_load_page *next_free;
     struct dm_html_scan scan;
     uint64_t due_ns;
-    unsigned nobj, next_obj, done_obj, running;
-    unsigned dropped;
+    unsigned nobj, next_obj, running; /* found, sent, out now */
     bool failed;
     enum dm_fail_kind fail_kind; /* of a failed response of the page, when failed */
-    bool page_done;
     char path[DM_LOAD_PATH_MAX];
     size_t path_len;
     uint32_t obj_off[DM_LOAD_MAX_OBJECTS];

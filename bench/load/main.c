@@ -686,6 +686,31 @@ fixed_start(struct dm_load_thread *t, unsigned first, unsigned n)
 
 /* ---- load threads ---- */
 
+/* Adds the counts of s (what happened during it) to into. */
+static void
+sec_add_counts(struct dm_load_sec *into, const struct dm_load_sec *s)
+{
+    into->responses += s->responses;
+    into->bytes += s->bytes;
+    dm_score_counts_merge(&into->score, &s->score);
+    dm_score_counts_merge(&into->pages, &s->pages);
+    dm_hist_merge(&into->hist, &s->hist);
+    into->sessions_started += s->sessions_started;
+    into->sessions_ended += s->sessions_ended;
+    into->connects += s->connects;
+}
+
+/* One thread's second into the whole run's: its counts and its levels. */
+static void
+sec_merge(struct dm_load_sec *into, const struct dm_load_sec *s)
+{
+    sec_add_counts(into, s);
+    into->active += s->active;
+    into->thinking += s->thinking;
+    into->open += s->open;
+    into->target += s->target;
+}
+
 static void
 publish(struct dm_load_thread *t)
 {
@@ -696,18 +721,8 @@ publish(struct dm_load_thread *t)
     t->cur.target = t->target;
     slot->s = t->cur;
     atomic_store_explicit(&slot->published, t->sec + 1, memory_order_release);
-    /* The run's totals: counts add up, levels are the last second's. */
-    struct dm_load_sec *tot = &t->total;
-    tot->responses += t->cur.responses;
-    tot->bytes += t->cur.bytes;
-    dm_score_counts_merge(&tot->score, &t->cur.score);
-    dm_score_counts_merge(&tot->pages, &t->cur.pages);
-    dm_hist_merge(&tot->hist, &t->cur.hist);
-    tot->sessions_started += t->cur.sessions_started;
-    tot->sessions_ended += t->cur.sessions_ended;
-    tot->connects += t->cur.connects;
-    memset(&t->cur, 0, sizeof(t->cur));
-    dm_hist_init(&t->cur.hist);
+    sec_add_counts(&t->total, &t->cur); /* the run's totals: counts only */
+    memset(&t->cur, 0, sizeof(t->cur)); /* an all-zero histogram is empty */
     t->sec++;
 }
 
@@ -777,8 +792,6 @@ thread_init(struct dm_load_thread *t, unsigned id, const struct dm_load_opts *o,
     t->t0_ns = t0;
     t->stop_sec = &stop_sec;
     dm_rng_init(&t->rng, o->seed * 0x9e3779b97f4a7c15ULL + id);
-    dm_hist_init(&t->cur.hist);
-    dm_hist_init(&t->total.hist);
     t->head_tail_len = (size_t)snprintf(t->head_tail, sizeof(t->head_tail),
                                         " HTTP/1.1\r\nHost: %s\r\nUser-Agent: dimmer-load\r\n"
                                         "Accept: */*\r\n\r\n",
@@ -808,23 +821,6 @@ thread_init(struct dm_load_thread *t, unsigned id, const struct dm_load_opts *o,
 }
 
 /* ---- gathering and output ---- */
-
-static void
-sec_merge(struct dm_load_sec *into, const struct dm_load_sec *s)
-{
-    into->responses += s->responses;
-    into->bytes += s->bytes;
-    dm_score_counts_merge(&into->score, &s->score);
-    dm_score_counts_merge(&into->pages, &s->pages);
-    dm_hist_merge(&into->hist, &s->hist);
-    into->sessions_started += s->sessions_started;
-    into->sessions_ended += s->sessions_ended;
-    into->connects += s->connects;
-    into->active += s->active;
-    into->thinking += s->thinking;
-    into->open += s->open;
-    into->target += s->target;
-}
 
 static double
 pct(uint64_t part, uint64_t whole)
@@ -1073,7 +1069,6 @@ main(int argc, char **argv)
             break;
         }
         memset(m, 0, sizeof(*m));
-        dm_hist_init(&m->hist);
         for (unsigned i = 0; i < o.threads; i++) {
             sec_merge(m, &ts[i].slots[s % DM_LOAD_SLOTS].s);
         }
@@ -1096,9 +1091,8 @@ main(int argc, char **argv)
         uv_thread_join(&ts[i].thread);
     }
     memset(m, 0, sizeof(*m));
-    dm_hist_init(&m->hist);
     for (unsigned i = 0; i < o.threads; i++) {
-        sec_merge(m, &ts[i].total);
+        sec_add_counts(m, &ts[i].total);
     }
     const struct dm_hist *h = &m->hist;
     uint64_t tot = score_total(&m->score);

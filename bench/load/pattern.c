@@ -4,6 +4,8 @@
  */
 #include "bench/load/pattern.h"
 
+#include "parsers/errbuf.h"
+
 #include <assert.h>
 #include <errno.h>
 #include <math.h>
@@ -14,18 +16,6 @@
 #include <string.h>
 
 #define FIELD_MAX 63 /* characters of one number, as written */
-
-__attribute__((format(printf, 3, 4))) static void
-set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (errlen == 0) {
-        return;
-    }
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 /* Points being built: p is written only once all of them are read. */
 struct points {
@@ -90,12 +80,10 @@ struct csv {
 __attribute__((format(printf, 2, 3))) static int
 csv_error(struct csv *c, const char *fmt, ...)
 {
-    char msg[256];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    dm_errbuf_vat(c->err, c->errlen, c->name, c->line, fmt, ap);
     va_end(ap);
-    set_err(c->err, c->errlen, "%s:%u: %s", c->name, c->line, msg);
     return -EINVAL;
 }
 
@@ -212,7 +200,7 @@ csv_line(struct csv *c, struct points *pt, const char *l, size_t len, bool first
         return rc;
     }
     if (points_push(pt, t, s) < 0) {
-        set_err(c->err, c->errlen, "%s: out of memory", c->name);
+        dm_errbuf_set(c->err, c->errlen, "%s: out of memory", c->name);
         return -ENOMEM;
     }
     c->prev = tf;
@@ -228,7 +216,7 @@ dm_load_pattern_parse(struct dm_load_pattern *p, const char *text, size_t len, c
     struct points pt = { 0 };
     bool first = true;
     size_t pos = 0;
-    set_err(err, errlen, "%s", "");
+    dm_errbuf_set(err, errlen, "%s", "");
     if (len >= 3 && memcmp(text, "\xEF\xBB\xBF", 3) == 0) {
         pos = 3; /* a UTF-8 byte order mark, as spreadsheets write */
     }
@@ -253,7 +241,7 @@ dm_load_pattern_parse(struct dm_load_pattern *p, const char *text, size_t len, c
         first = false;
     }
     if (pt.n == 0) {
-        set_err(err, errlen, "%s: no points", name);
+        dm_errbuf_set(err, errlen, "%s: no points", name);
         return -EINVAL;
     }
     points_give(&pt, p);
@@ -315,7 +303,7 @@ int
 dm_load_pattern_builtin(struct dm_load_pattern *p, const char *name, double max_sessions, char *err,
                         size_t errlen)
 {
-    set_err(err, errlen, "%s", "");
+    dm_errbuf_set(err, errlen, "%s", "");
     const struct shape *sh = NULL;
     for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++) {
         if (strcmp(shapes[i].name, name) == 0) {
@@ -324,12 +312,12 @@ dm_load_pattern_builtin(struct dm_load_pattern *p, const char *name, double max_
         }
     }
     if (sh == NULL) {
-        set_err(err, errlen, "unknown pattern %s (exp1, exp2, steps, ramp, constant)", name);
+        dm_errbuf_set(err, errlen, "unknown pattern %s (exp1, exp2, steps, ramp, constant)", name);
         return -EINVAL;
     }
     if (!isfinite(max_sessions) || max_sessions < 0) {
-        set_err(err, errlen, "pattern %s: max sessions %g is not a finite number >= 0", name,
-                max_sessions);
+        dm_errbuf_set(err, errlen, "pattern %s: max sessions %g is not a finite number >= 0", name,
+                      max_sessions);
         return -EINVAL;
     }
     struct points pt = { 0 };
@@ -337,7 +325,7 @@ dm_load_pattern_builtin(struct dm_load_pattern *p, const char *name, double max_
         /* Each table's highest share is exactly 1.0, so its point is max_sessions exactly. */
         if (points_push(&pt, sh->points[i].t, sh->points[i].share * max_sessions) < 0) {
             points_free(&pt);
-            set_err(err, errlen, "pattern %s: out of memory", name);
+            dm_errbuf_set(err, errlen, "pattern %s: out of memory", name);
             return -ENOMEM;
         }
     }

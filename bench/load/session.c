@@ -150,11 +150,9 @@ page_finish(struct dm_load_session *s)
     struct dm_load_page *pg = s->page;
     uint64_t now = dm_load_now_ns();
     uint64_t us = now > pg->due_ns ? (now - pg->due_ns) / 1000 : 0;
-    unsigned status = pg->failed ? 0 : 200;
-    enum dm_score sc = dm_score(&t->o->bounds, status, us);
-    /* A page fails whole when one of its responses failed (its kind is in
-     * the responses' counts) or when it was too slow. */
-    dm_score_counts_add(&t->cur.pages, sc, pg->failed ? pg->fail_kind : DM_FAIL_SLOW);
+    /* A page fails whole when one of its responses failed (with that one's
+     * kind) or when it was too slow. */
+    dm_score_counts_record(&t->cur.pages, &t->o->bounds, pg->failed ? 0 : 200, us, pg->fail_kind);
     page_free(t, pg);
     s->page = NULL;
     s->pages_done++;
@@ -188,7 +186,6 @@ obj_next(struct dm_load_session *s, unsigned i)
         if (lc == NULL) {
             pg->failed = true; /* out of memory: the object is not fetched */
             pg->fail_kind = DM_FAIL_CONNECT;
-            pg->done_obj++;
             continue;
         }
         lc->index = i;
@@ -218,7 +215,6 @@ obj_done(struct dm_load_conn *lc, const struct dm_load_result *r)
     unsigned slot = lc->index;
     struct dm_load_page *pg = s->page;
     pg->running--;
-    pg->done_obj++;
     if (r->status == 0 || r->status >= 500) {
         pg->failed = true;
         pg->fail_kind = r->status == 0 ? r->kind : DM_FAIL_5XX;
@@ -233,13 +229,11 @@ page_done(struct dm_load_conn *lc, const struct dm_load_result *r)
     struct dm_load_session *s = lc->owner;
     struct dm_load_page *pg = s->page;
     struct dm_load_thread *t = s->t;
-    pg->page_done = true;
     if (r->status == 0 || r->status >= 400) {
         pg->failed = r->status == 0 || r->status >= 500;
         pg->fail_kind = r->status == 0 ? r->kind : DM_FAIL_5XX;
         pg->nobj = 0; /* no page, no objects */
     }
-    pg->dropped += pg->scan.dropped;
     unsigned cpu = t->o->conns_per_user;
     for (unsigned i = 0; i < cpu && i < DM_LOAD_MAX_CPU; i++) {
         if (!obj_next(s, i)) {
@@ -258,8 +252,7 @@ page_object(void *arg, const char *host, size_t host_len, const char *path, size
     (void)host;
     struct dm_load_page *pg = arg;
     if (host_len > 0 || path_len == 0 || path_len > UINT16_MAX) {
-        pg->dropped++; /* another site's: a browser would fetch it elsewhere */
-        return;
+        return; /* another site's: a browser would fetch it elsewhere */
     }
     for (unsigned i = 0; i < pg->nobj; i++) {
         if (pg->obj_len[i] == path_len && memcmp(pg->obj + pg->obj_off[i], path, path_len) == 0) {
@@ -267,8 +260,7 @@ page_object(void *arg, const char *host, size_t host_len, const char *path, size
         }
     }
     if (pg->nobj >= DM_LOAD_MAX_OBJECTS || pg->obj_used + path_len > sizeof(pg->obj)) {
-        pg->dropped++;
-        return;
+        return; /* more than a page load keeps */
     }
     memcpy(pg->obj + pg->obj_used, path, path_len);
     pg->obj_off[pg->nobj] = pg->obj_used;
@@ -295,10 +287,9 @@ page_begin(struct dm_load_session *s)
         session_end(s);
         return;
     }
-    pg->s = s;
-    pg->nobj = pg->next_obj = pg->done_obj = pg->running = pg->dropped = 0;
+    pg->nobj = pg->next_obj = pg->running = 0;
     pg->obj_used = 0;
-    pg->failed = pg->page_done = false;
+    pg->failed = false;
     unsigned n = dm_load_pick_page(t);
     if (o->urls != NULL) {
         size_t len = strlen(o->urls[n]);
@@ -324,7 +315,6 @@ page_begin(struct dm_load_session *s)
             p += len + 1;
         }
     }
-    pg->scan.dropped = 0;
     pg->due_ns = dm_load_now_ns();
     s->page = pg;
     struct dm_load_conn *lc = s->conns[0];
