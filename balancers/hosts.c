@@ -17,6 +17,22 @@ dm_host_init(struct dm_host *h)
     atomic_init(&h->inflight, 0);
     atomic_init(&h->started, 0);
     atomic_init(&h->close_idle_epoch, 0);
+    atomic_init(&h->ramp_from_us, 0);
+    atomic_init(&h->ramp_until_us, 0);
+}
+
+bool
+dm_host_ramp_full(const struct dm_host *h, unsigned capacity, uint64_t now_us)
+{
+    uint64_t from = atomic_load_explicit(&h->ramp_from_us, memory_order_relaxed);
+    uint64_t until = atomic_load_explicit(&h->ramp_until_us, memory_order_relaxed);
+    if (from == 0 || now_us >= until || until <= from) {
+        return false;
+    }
+    uint64_t elapsed = now_us > from ? now_us - from : 0;
+    uint64_t allowed = (uint64_t)capacity * elapsed / (until - from);
+    allowed = allowed > 0 ? allowed : 1;
+    return atomic_load_explicit(&h->inflight, memory_order_relaxed) >= allowed;
 }
 
 struct dm_hosts *

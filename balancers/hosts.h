@@ -22,12 +22,17 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
-/* Power state of a host (the power manager of a later issue moves it). */
+/*
+ * Power state of a host, as the power manager (proxy/power.c) or the admin
+ * commands set it. Only AWAKE takes requests.
+ */
 enum dm_power_state {
     DM_POWER_AWAKE = 0,
     DM_POWER_ASLEEP,
     DM_POWER_BOOTING,
     DM_POWER_DRAINING,
+    DM_POWER_FAILED, /* woken, but not healthy within the boot timeout */
+    DM_POWER_MAINT,  /* held out of service by the operator, awake */
 };
 
 struct dm_host {
@@ -42,6 +47,14 @@ struct dm_host {
     /* Power. */
     atomic_int power;                    /* enum dm_power_state */
     atomic_uint_fast64_t power_since_us; /* monotonic time of the last change of power */
+    /*
+     * Slow start after a wake: from ramp_from_us to ramp_until_us (monotonic;
+     * 0: none) the host takes at most its capacity x the elapsed share of
+     * that span in flight while another server can take the request
+     * (dm_host_ramp_full). Written by the control thread.
+     */
+    atomic_uint_fast64_t ramp_from_us;
+    atomic_uint_fast64_t ramp_until_us;
 
     /*
      * connections: server-side TCP connections open to the host, idle in a
@@ -78,6 +91,12 @@ struct dm_host {
  * awake, no counts, no address, text NULL. Any thread, before h is shared.
  */
 void dm_host_init(struct dm_host *h);
+
+/*
+ * True when h is in its slow start at now_us and already has as many
+ * requests in flight as the ramp allows it (at least one) for capacity.
+ */
+bool dm_host_ramp_full(const struct dm_host *h, unsigned capacity, uint64_t now_us);
 
 /* The table of every host the process has seen. */
 struct dm_hosts {

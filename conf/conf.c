@@ -243,12 +243,19 @@ dm_conf_destroy(struct dm_conf *c)
         free(p->name);
         free(p->balance);
         for (size_t j = 0; j < p->nservers; j++) {
+            struct dm_conf_server_power *sp = &p->servers[j].power;
             free(p->servers[j].name);
             free(p->servers[j].addr.text);
+            free(sp->agent);
+            free(sp->wol_to.text);
+            free(sp->control.text);
+            free(sp->wake_command);
+            free(sp->sleep_command);
         }
         free(p->servers);
         free(p->health.path);
         free(p->hash.name);
+        free(p->power.policy);
     }
     free(c->pools);
     for (size_t i = 0; i < c->nroutes; i++) {
@@ -262,5 +269,8 @@ dm_conf_destroy(struct dm_conf *c)
     free(c->access_log);
     free(c->access_log_format);
     free(c->error_log);
+    free(c->metrics.text);
+    free(c->metrics_key);
+    free(c->admin_token);
     free(c);
 }

@@ -20,11 +20,35 @@ struct dm_conf_addr {
     socklen_t salen;
 };
 
+/* How the power manager wakes or sleeps a server (its `power:` block). */
+enum dm_power_act {
+    DM_ACT_NONE = 0, /* cannot: the manager never chooses this server for it */
+    DM_ACT_WOL,      /* wake only: a Wake-on-LAN magic packet over UDP */
+    DM_ACT_HTTP,     /* POST http://CONTROL/wake or /sleep */
+    DM_ACT_COMMAND,  /* a command line, {host} {port} {name} {mac} replaced */
+};
+
+/* A server's power model and actuators; defaults from its pool's power block. */
+struct dm_conf_server_power {
+    double idle_w;    /* default 40 */
+    double full_w;    /* default the pool's full_w */
+    double asleep_w;  /* default 3 */
+    double booting_w; /* default the full_w */
+    char *agent;      /* name its agent reports under; default the server's name */
+    enum dm_power_act wake, sleep;
+    uint8_t mac[6];
+    bool has_mac;
+    struct dm_conf_addr wol_to;  /* where the magic packet goes; default 255.255.255.255:9 */
+    struct dm_conf_addr control; /* http actuator: host:port of the node's control */
+    char *wake_command, *sleep_command;
+};
+
 struct dm_conf_server {
     char *name;
     struct dm_conf_addr addr;
     unsigned weight;   /* default 1 */
     unsigned capacity; /* default 100 */
+    struct dm_conf_server_power power;
 };
 
 struct dm_conf_health {
@@ -62,6 +86,44 @@ struct dm_conf_age {
     uint64_t request_cost; /* work of one request, in bytes; default 8192 */
 };
 
+/* Four weights of one trend tier: alpha > beta > 0 > -beta' > -alpha'. */
+struct dm_conf_weights {
+    double alpha, beta, neg_beta, neg_alpha;
+};
+
+enum dm_power_wake_rule { DM_WAKE_EFFICIENT = 0, DM_WAKE_FIRST };
+enum dm_power_sleep_rule { DM_SLEEP_LEAST_LOADED = 0, DM_SLEEP_LAST };
+enum dm_power_tcp_source { DM_TCP_PROXY = 0, DM_TCP_AGENT };
+
+/* A pool's power block: the power manager keeps only what it needs awake. */
+struct dm_conf_power {
+    bool enabled;
+    char *policy;                  /* default "boot-aware"; checked against power/policy.h */
+    uint64_t period_ms;            /* default 5000 */
+    uint64_t trend_interval_ms;    /* default 1000 */
+    unsigned min_active;           /* default 1 */
+    uint64_t min_change_ms;        /* default 10000: between two changes of one server */
+    double t1_w, step_w, tcp_max;  /* 60, 5, 200 */
+    double full_w;                 /* default 70 */
+    struct dm_conf_weights normal; /* multi's; default Table 5's middle row */
+    struct dm_conf_weights tiers[3];
+    double tier_low_w, tier_high_w; /* 57.5, 66.5 */
+    uint64_t boot_ms;               /* default 7000: the policy's boot delay */
+    uint64_t boot_timeout_ms;       /* default 60000: booting longer is failed */
+    uint64_t drain_timeout_ms;      /* default 30000 */
+    uint64_t delay_off_ms;          /* default 30000 */
+    double margin;                  /* default 0.25 */
+    uint64_t slow_start_ms;         /* default 10000, 0 = off */
+    uint64_t command_timeout_ms;    /* default 10000 */
+    uint64_t action_interval_ms;    /* default 1000: the least time between two actions */
+    uint64_t report_timeout_ms;     /* default 3000: a server silent longer is estimated */
+    uint64_t hold_timeout_ms;       /* default 30000: a request held while none is awake */
+    unsigned hold_queue;            /* default 1024 held requests at most */
+    enum dm_power_wake_rule wake_rule;
+    enum dm_power_sleep_rule sleep_rule;
+    enum dm_power_tcp_source tcp_source;
+};
+
 struct dm_conf_pool {
     char *name;
     char *balance;  /* policy name, default "roundrobin"; checked against the registry */
@@ -76,6 +138,7 @@ struct dm_conf_pool {
      * first request; request balances each request. Default: connection for
      * balance age, request for the others. */
     bool affinity_connection;
+    struct dm_conf_power power;
 };
 
 /* The object catalog (AGE): pages and their embedded objects. */
@@ -134,6 +197,12 @@ struct dm_conf {
     char *access_log;        /* path, "-" = stdout, NULL = off */
     char *access_log_format; /* "default" or "json" */
     char *error_log;         /* path, NULL = stderr */
+    /* power: the agents' metrics listener (UDP), their key, the admin token. */
+    struct dm_conf_addr metrics; /* metrics.text NULL when none */
+    uint8_t *metrics_key;        /* the key file's bytes, a final newline dropped */
+    size_t metrics_key_len;
+    uint64_t report_max_age_ms; /* default 5000: a report's timestamp may be this far off */
+    char *admin_token;          /* the admin token file's first line; NULL: none */
 };
 
 /*

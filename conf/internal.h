@@ -245,4 +245,31 @@ void dm_conf_load_pools(struct dm_conf_loader *ld, const yaml_node_t *n);
 /* Index of the pool named by n, or -1 after reporting (with the nearest name, or the list). */
 long dm_conf_find_pool(struct dm_conf_loader *ld, const yaml_node_t *n);
 
+/* ---- power.c: power management ---- */
+
+/* The defaults of a pool's power block and of a server's. */
+struct dm_conf_power;
+void dm_conf_power_defaults(struct dm_conf_power *pw);
+struct dm_conf_server_power;
+struct dm_conf_server;
+void dm_conf_server_power_defaults(struct dm_conf_server_power *sp);
+
+/* A pool's `power` block into p->power (enabled unless it says off). */
+void dm_conf_load_pool_power(struct dm_conf_loader *ld, struct dm_conf_pool *p,
+                             const yaml_node_t *n);
+
+/* A server's `power` block: its power model and actuators. */
+void dm_conf_load_server_power(struct dm_conf_loader *ld, struct dm_conf_pool *p,
+                               struct dm_conf_server *s, const yaml_node_t *n);
+
+/* What a server's block left to the pool's (full_w, booting_w, agent name). */
+void dm_conf_server_power_finish(struct dm_conf_loader *ld, const struct dm_conf_pool *p,
+                                 struct dm_conf_server *s);
+
+/* The top-level `power` block: metrics listener, key, admin token. */
+void dm_conf_load_power(struct dm_conf_loader *ld, const yaml_node_t *n);
+
+/* The checks across pools (own servers, unique agent names), reported at pools. */
+void dm_conf_check_power(struct dm_conf_loader *ld, const yaml_node_t *pools);
+
 #endif

@@ -84,12 +84,10 @@ load_passive(struct dm_conf_loader *ld, struct dm_conf_passive *ps, const yaml_n
     }
 }
 
-enum { SRV_NAME, SRV_ADDRESS, SRV_WEIGHT, SRV_CAPACITY, SRV_N };
+enum { SRV_NAME, SRV_ADDRESS, SRV_WEIGHT, SRV_CAPACITY, SRV_POWER, SRV_N };
 static const char *const server_keys[SRV_N] = {
-    [SRV_NAME] = "name",
-    [SRV_ADDRESS] = "address",
-    [SRV_WEIGHT] = "weight",
-    [SRV_CAPACITY] = "capacity",
+    [SRV_NAME] = "name",         [SRV_ADDRESS] = "address", [SRV_WEIGHT] = "weight",
+    [SRV_CAPACITY] = "capacity", [SRV_POWER] = "power",
 };
 
 static void
@@ -102,6 +100,7 @@ load_server(struct dm_conf_loader *ld, struct dm_conf_pool *p, yaml_node_item_t 
 
     s->weight = 1;
     s->capacity = 100;
+    dm_conf_server_power_defaults(&s->power);
     if (!dm_conf_walk(ld, n, false, server_keys, SRV_N, v)) {
         return;
     }
@@ -133,6 +132,9 @@ load_server(struct dm_conf_loader *ld, struct dm_conf_pool *p, yaml_node_item_t 
     }
     if (v[SRV_CAPACITY] != NULL) {
         (void)dm_conf_get_unsigned(ld, v[SRV_CAPACITY], "capacity", 1, 1000000, &s->capacity);
+    }
+    if (v[SRV_POWER] != NULL) {
+        dm_conf_load_server_power(ld, p, s, v[SRV_POWER]);
     }
 }
 
@@ -279,6 +281,7 @@ enum {
     POOL_HASH,
     POOL_AGE,
     POOL_AFFINITY,
+    POOL_POWER,
     POOL_N
 };
 static const char *const pool_keys[POOL_N] = {
@@ -286,6 +289,7 @@ static const char *const pool_keys[POOL_N] = {
     [POOL_SERVERS] = "servers", [POOL_HEALTH] = "health_check",
     [POOL_PASSIVE] = "passive", [POOL_HASH] = "hash",
     [POOL_AGE] = "age",         [POOL_AFFINITY] = "affinity",
+    [POOL_POWER] = "power",
 };
 
 static const char *const affinity_names[] = { "connection", "request" };
@@ -306,6 +310,7 @@ dm_conf_pool_defaults(struct dm_conf_pool *p)
     p->age = (struct dm_conf_age){ .weight = 0.1, .half_life_ms = 10000, .request_cost = 8192 };
     /* Right for the default policy; load_pool sets it again once balance is known. */
     p->affinity_connection = false;
+    dm_conf_power_defaults(&p->power);
     return p->balance != NULL && p->health.path != NULL;
 }
 
@@ -323,10 +328,17 @@ load_pool(struct dm_conf_loader *ld, struct dm_conf_pool *p, const yaml_node_t *
     if (v[POOL_DRAWS] != NULL) {
         (void)dm_conf_get_unsigned(ld, v[POOL_DRAWS], "draws", 1, 1000, &p->draws);
     }
+    /* Before the servers: their power blocks take their defaults from it. */
+    if (v[POOL_POWER] != NULL) {
+        dm_conf_load_pool_power(ld, p, v[POOL_POWER]);
+    }
     if (v[POOL_SERVERS] == NULL) {
         dm_conf_fail_at(ld, n, "pool \"%s\": missing required key \"servers\"", p->name);
     } else {
         load_servers(ld, p, v[POOL_SERVERS]);
+    }
+    for (size_t i = 0; i < p->nservers; i++) {
+        dm_conf_server_power_finish(ld, p, &p->servers[i]);
     }
     if (v[POOL_HEALTH] != NULL) {
         load_health(ld, &p->health, v[POOL_HEALTH]);

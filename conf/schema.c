@@ -41,6 +41,7 @@ dm_conf_defaults(struct dm_conf *c)
         .learn = true,
         .default_object_bytes = 10240,
     };
+    c->report_max_age_ms = 5000;
     c->access_log_format = strdup("default");
     return c->access_log_format != NULL;
 }
@@ -437,13 +438,14 @@ enum {
     TOP_ROUTES,
     TOP_DEFAULT_POOL,
     TOP_CATALOG,
+    TOP_POWER,
     TOP_N
 };
 static const char *const top_keys[TOP_N] = {
     [TOP_WORKERS] = "workers",           [TOP_LISTEN] = "listen",   [TOP_ADMIN] = "admin",
     [TOP_TIMEOUTS] = "timeouts",         [TOP_LIMITS] = "limits",   [TOP_ACCESS_LOG] = "access_log",
     [TOP_ERROR_LOG] = "error_log",       [TOP_POOLS] = "pools",     [TOP_ROUTES] = "routes",
-    [TOP_DEFAULT_POOL] = "default_pool", [TOP_CATALOG] = "catalog",
+    [TOP_DEFAULT_POOL] = "default_pool", [TOP_CATALOG] = "catalog", [TOP_POWER] = "power",
 };
 
 void
@@ -501,6 +503,10 @@ dm_conf_load_root(struct dm_conf_loader *ld, const yaml_node_t *root)
     if (v[TOP_ROUTES] != NULL) {
         load_routes(ld, v[TOP_ROUTES]);
     }
+    if (v[TOP_POWER] != NULL) {
+        dm_conf_load_power(ld, v[TOP_POWER]);
+    }
+    dm_conf_check_power(ld, v[TOP_POOLS]);
     if (v[TOP_DEFAULT_POOL] != NULL && (pool = dm_conf_find_pool(ld, v[TOP_DEFAULT_POOL])) >= 0) {
         c->default_pool = (size_t)pool;
     }

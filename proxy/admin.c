@@ -4,17 +4,20 @@
  * sends a command about a host to every worker and answers once every worker
  * has acknowledged it. One request per connection.
  */
+#include <arpa/inet.h>
 #include <netdb.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "balancers/hosts.h"
 #include "parsers/catalog.h"
 #include "proxy/internal.h"
 #include "proxy/log.h"
+#include "proxy/power.h"
+#include "proxy/sbuf.h"
 #include "proxy/worker.h"
 
 /* Close callback for a handle that was malloc'ed on its own. */
@@ -38,6 +41,9 @@ struct dm_admin {
     struct dm_worker *workers;
     unsigned nworkers;
     struct admin_conn *pending; /* commands waiting for every worker's acknowledgement */
+    struct dm_powermgr *power;
+    const char *token; /* POSTs need "Authorization: Bearer <token>"; NULL: none */
+    bool loopback;     /* bound to a loopback address: POSTs without a token are taken */
 };
 
 struct admin_conn {
@@ -55,35 +61,6 @@ struct admin_conn {
     uint64_t deadline_ms;
     char req[ADMIN_REQ_MAX];
 };
-
-struct sbuf {
-    char *p;
-    size_t len, cap;
-};
-
-static void __attribute__((format(printf, 2, 3))) sb_printf(struct sbuf *b, const char *fmt, ...)
-{
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
-        va_end(ap);
-        if (n < 0) {
-            return;
-        }
-        if ((size_t)n < b->cap - b->len) {
-            b->len += (size_t)n;
-            return;
-        }
-        size_t cap = (b->cap + (size_t)n + 1) * 2;
-        char *p = realloc(b->p, cap);
-        if (p == NULL) {
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
-}
 
 static struct dm_catalog *admin_catalog;
 
@@ -105,6 +82,10 @@ power_name(int p)
         return "booting";
     case DM_POWER_DRAINING:
         return "draining";
+    case DM_POWER_FAILED:
+        return "failed";
+    case DM_POWER_MAINT:
+        return "maint";
     default:
         return "?";
     }
@@ -119,20 +100,20 @@ ms_since(uint64_t now_us, uint64_t t_us)
 
 /* One host's state and counters as a JSON object. */
 static void
-host_json(struct sbuf *b, const struct dm_host *h, uint64_t now_us)
+host_json(struct dm_sbuf *b, const struct dm_host *h, uint64_t now_us)
 {
     uint64_t until = atomic_load(&h->down_until_us);
     const char *state = atomic_load(&h->down) ? "down" : until > now_us ? "failing" : "up";
-    sb_printf(b,
-              "{\"host\":\"%s\",\"state\":\"%s\",\"power\":\"%s\",\"power_for_ms\":%llu,"
-              "\"inflight\":%llu,\"started\":%llu,\"server_connections\":%llu,"
-              "\"bound_clients\":%llu}",
-              h->text != NULL ? h->text : "", state, power_name(atomic_load(&h->power)),
-              ms_since(now_us, atomic_load(&h->power_since_us)),
-              (unsigned long long)dm_counter_get(&h->inflight),
-              (unsigned long long)dm_counter_get(&h->started),
-              (unsigned long long)dm_counter_get(&h->connections),
-              (unsigned long long)dm_counter_get(&h->bound));
+    dm_sb_printf(b,
+                 "{\"host\":\"%s\",\"state\":\"%s\",\"power\":\"%s\",\"power_for_ms\":%llu,"
+                 "\"inflight\":%llu,\"started\":%llu,\"server_connections\":%llu,"
+                 "\"bound_clients\":%llu}",
+                 h->text != NULL ? h->text : "", state, power_name(atomic_load(&h->power)),
+                 ms_since(now_us, atomic_load(&h->power_since_us)),
+                 (unsigned long long)dm_counter_get(&h->inflight),
+                 (unsigned long long)dm_counter_get(&h->started),
+                 (unsigned long long)dm_counter_get(&h->connections),
+                 (unsigned long long)dm_counter_get(&h->bound));
 }
 
 /*
@@ -142,18 +123,18 @@ host_json(struct sbuf *b, const struct dm_host *h, uint64_t now_us)
  * every pool naming the address), then the pool's own load counters.
  */
 static void
-stats_json(struct sbuf *b, const struct dm_admin *a)
+stats_json(struct dm_sbuf *b, const struct dm_admin *a)
 {
     struct dm_runtime *rt = dm_runtime_current();
-    sb_printf(b, "{\"generation\":%llu,\"pools\":[",
-              (unsigned long long)(rt != NULL ? rt->generation : 0));
+    dm_sb_printf(b, "{\"generation\":%llu,\"pools\":[",
+                 (unsigned long long)(rt != NULL ? rt->generation : 0));
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     uint64_t now = (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
     for (size_t i = 0; rt != NULL && i < rt->npools; i++) {
         struct dm_rpool *p = &rt->pools[i];
-        sb_printf(b, "%s{\"name\":\"%s\",\"balance\":\"%s\",\"servers\":[", i ? "," : "",
-                  p->cf->name, p->cf->balance);
+        dm_sb_printf(b, "%s{\"name\":\"%s\",\"balance\":\"%s\",\"servers\":[", i ? "," : "",
+                     p->cf->name, p->cf->balance);
         for (size_t j = 0; j < p->sv->n; j++) {
             struct dm_server *s = &p->sv->s[j];
             const struct dm_host *h = s->host;
@@ -164,49 +145,52 @@ stats_json(struct sbuf *b, const struct dm_admin *a)
                 state = "failing";
             }
             uint64_t until = atomic_load(&h->down_until_us);
-            sb_printf(b,
-                      "%s{\"name\":\"%s\",\"address\":\"%s\",\"host\":\"%s\",\"state\":\"%s\","
-                      "\"power\":\"%s\",\"down_for_ms\":%llu,\"fails\":%u,"
-                      "\"server_connections\":%llu,\"bound_clients\":%llu,\"weight\":%u,"
-                      "\"capacity\":%u,\"connections\":%llu,\"inflight\":%llu,\"picks\":%llu,"
-                      "\"requests\":%llu,\"failures\":%llu,\"inflight_work\":%lld,"
-                      "\"potential\":%lld}",
-                      j ? "," : "", s->name, p->cf->servers[j].addr.text,
-                      h->text != NULL ? h->text : "", state, power_name(atomic_load(&h->power)),
-                      (unsigned long long)(until > now ? (until - now) / 1000 : 0),
-                      atomic_load(&h->fails), (unsigned long long)dm_counter_get(&h->connections),
-                      (unsigned long long)dm_counter_get(&h->bound), s->weight, s->capacity,
-                      (unsigned long long)dm_counter_get(&s->conns),
-                      (unsigned long long)dm_counter_get(&s->inflight),
-                      (unsigned long long)dm_counter_get(&s->picks),
-                      (unsigned long long)dm_counter_get(&s->requests),
-                      (unsigned long long)dm_counter_get(&s->failures),
-                      (long long)atomic_load_explicit(&s->inflight_work, memory_order_relaxed),
-                      (long long)atomic_load_explicit(&s->potential, memory_order_relaxed));
+            dm_sb_printf(b,
+                         "%s{\"name\":\"%s\",\"address\":\"%s\",\"host\":\"%s\",\"state\":\"%s\","
+                         "\"power\":\"%s\",\"down_for_ms\":%llu,\"fails\":%u,"
+                         "\"server_connections\":%llu,\"bound_clients\":%llu,\"weight\":%u,"
+                         "\"capacity\":%u,\"connections\":%llu,\"inflight\":%llu,\"picks\":%llu,"
+                         "\"requests\":%llu,\"failures\":%llu,\"inflight_work\":%lld,"
+                         "\"potential\":%lld}",
+                         j ? "," : "", s->name, p->cf->servers[j].addr.text,
+                         h->text != NULL ? h->text : "", state, power_name(atomic_load(&h->power)),
+                         (unsigned long long)(until > now ? (until - now) / 1000 : 0),
+                         atomic_load(&h->fails),
+                         (unsigned long long)dm_counter_get(&h->connections),
+                         (unsigned long long)dm_counter_get(&h->bound), s->weight, s->capacity,
+                         (unsigned long long)dm_counter_get(&s->conns),
+                         (unsigned long long)dm_counter_get(&s->inflight),
+                         (unsigned long long)dm_counter_get(&s->picks),
+                         (unsigned long long)dm_counter_get(&s->requests),
+                         (unsigned long long)dm_counter_get(&s->failures),
+                         (long long)atomic_load_explicit(&s->inflight_work, memory_order_relaxed),
+                         (long long)atomic_load_explicit(&s->potential, memory_order_relaxed));
         }
-        sb_printf(b, "]}");
+        dm_sb_printf(b, "]}");
     }
-    sb_printf(b, "]");
+    dm_sb_printf(b, "]");
     if (a->hosts != NULL) {
-        sb_printf(b, ",\"hosts\":[");
+        dm_sb_printf(b, ",\"hosts\":[");
         for (size_t i = 0; i < a->hosts->n; i++) {
-            sb_printf(b, "%s", i ? "," : "");
+            dm_sb_printf(b, "%s", i ? "," : "");
             host_json(b, a->hosts->h[i], now);
         }
-        sb_printf(b, "]");
+        dm_sb_printf(b, "]");
     }
+    dm_sb_printf(b, ",");
+    dm_power_stats_json(a->power, b);
     if (admin_catalog != NULL) {
         struct dm_catalog_stats cs;
         dm_catalog_stats(admin_catalog, &cs);
-        sb_printf(b,
-                  ",\"catalog\":{\"pages\":%llu,\"objects\":%llu,\"bytes\":%llu,\"cap\":%llu,"
-                  "\"hits\":%llu,\"misses\":%llu,\"evictions\":%llu}",
-                  (unsigned long long)cs.pages, (unsigned long long)cs.objects,
-                  (unsigned long long)cs.bytes, (unsigned long long)cs.cap,
-                  (unsigned long long)cs.hits, (unsigned long long)cs.misses,
-                  (unsigned long long)cs.evictions);
+        dm_sb_printf(b,
+                     ",\"catalog\":{\"pages\":%llu,\"objects\":%llu,\"bytes\":%llu,\"cap\":%llu,"
+                     "\"hits\":%llu,\"misses\":%llu,\"evictions\":%llu}",
+                     (unsigned long long)cs.pages, (unsigned long long)cs.objects,
+                     (unsigned long long)cs.bytes, (unsigned long long)cs.cap,
+                     (unsigned long long)cs.hits, (unsigned long long)cs.misses,
+                     (unsigned long long)cs.evictions);
     }
-    sb_printf(b, "}\n");
+    dm_sb_printf(b, "}\n");
     dm_runtime_unref(rt);
 }
 
@@ -236,13 +220,13 @@ alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 
 /* Sends status and body (taken) and closes the connection once written. */
 static void
-respond(struct admin_conn *ac, const char *status, const char *type, struct sbuf body)
+respond(struct admin_conn *ac, const char *status, const char *type, struct dm_sbuf body)
 {
-    struct sbuf out = { 0 };
-    sb_printf(&out,
-              "HTTP/1.1 %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\nConnection: close\r\n"
-              "Cache-Control: no-store\r\n\r\n%.*s",
-              status, type, body.len, (int)body.len, body.p ? body.p : "");
+    struct dm_sbuf out = { 0 };
+    dm_sb_printf(&out,
+                 "HTTP/1.1 %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\nConnection: close\r\n"
+                 "Cache-Control: no-store\r\n\r\n%.*s",
+                 status, type, body.len, (int)body.len, body.p ? body.p : "");
     free(body.p);
     ac->out = out.p;
     uv_buf_t b = uv_buf_init(out.p, (unsigned)out.len);
@@ -255,8 +239,8 @@ respond(struct admin_conn *ac, const char *status, const char *type, struct sbuf
 static void
 respond_text(struct admin_conn *ac, const char *status, const char *text)
 {
-    struct sbuf body = { 0 };
-    sb_printf(&body, "%s\n", text);
+    struct dm_sbuf body = { 0 };
+    dm_sb_printf(&body, "%s\n", text);
     respond(ac, status, "text/plain", body);
 }
 
@@ -311,13 +295,13 @@ static void
 command_answer(struct admin_conn *ac, unsigned acked)
 {
     const struct dm_admin *a = ac->admin;
-    struct sbuf body = { 0 };
-    sb_printf(&body, "{\"command\":\"%s\",\"epoch\":%llu,\"workers\":%u,\"acked\":%u,", ac->command,
-              (unsigned long long)ac->epoch, a->nworkers, acked);
+    struct dm_sbuf body = { 0 };
+    dm_sb_printf(&body, "{\"command\":\"%s\",\"epoch\":%llu,\"workers\":%u,\"acked\":%u,",
+                 ac->command, (unsigned long long)ac->epoch, a->nworkers, acked);
     /* Read after every acknowledgement: for a drain, `started` is final. */
-    sb_printf(&body, "\"after\":");
+    dm_sb_printf(&body, "\"after\":");
     host_json(&body, ac->host, dm_mono_us());
-    sb_printf(&body, "}\n");
+    dm_sb_printf(&body, "}\n");
     respond(ac, acked == a->nworkers ? "200 OK" : "504 Gateway Timeout", "application/json", body);
 }
 
@@ -367,7 +351,8 @@ command(struct admin_conn *ac, const char *path)
     const char *slash = strrchr(path, '/');
     size_t len = (size_t)(slash - path);
     if (slash == path || len >= sizeof(addr)) {
-        respond_text(ac, "404 Not Found", "expected POST /hosts/ADDR/drain|ready|close-idle");
+        respond_text(ac, "404 Not Found",
+                     "expected POST /hosts/ADDR/drain|ready|close-idle|wake|sleep|maint");
         return;
     }
     memcpy(addr, path, len);
@@ -382,6 +367,28 @@ command(struct admin_conn *ac, const char *path)
         respond_text(ac, "503 Service Unavailable", "workers not running");
         return;
     }
+    static const char *const power_actions[] = { "wake", "sleep", "maint", "drain", "ready" };
+    for (size_t i = 0; i < sizeof(power_actions) / sizeof(power_actions[0]); i++) {
+        if (strcmp(cmd, power_actions[i]) != 0) {
+            continue;
+        }
+        if (!dm_power_manages(a->power, h)) {
+            if (i < 3) {
+                respond_text(ac, "409 Conflict",
+                             "the host is not a server of a power-managed pool");
+                return;
+            }
+            break; /* drain and ready of any host: below */
+        }
+        char msg[160];
+        int st = dm_power_admin(a->power, h, cmd, &ac->epoch, msg, sizeof(msg));
+        if (st != 200) {
+            respond_text(ac, st == 409 ? "409 Conflict" : "404 Not Found", msg);
+            return;
+        }
+        ac->command = power_actions[i];
+        goto wait;
+    }
     if (strcmp(cmd, "drain") == 0) {
         ac->command = "drain";
         ac->epoch =
@@ -393,9 +400,11 @@ command(struct admin_conn *ac, const char *path)
         ac->command = "close-idle";
         ac->epoch = dm_workers_close_idle(a->workers, a->nworkers, h);
     } else {
-        respond_text(ac, "404 Not Found", "expected POST /hosts/ADDR/drain|ready|close-idle");
+        respond_text(ac, "404 Not Found",
+                     "expected POST /hosts/ADDR/drain|ready|close-idle|wake|sleep|maint");
         return;
     }
+wait:
     dm_log_info("admin: %s %s (command epoch %llu)", ac->command, h->text,
                 (unsigned long long)ac->epoch);
     ac->host = h;
@@ -406,6 +415,74 @@ command(struct admin_conn *ac, const char *path)
         uv_timer_start(&a->timer, admin_timer_cb, ADMIN_POLL_MS, ADMIN_POLL_MS);
     }
     pending_check(a, false); /* no workers at all: answered at once */
+}
+
+/*
+ * POSTs change state: taken from anyone on a loopback admin listener without
+ * a token, else only with "Authorization: Bearer <token>" (a 401 or 403 is
+ * answered here).
+ */
+static bool
+authorized(struct admin_conn *ac)
+{
+    const struct dm_admin *a = ac->admin;
+    if (a->token == NULL) {
+        if (a->loopback) {
+            return true;
+        }
+        respond_text(ac, "403 Forbidden",
+                     "the admin listener is not on loopback: set power.admin_token_file");
+        return false;
+    }
+    /* Header names are case-insensitive; the head is NUL-terminated. */
+    for (const char *p = strchr(ac->req, '\n'); p != NULL; p = strchr(p + 1, '\n')) {
+        const char *line = p + 1;
+        if (strncasecmp(line, "Authorization:", 14) != 0) {
+            continue;
+        }
+        line += 14;
+        while (*line == ' ' || *line == '\t') {
+            line++;
+        }
+        size_t tl = strlen(a->token);
+        if (strncmp(line, "Bearer ", 7) == 0 && strncmp(line + 7, a->token, tl) == 0 &&
+            (line[7 + tl] == '\r' || line[7 + tl] == '\n' || line[7 + tl] == ' ')) {
+            return true;
+        }
+    }
+    respond_text(ac, "401 Unauthorized", "a bearer token is needed (power.admin_token_file)");
+    return false;
+}
+
+/* POST /power/POOL/pin?servers=N and /power/POOL/unpin. */
+static void
+pin(struct admin_conn *ac, const char *path, const char *query)
+{
+    char pool[128], msg[160];
+    const char *slash = strrchr(path, '/');
+    size_t len = slash != NULL ? (size_t)(slash - path) : 0;
+    if (slash == NULL || len == 0 || len >= sizeof(pool)) {
+        respond_text(ac, "404 Not Found", "expected POST /power/POOL/pin?servers=N or unpin");
+        return;
+    }
+    memcpy(pool, path, len);
+    pool[len] = 0;
+    long servers = -1;
+    if (strcmp(slash + 1, "pin") == 0) {
+        char *end = NULL;
+        if (strncmp(query, "servers=", 8) == 0) {
+            servers = strtol(query + 8, &end, 10);
+        }
+        if (end == NULL || end == query + 8 || *end != 0 || servers < 0 || servers > 100000) {
+            respond_text(ac, "400 Bad Request", "expected ?servers=N");
+            return;
+        }
+    } else if (strcmp(slash + 1, "unpin") != 0) {
+        respond_text(ac, "404 Not Found", "expected POST /power/POOL/pin?servers=N or unpin");
+        return;
+    }
+    int st = dm_power_pin(ac->admin->power, pool, servers, msg, sizeof(msg));
+    respond_text(ac, st == 200 ? "200 OK" : "404 Not Found", msg);
 }
 
 static void
@@ -426,8 +503,17 @@ answer(struct admin_conn *ac)
     }
     bool get = strcmp(method, "GET") == 0;
     bool post = strcmp(method, "POST") == 0;
-    if (strcmp(target, "/stats") == 0 && get) {
-        struct sbuf body = { 0 };
+    if (post && !authorized(ac)) {
+        return;
+    }
+    if (strcmp(target, "/power") == 0 && get) {
+        struct dm_sbuf body = { 0 };
+        dm_power_json(ac->admin->power, &body);
+        respond(ac, "200 OK", "application/json", body);
+    } else if (strncmp(target, "/power/", 7) == 0 && post) {
+        pin(ac, target + 7, q != NULL ? q + 1 : "");
+    } else if (strcmp(target, "/stats") == 0 && get) {
+        struct dm_sbuf body = { 0 };
         stats_json(&body, ac->admin);
         respond(ac, "200 OK", "application/json", body);
     } else if (strcmp(target, "/") == 0 && get) {
@@ -438,11 +524,16 @@ answer(struct admin_conn *ac)
                      "its idle connections close\n"
                      "  POST /hosts/ADDR/ready        the host takes requests again\n"
                      "  POST /hosts/ADDR/close-idle   close the idle connections to the host\n"
+                     "  GET  /power                   the power manager: pools, servers, "
+                     "decisions\n"
+                     "  POST /hosts/ADDR/wake|sleep|maint   power actions (ready: back to "
+                     "the manager)\n"
+                     "  POST /power/POOL/pin?servers=N, /power/POOL/unpin\n"
                      "  (each POST answers once every worker has acknowledged it)");
     } else if (strncmp(target, "/hosts/", 7) == 0 && post) {
         command(ac, target + 7);
     } else if (strcmp(target, "/stats") == 0 || strcmp(target, "/") == 0 ||
-               strncmp(target, "/hosts/", 7) == 0) {
+               strncmp(target, "/hosts/", 7) == 0 || strncmp(target, "/power", 6) == 0) {
         respond_text(ac, "405 Method Not Allowed", "method not allowed");
     } else {
         respond_text(ac, "404 Not Found", "not found");
@@ -525,6 +616,13 @@ dm_admin_start(uv_loop_t *loop, const struct dm_conf_addr *addr, struct sockaddr
     }
     a->timer.data = a;
     a->timer_open = true;
+    if (bound->ss_family == AF_INET) {
+        const struct sockaddr_in *in4 = (const struct sockaddr_in *)bound;
+        a->loopback = (ntohl(in4->sin_addr.s_addr) >> 24) == 127;
+    } else if (bound->ss_family == AF_INET6) {
+        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)bound;
+        a->loopback = IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr);
+    }
     char text[DM_ADDR_TEXT];
     dm_log_info("admin listening on %s",
                 dm_addr_text((const struct sockaddr *)bound, text, sizeof(text)));
@@ -542,6 +640,15 @@ free_admin:
 fail:
     *err = r;
     return NULL;
+}
+
+void
+dm_admin_set_power(struct dm_admin *a, struct dm_powermgr *pm, const char *token)
+{
+    if (a != NULL) {
+        a->power = pm;
+        a->token = token;
+    }
 }
 
 void

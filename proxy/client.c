@@ -108,10 +108,72 @@ tq_insert(struct dm_worker *w, struct dm_tnode *n, enum dm_tkind kind, uint64_t 
     }
 }
 
+_Atomic(uv_async_t *) dm_hold_notify;
+
+/* Gives back c's place in its pool's held count. */
+static void
+hold_release(struct dm_client *c)
+{
+    if (c->held) {
+        c->held = false;
+        dm_counter_sub(&c->rt->pools[c->held_pool].held, 1);
+    }
+}
+
 void
 dm_client_timer_stop(struct dm_client *c)
 {
+    hold_release(c);
     dm_tq_remove(c->w, &c->timer);
+}
+
+bool
+dm_client_hold(struct dm_client *c)
+{
+    struct dm_req *req = c->req;
+    const struct dm_conf_power *pw = &c->rt->conf->pools[req->pool].power;
+    struct dm_rpool *p = &c->rt->pools[req->pool];
+    uint64_t now = uv_now(&c->w->loop);
+    if (!pw->enabled || pw->hold_timeout_ms == 0) {
+        return false;
+    }
+    if (req->hold_deadline_ms == 0) {
+        req->hold_deadline_ms = now + pw->hold_timeout_ms;
+    }
+    if (now >= req->hold_deadline_ms ||
+        atomic_fetch_add_explicit(&p->held, 1, memory_order_relaxed) >= pw->hold_queue) {
+        if (now < req->hold_deadline_ms) {
+            dm_counter_sub(&p->held, 1);
+        }
+        return false;
+    }
+    c->held = true;
+    c->held_pool = (uint16_t)req->pool;
+    tq_insert(c->w, &c->timer, DM_T_HOLD, req->hold_deadline_ms);
+    uv_async_t *n = atomic_load(&dm_hold_notify);
+    if (n != NULL) {
+        uv_async_send(n);
+    }
+    return true;
+}
+
+void
+dm_clients_hold_retry(struct dm_worker *w)
+{
+    /* Taken off whole first: a request that is held again goes on the new list. */
+    struct dm_tnode *n = w->tq[DM_T_HOLD].head;
+    w->tq[DM_T_HOLD].head = w->tq[DM_T_HOLD].tail = NULL;
+    while (n != NULL) {
+        struct dm_tnode *next = n->next;
+        n->prev = n->next = NULL;
+        n->kind = DM_T_NONE;
+        struct dm_client *c = (struct dm_client *)((char *)n - offsetof(struct dm_client, timer));
+        hold_release(c);
+        if (!c->closing && c->req != NULL && c->state == DM_C_CONNECT) {
+            dm_req_pick_and_connect(c->req);
+        }
+        n = next;
+    }
 }
 
 /* Arms the client's timeout of `kind` for ms from now; 0 leaves it on no list. */
@@ -317,10 +379,20 @@ dm_client_respond_error(struct dm_client *c, unsigned status, const char *reason
     }
     char body[256];
     int blen = snprintf(body, sizeof(body), "%u %s: %s\n", status, status_text(status), reason);
+    /* A 503 says when to come back: a power-managed pool's boot time, else 1 s. */
+    char retry[40] = "";
+    if (status == 503) {
+        uint64_t s = 1;
+        if (req != NULL && c->rt->conf->pools[req->pool].power.enabled) {
+            s = (c->rt->conf->pools[req->pool].power.boot_ms + 999) / 1000;
+        }
+        snprintf(retry, sizeof(retry), "Retry-After: %llu\r\n",
+                 (unsigned long long)(s > 0 ? s : 1));
+    }
     int n = snprintf(b->data, b->cap,
                      "HTTP/1.1 %u %s\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n"
-                     "Connection: close\r\n\r\n%s",
-                     status, status_text(status), blen, body);
+                     "%sConnection: close\r\n\r\n%s",
+                     status, status_text(status), blen, retry, body);
     if (n < 0 || (uint32_t)n >= b->cap) {
         n = 0;
     }
@@ -383,6 +455,10 @@ client_timeout(struct dm_client *c, enum dm_tkind kind)
     }
     case DM_T_REQUEST:
         dm_client_respond_error(c, 504, "request took longer than timeouts.request");
+        break;
+    case DM_T_HOLD:
+        hold_release(c);
+        dm_client_respond_error(c, 503, "no server woke within power.hold_timeout");
         break;
     default:
         dm_client_close(c);

@@ -16,6 +16,7 @@
 #ifndef DM_PROXY_CLIENT_H
 #define DM_PROXY_CLIENT_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <uv.h>
 
@@ -36,6 +37,19 @@ void dm_clients_drain(struct dm_worker *w);
 
 /* Closes every client connection of w, abandoning their requests. */
 void dm_clients_close_all(struct dm_worker *w);
+
+/*
+ * Holds c's request, which found no server awake, when its pool is power
+ * managed with a hold queue (scale to zero): it waits, in state CONNECT,
+ * until a command of the control thread makes a server usable
+ * (dm_clients_hold_retry) or power.hold_timeout from its first hold has
+ * passed (503 with Retry-After). False when it cannot be held (no hold, the
+ * queue is full): the caller answers it.
+ */
+bool dm_client_hold(struct dm_client *c);
+
+/* Picks a server again for every held request of w (after a power command). */
+void dm_clients_hold_retry(struct dm_worker *w);
 
 /* Handles every client timeout of w that is due (the worker's tick). */
 void dm_clients_expire(struct dm_worker *w);

@@ -359,7 +359,15 @@ static void
 health_timer_cb(uv_timer_t *t)
 {
     struct health_check *c = t->data;
-    if (c->state == HEALTH_IDLE) {
+    if (c->state == HEALTH_IDLE &&
+        atomic_load_explicit(&c->host->power, memory_order_relaxed) == DM_POWER_ASLEEP) {
+        /* A sleeping machine is not checked (it would not answer); its
+         * manager marked it down, so it rises again once woken. */
+        c->oks = 0;
+        c->fails = 0;
+        c->started_ms = uv_now(c->h->loop);
+        health_schedule(c);
+    } else if (c->state == HEALTH_IDLE) {
         health_begin(c);
     } else if (c->state == HEALTH_CONNECTING || c->state == HEALTH_READING) {
         char reason[48];

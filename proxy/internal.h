@@ -69,6 +69,14 @@
 
 /* ---- the runtime: one config generation, shared by all workers ---- */
 
+/*
+ * The control loop's async handle a worker sends when it holds a request
+ * (dm_rpool.held), so the power manager wakes a server without waiting for
+ * its next tick; NULL: none. Set by the control thread before the workers
+ * start, cleared after they stop.
+ */
+extern _Atomic(uv_async_t *) dm_hold_notify;
+
 struct dm_upstream;
 
 struct dm_rpool {
@@ -77,6 +85,9 @@ struct dm_rpool {
     struct dm_balancer *bal;
     /* Idle keep-alive server connections: idle[worker * sv->n + server]. */
     struct dm_upstream **idle;
+    /* Requests held by every worker because no server of the pool is awake
+     * (scale to zero, power.hold_timeout); the power manager wakes one. */
+    atomic_uint_fast64_t held;
     bool work;    /* the policy needs work or objects: track expected work, learn the catalog */
     bool hashing; /* the policy reads dm_pick.key */
 };
@@ -153,7 +164,7 @@ struct dm_req_free {
 /*
  * Kinds of timeout; each has its own list per worker, in deadline order.
  * DM_T_NONE is 0 so that a zeroed node is on no list. A client connection is
- * on at most one of the first three; a request with a timeouts.request bound
+ * on at most one of the first four; a request with a timeouts.request bound
  * is on the last one besides.
  */
 enum dm_tkind {
@@ -161,6 +172,7 @@ enum dm_tkind {
     DM_T_HEADER,    /* timeouts.client_header: the whole head, from its first byte or accept */
     DM_T_KEEPALIVE, /* timeouts.client_keepalive */
     DM_T_BODY,      /* timeouts.client_body: one window of the request body's minimum rate */
+    DM_T_HOLD,      /* power.hold_timeout: a request held while no server is awake */
     DM_T_REQUEST,   /* timeouts.request: a request's whole exchange (a node in struct dm_req) */
     DM_T_KINDS,
 };
@@ -238,5 +250,12 @@ void dm_admin_set_workers(struct dm_admin *a, struct dm_hosts *hosts, struct dm_
 void dm_admin_acked(struct dm_admin *a);
 /* The catalog whose counters GET /stats shows (borrowed, outlives the admin). */
 void dm_admin_set_catalog(struct dm_catalog *c);
+/*
+ * The power manager that GET /power shows and that the power actions go to
+ * (NULL: none), and the token the POST requests need (NULL: none; then only
+ * an admin listener bound to a loopback address takes them). Both borrowed.
+ */
+struct dm_powermgr;
+void dm_admin_set_power(struct dm_admin *a, struct dm_powermgr *pm, const char *token);
 
 #endif

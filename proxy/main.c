@@ -19,6 +19,7 @@
 #include "proxy/health.h"
 #include "proxy/internal.h"
 #include "proxy/log.h"
+#include "proxy/power.h"
 #include "proxy/worker.h"
 
 #define DM_VERSION "0.1.0"
@@ -39,6 +40,9 @@ struct control {
     struct dm_hosts *hosts; /* every server address seen, for the life of the process */
     uv_async_t acked;       /* workers acknowledged a command (worker.h) */
     bool acked_open;
+    uv_async_t held; /* a worker held a request: no server awake (dm_hold_notify) */
+    bool held_open;
+    struct dm_powermgr *power;
     const char *conf_path;
     bool stopping;
 };
@@ -174,6 +178,8 @@ reload(struct control *ctl)
     }
     dm_runtime_publish(rt);
     dm_workers_reload(ctl->workers, ctl->nworkers);
+    dm_power_reload(ctl->power, rt);
+    dm_admin_set_power(ctl->admin, ctl->power, rt->conf->admin_token);
     dm_health_stop(ctl->health, health_stopped, ctl->servers);
     if (health_start(ctl, rt) < 0) {
         dm_log_error("reload: out of memory: no health checks until the next reload");
@@ -191,6 +197,8 @@ control_close(struct control *ctl)
 {
     dm_admin_stop(ctl->admin);
     ctl->admin = NULL;
+    dm_power_stop(ctl->power);
+    ctl->power = NULL;
     dm_health_stop(ctl->health, health_stopped, ctl->servers);
     ctl->health = NULL;
     ctl->servers = NULL;
@@ -220,6 +228,26 @@ on_acked(uv_async_t *a)
 }
 
 static void
+on_held(uv_async_t *a)
+{
+    struct control *ctl = a->data;
+    dm_power_kick(ctl->power);
+}
+
+/* An async handle of the control loop that never keeps it alive; *open once made. */
+static int
+control_async(struct control *ctl, uv_async_t *a, uv_async_cb cb, bool *open)
+{
+    int r = uv_async_init(ctl->loop, a, cb);
+    if (r == 0) {
+        a->data = ctl;
+        *open = true;
+        uv_unref((uv_handle_t *)a);
+    }
+    return r;
+}
+
+static void
 on_signal(uv_signal_t *h, int signum)
 {
     struct control *ctl = h->data;
@@ -237,7 +265,8 @@ on_signal(uv_signal_t *h, int signum)
  */
 static int
 write_ports_file(const char *path, const struct dm_conf *c, const struct sockaddr_storage *bound,
-                 const struct sockaddr_storage *admin_bound)
+                 const struct sockaddr_storage *admin_bound,
+                 const struct sockaddr_storage *metrics_bound)
 {
     char at[DM_ADDR_TEXT];
     size_t cap = (c->nlisteners + 1) * (2 * DM_ADDR_TEXT + 16);
@@ -245,6 +274,7 @@ write_ports_file(const char *path, const struct dm_conf *c, const struct sockadd
         cap += strlen(c->listeners[i].text);
     }
     cap += c->admin.text != NULL ? strlen(c->admin.text) : 0;
+    cap += c->metrics.text != NULL ? strlen(c->metrics.text) + 2 * DM_ADDR_TEXT + 16 : 0;
     char *text = malloc(cap);
     if (text == NULL) {
         return -ENOMEM;
@@ -257,6 +287,11 @@ write_ports_file(const char *path, const struct dm_conf *c, const struct sockadd
     if (c->admin.text != NULL) {
         len += (size_t)snprintf(text + len, cap - len, "admin %s %s\n", c->admin.text,
                                 dm_addr_text((const struct sockaddr *)admin_bound, at, sizeof(at)));
+    }
+    if (c->metrics.text != NULL) {
+        len +=
+            (size_t)snprintf(text + len, cap - len, "metrics %s %s\n", c->metrics.text,
+                             dm_addr_text((const struct sockaddr *)metrics_bound, at, sizeof(at)));
     }
 
     size_t tmp_len = strlen(path) + 32;
@@ -375,6 +410,7 @@ main(int argc, char **argv)
     uint64_t shutdown_ms = 0; /* 0 while starting: a failure stops the workers at once */
     struct sockaddr_storage *bound = NULL;
     struct sockaddr_storage admin_bound = { 0 };
+    struct sockaddr_storage metrics_bound = { 0 };
     struct control ctl = { .conf_path = conf_path };
     if (test_only) {
         printf("configuration ok\n");
@@ -442,17 +478,15 @@ main(int argc, char **argv)
         fprintf(stderr, "dimmer: cannot handle signals: %s\n", uv_strerror(r));
         goto close_control;
     }
-    /* The workers' acknowledgements of commands; it never keeps the loop
-     * alive, and it is closed only once the workers are joined. */
-    r = uv_async_init(ctl.loop, &ctl.acked, on_acked);
-    if (r < 0) {
+    /* The workers' acknowledgements of commands, and their held requests;
+     * neither keeps the loop alive, and both close once the workers are joined. */
+    if ((r = control_async(&ctl, &ctl.acked, on_acked, &ctl.acked_open)) < 0 ||
+        (r = control_async(&ctl, &ctl.held, on_held, &ctl.held_open)) < 0) {
         fprintf(stderr, "dimmer: cannot make the control loop: %s\n", uv_strerror(r));
         goto close_control;
     }
-    ctl.acked.data = &ctl;
-    ctl.acked_open = true;
-    uv_unref((uv_handle_t *)&ctl.acked);
     dm_workers_set_notify(&ctl.acked);
+    atomic_store(&dm_hold_notify, &ctl.held);
     const struct dm_conf *cf = ctl.rt->conf;
     bound = calloc(cf->nlisteners, sizeof(*bound));
     if (bound == NULL) {
@@ -473,6 +507,15 @@ main(int argc, char **argv)
         goto close_control;
     }
     dm_admin_set_workers(ctl.admin, ctl.hosts, ctl.workers, ctl.nworkers);
+    ctl.power = dm_power_start(ctl.loop, ctl.rt, ctl.workers, ctl.nworkers, &metrics_bound, &r);
+    if (ctl.power == NULL) {
+        fprintf(stderr, "dimmer: cannot start the power manager%s%s: %s\n",
+                cf->metrics.text != NULL ? " on metrics address " : "",
+                cf->metrics.text != NULL ? cf->metrics.text : "",
+                r < -1000 ? uv_strerror(r) : strerror(-r));
+        goto stop_workers;
+    }
+    dm_admin_set_power(ctl.admin, ctl.power, cf->admin_token);
     for (size_t i = 0; i < cf->nlisteners; i++) {
         char at[DM_ADDR_TEXT];
         dm_log_info("listening on %s (%u workers)",
@@ -483,7 +526,8 @@ main(int argc, char **argv)
         goto stop_workers;
     }
     /* Last, so that whoever waits for the file finds everything listening. */
-    if (ports_file != NULL && (r = write_ports_file(ports_file, cf, bound, &admin_bound)) < 0) {
+    if (ports_file != NULL &&
+        (r = write_ports_file(ports_file, cf, bound, &admin_bound, &metrics_bound)) < 0) {
         fprintf(stderr, "dimmer: cannot write --ports-file %s: %s\n", ports_file, strerror(-r));
         goto stop_workers;
     }
@@ -502,6 +546,10 @@ close_control:
     if (ctl.acked_open) {
         dm_workers_set_notify(NULL);
         uv_close((uv_handle_t *)&ctl.acked, NULL);
+    }
+    if (ctl.held_open) {
+        atomic_store(&dm_hold_notify, NULL);
+        uv_close((uv_handle_t *)&ctl.held, NULL);
     }
     uv_run(ctl.loop, UV_RUN_DEFAULT);
     uv_loop_close(ctl.loop);

@@ -272,6 +272,8 @@ worker_commands(struct dm_worker *w)
         }
     }
     w->cmd_seen = epoch;
+    /* A command may have made a server usable: held requests try again. */
+    dm_clients_hold_retry(w);
     uv_prepare_start(&w->ack, ack_cb);
 }
 

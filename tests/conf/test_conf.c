@@ -1243,6 +1243,146 @@ test_from_args_reports_each_bad_flag(void **state)
     dm_conf_errors_fini(&err);
 }
 
+/* ---- power ---- */
+
+#define POWER_POOL(block, server)                                                                  \
+    "pools:\n"                                                                                     \
+    "  web:\n"                                                                                     \
+    "    power:\n" block "    servers:\n"                                                          \
+    "      - name: a\n"                                                                            \
+    "        address: 127.0.0.1:9001\n" server
+
+static void
+test_power_keys_are_read(void **state)
+{
+    (void)state;
+    char key[] = "/tmp/dimmer-conf-key-XXXXXX";
+    int fd = mkstemp(key);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, "k3y\n", 4), 4);
+    close(fd);
+    char yaml[4096];
+    snprintf(yaml, sizeof(yaml),
+             LISTEN "power:\n  metrics: 127.0.0.1:0\n  key_file: %s\n  report_max_age: 2s\n"
+                    "  admin_token_file: %s\n" POWER_POOL(
+                        "      policy: multi\n      period: 3s\n      trend_interval: 500ms\n"
+                        "      min_active: 0\n      min_change_interval: 4s\n      t1: 55\n"
+                        "      step: 4\n      tcp_max: 150\n      full_w: 90\n"
+                        "      weights: {multi: [0.3, 0.2, -0.2, -0.3], little_spare: "
+                        "[0.02, 0.01, -0.2, -0.3]}\n      tier_low: 50\n      tier_high: 80\n"
+                        "      boot_time: 2s\n      boot_timeout: 9s\n      drain_timeout: 8s\n"
+                        "      delay_off: 7s\n      margin: 0.5\n      slow_start: 0\n"
+                        "      hold_timeout: 6s\n      hold_queue: 5\n      wake: first\n"
+                        "      sleep: last\n      tcp: agent\n",
+                        "        power:\n          idle_w: 30\n          mac: 02:00:00:00:00:0A\n"
+                        "          wol_to: 127.0.0.1:4009\n          control: 127.0.0.1:9101\n"
+                        "          agent: web-a\n"),
+             key, key);
+    struct dm_conf *c = load_ok(yaml);
+    unlink(key);
+    assert_int_equal(c->metrics_key_len, 3);
+    assert_memory_equal(c->metrics_key, "k3y", 3);
+    assert_string_equal(c->admin_token, "k3y");
+    assert_int_equal(c->report_max_age_ms, 2000);
+    assert_non_null(c->metrics.text);
+    const struct dm_conf_power *pw = &c->pools[0].power;
+    assert_true(pw->enabled);
+    assert_string_equal(pw->policy, "multi");
+    assert_int_equal(pw->period_ms, 3000);
+    assert_int_equal(pw->trend_interval_ms, 500);
+    assert_int_equal(pw->min_active, 0);
+    assert_int_equal(pw->min_change_ms, 4000);
+    assert_true(pw->t1_w == 55 && pw->step_w == 4 && pw->tcp_max == 150 && pw->full_w == 90);
+    assert_true(pw->normal.alpha == 0.3 && pw->normal.neg_alpha == -0.3);
+    assert_true(pw->tiers[2].alpha == 0.02 && pw->tiers[0].alpha == 0.15);
+    assert_true(pw->tier_low_w == 50 && pw->tier_high_w == 80);
+    assert_int_equal(pw->boot_ms, 2000);
+    assert_int_equal(pw->boot_timeout_ms, 9000);
+    assert_int_equal(pw->drain_timeout_ms, 8000);
+    assert_int_equal(pw->delay_off_ms, 7000);
+    assert_true(pw->margin == 0.5);
+    assert_int_equal(pw->slow_start_ms, 0);
+    assert_int_equal(pw->hold_timeout_ms, 6000);
+    assert_int_equal(pw->hold_queue, 5);
+    assert_int_equal(pw->wake_rule, DM_WAKE_FIRST);
+    assert_int_equal(pw->sleep_rule, DM_SLEEP_LAST);
+    assert_int_equal(pw->tcp_source, DM_TCP_AGENT);
+    const struct dm_conf_server_power *sp = &c->pools[0].servers[0].power;
+    assert_true(sp->idle_w == 30 && sp->full_w == 90 && sp->booting_w == 90 && sp->asleep_w == 3);
+    assert_int_equal(sp->wake, DM_ACT_WOL);
+    assert_int_equal(sp->sleep, DM_ACT_HTTP);
+    assert_true(sp->has_mac && sp->mac[5] == 0x0a);
+    assert_ipv4(&sp->wol_to, "127.0.0.1", 4009);
+    assert_ipv4(&sp->control, "127.0.0.1", 9101);
+    assert_string_equal(sp->agent, "web-a");
+    dm_conf_destroy(c);
+
+    /* Defaults: boot-aware, the seed's numbers, the agent named as the server. */
+    c = load_ok(
+        LISTEN POWER_POOL("      period: 5s\n", "        power: {wake_command: 'x {host}'}\n"));
+    pw = &c->pools[0].power;
+    assert_string_equal(pw->policy, "boot-aware");
+    assert_true(pw->t1_w == 60 && pw->step_w == 5 && pw->tcp_max == 200 && pw->full_w == 70);
+    assert_int_equal(pw->boot_ms, 7000);
+    assert_int_equal(pw->min_active, 1);
+    sp = &c->pools[0].servers[0].power;
+    assert_int_equal(sp->wake, DM_ACT_COMMAND);
+    assert_int_equal(sp->sleep, DM_ACT_NONE);
+    assert_string_equal(sp->agent, "a");
+    assert_true(sp->full_w == 70 && sp->idle_w == 40);
+    dm_conf_destroy(c);
+
+    /* No power block, or power: off: not managed. */
+    c = load_ok(LISTEN POOL_WEB);
+    assert_false(c->pools[0].power.enabled);
+    dm_conf_destroy(c);
+    c = load_ok(LISTEN POOL_WEB "    power: off\n");
+    assert_false(c->pools[0].power.enabled);
+    dm_conf_destroy(c);
+}
+
+static void
+test_power_errors(void **state)
+{
+    (void)state;
+    expect_error(LISTEN POWER_POOL("      policy: mulit\n", ""),
+                 "t.yaml:5:15: unknown power policy \"mulit\" (did you mean \"multi\"? known: "
+                 "always-on, single, dual, multi, flexible, boot-aware)");
+    expect_error(LISTEN POWER_POOL("      weights: {multi: [0.1, 0.2, -0.1, -0.2]}\n", ""),
+                 "t.yaml:5:24: multi: expected alpha > beta > 0 > -beta > -alpha");
+    expect_error(LISTEN POWER_POOL("      weights: {normal: [0.1, 0.05]}\n", ""),
+                 "t.yaml:5:25: normal: expected four numbers [alpha, beta, -beta, -alpha], got 2");
+    expect_error(LISTEN POWER_POOL("      perod: 5s\n", ""),
+                 "t.yaml:5:7: unknown key \"perod\" (did you mean \"period\"?)");
+    expect_error(LISTEN POWER_POOL("      period: 0\n", ""),
+                 "t.yaml:5:15: period must be more than 0");
+    expect_error(LISTEN POWER_POOL("      tier_low: 70\n      tier_high: 60\n", ""),
+                 "t.yaml:5:7: pool \"web\": power: tier_low (70) is above tier_high (60)");
+    expect_error(LISTEN POWER_POOL("      wake: random\n", ""),
+                 "t.yaml:5:13: unknown wake rule \"random\" (known: most-efficient, first)");
+    expect_error(LISTEN POWER_POOL("", "        power: {wake: wol}\n"),
+                 "t.yaml:8:16: pool \"web\": server \"a\": wake: wol needs \"mac\"");
+    expect_error(LISTEN POWER_POOL("", "        power: {mac: '02:00:00:00:00'}\n"),
+                 "t.yaml:8:22: bad MAC address \"02:00:00:00:00\" (want aa:bb:cc:dd:ee:ff)");
+    expect_error(LISTEN POWER_POOL("", "        power: {sleep: wol, mac: '02:00:00:00:00:01'}\n"),
+                 "t.yaml:8:24: sleep: wol can only wake (use http or command)");
+    expect_error(LISTEN POWER_POOL("", "        power: {sleep: http}\n"),
+                 "t.yaml:8:16: pool \"web\": server \"a\": http actuator needs \"control\"");
+    expect_error(LISTEN POWER_POOL("", "        power: {agent: 'a b'}\n"),
+                 "t.yaml:8:24: bad agent name \"a b\" (1 to 63 of A-Z a-z 0-9 . _ -)");
+    expect_error(LISTEN "power: {metrics: 127.0.0.1:0}\n" POOL_WEB,
+                 "t.yaml:2:8: power: metrics needs key_file (reports are signed with it)");
+    expect_error(LISTEN "power: {key_file: /nonexistent/k}\n" POOL_WEB,
+                 "t.yaml:2:19: key_file \"/nonexistent/k\": No such file or directory");
+    /* A power-managed pool's servers are its own. */
+    expect_error(
+        LISTEN POWER_POOL(
+            "      policy: multi\n",
+            "") "  other:\n    servers:\n      - name: b\n        address: 127.0.0.1:9001\n",
+        "t.yaml:3:3: pool \"web\": server \"a\" (127.0.0.1:9001) is also server \"b\" of "
+        "pool \"other\": a power-managed pool's servers must be its own");
+}
+
 int
 main(void)
 {
@@ -1284,6 +1424,8 @@ main(void)
         cmocka_unit_test(test_load_string_reads_only_len_bytes),
         cmocka_unit_test(test_from_args_builds_one_pool),
         cmocka_unit_test(test_from_args_reports_each_bad_flag),
+        cmocka_unit_test(test_power_keys_are_read),
+        cmocka_unit_test(test_power_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

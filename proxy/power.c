@@ -1,0 +1,1421 @@
+/*
+ * The power manager (proxy/power.h): metrics in, the policy asked, servers
+ * moved through their states, actuators run. Control thread only.
+ *
+ * One timer ticks every POWER_TICK_MS: each pool's trend is read every
+ * trend_interval and its policy asked then; what the policy says is done at
+ * once when it says so (rapid classes; boot-aware's scale-up), else once per
+ * period. Draining, booting and failed servers are looked at every tick.
+ */
+#include "proxy/power.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <time.h>
+
+#include "balancers/hosts.h"
+#include "balancers/servers.h"
+#include "conf/conf.h"
+#include "power/policy.h"
+#include "power/report.h"
+#include "power/wol.h"
+#include "proxy/internal.h"
+#include "proxy/log.h"
+#include "proxy/worker.h"
+
+#define POWER_TICK_MS  100
+#define DECISIONS      32
+#define DECISION_TEXT  400
+#define POLICY_STATE   256 /* bytes of a policy's own state at most */
+#define HTTP_REPLY_MAX 256
+
+enum pm_state { PM_ACTIVE, PM_DRAINING, PM_SLEEPING, PM_BOOTING, PM_FAILED, PM_MAINT };
+static const char *const state_names[] = { "active",  "draining", "sleeping",
+                                           "booting", "failed",   "maint" };
+static const int state_power[] = { DM_POWER_AWAKE,   DM_POWER_DRAINING, DM_POWER_ASLEEP,
+                                   DM_POWER_BOOTING, DM_POWER_FAILED,   DM_POWER_MAINT };
+
+enum pm_act_kind { ACT_WAKE, ACT_SLEEP };
+
+struct pm_server;
+
+/* One actuator run in flight: a command, an HTTP POST, or nothing (WOL is one datagram). */
+struct pm_action {
+    struct pm_server *s; /* NULL once the manager stopped or forgot the server */
+    enum pm_act_kind kind;
+    enum dm_power_act how;
+    uv_process_t proc;
+    uv_tcp_t tcp;
+    uv_connect_t creq;
+    uv_write_t wreq;
+    uv_timer_t timer;
+    unsigned open; /* handles not yet closed */
+    bool tcp_init, proc_init;
+    bool running; /* the process has not exited yet */
+    bool done;
+    char *req;
+    char reply[HTTP_REPLY_MAX];
+    size_t reply_len;
+    struct dm_powermgr *pm;
+};
+
+struct pm_pool;
+
+struct pm_server {
+    struct dm_host *h;
+    struct pm_pool *pool;            /* NULL: not power-managed (any more) */
+    const struct dm_conf_server *cf; /* in pm->rt's config */
+    const struct dm_conf_pool *pcf;  /* its pool's */
+    size_t index;                    /* in its pool's servers */
+    enum pm_state state;
+    uint64_t since_us, last_change_us, last_action_us;
+    uint64_t epoch; /* of the last power command */
+    bool held;      /* the operator's: the policy leaves it alone */
+    /* The agent's last accepted report. */
+    uint64_t last_seq, report_us, agent_tcp;
+    double agent_w, measured_w;
+    bool has_measured, has_report;
+    /* This tick's figures. */
+    double est_w, tcp;
+    const char *w_source, *tcp_source;
+    double energy_wh;
+    uint64_t energy_us;
+    struct pm_action *action;
+    enum pm_act_kind pending; /* an action asked while one ran */
+    bool has_pending;
+    uint64_t actions, action_failures;
+};
+
+struct pm_pool {
+    char *name;
+    size_t index; /* in pm->rt */
+    const struct dm_conf_pool *cf;
+    const struct dm_power_ops *ops;
+    struct dm_power_params params;
+    _Alignas(max_align_t) unsigned char state[POLICY_STATE];
+    double last_tcp;
+    bool have_tcp;
+    uint64_t next_trend_us, last_period_us;
+    struct dm_power_metrics m;
+    struct dm_power_target target;
+    const struct dm_power_weights *w; /* the tier flexible used, for /power */
+    long pinned;                      /* -1: the policy decides */
+    bool present;                     /* in the current config */
+};
+
+struct decision {
+    uint64_t unix_ms;
+    char text[DECISION_TEXT];
+};
+
+struct dm_powermgr {
+    uv_loop_t *loop;
+    struct dm_runtime *rt; /* a reference: the config every pointer above is in */
+    struct dm_worker *ws;
+    unsigned nws;
+    uv_timer_t tick;
+    uv_udp_t metrics;
+    uv_udp_t wol;
+    bool metrics_open, wol_open, tick_open;
+    unsigned open; /* handles not yet closed, while stopping */
+    bool stopping;
+    struct pm_server **servers;
+    size_t nservers;
+    struct pm_pool **pools;
+    size_t npools;
+    uint64_t reports[DM_REPORT_VERDICTS];
+    struct decision decisions[DECISIONS];
+    size_t ndecisions; /* ever made; the last DECISIONS are kept */
+    char rbuf[DM_REPORT_MAX + 1];
+};
+
+static uint64_t
+unix_ms(void)
+{
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    return (uint64_t)tv.tv_sec * 1000 + (uint64_t)tv.tv_usec / 1000;
+}
+
+static void __attribute__((format(printf, 3, 4)))
+decision(struct dm_powermgr *pm, const struct pm_pool *p, const char *fmt, ...)
+{
+    struct decision *d = &pm->decisions[pm->ndecisions++ % DECISIONS];
+    d->unix_ms = unix_ms();
+    int n = snprintf(d->text, sizeof(d->text), "pool %s: ", p != NULL ? p->name : "-");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(d->text + n, sizeof(d->text) - (size_t)n, fmt, ap);
+    va_end(ap);
+    dm_log_info("power: %s", d->text);
+}
+
+/* ---- actuators ---- */
+
+static void action_finish(struct pm_action *a, bool ok, const char *what);
+
+static void
+action_closed(uv_handle_t *h)
+{
+    struct pm_action *a = h->data;
+    if (--a->open == 0) {
+        free(a->req);
+        free(a);
+    }
+}
+
+/* Closes the action's handles (the timer always; the socket or process once made). */
+static void
+action_close(struct pm_action *a)
+{
+    uv_close((uv_handle_t *)&a->timer, action_closed);
+    if (a->tcp_init) {
+        uv_close((uv_handle_t *)&a->tcp, action_closed);
+    }
+    /* A process is closed once it exited (or never started): an exit
+     * callback may still come for one that runs, killed at the timeout. */
+    if (a->proc_init && !a->running) {
+        uv_close((uv_handle_t *)&a->proc, action_closed);
+    }
+}
+
+static void run_action(struct dm_powermgr *pm, struct pm_server *s, enum pm_act_kind kind);
+
+/* The action's outcome, logged, once; then its handles close. */
+static void
+action_finish(struct pm_action *a, bool ok, const char *what)
+{
+    if (a->done) {
+        return;
+    }
+    a->done = true;
+    struct pm_server *s = a->s;
+    if (s != NULL) {
+        s->action = NULL;
+        if (!ok) {
+            s->action_failures++;
+        }
+        dm_log(ok ? DM_LOG_INFO : DM_LOG_WARN, "power: %s %s (%s): %s",
+               a->kind == ACT_WAKE ? "wake" : "sleep", s->cf != NULL ? s->cf->name : "?",
+               a->how == DM_ACT_HTTP ? "http" : "command", what);
+        if (s->has_pending && a->pm != NULL && !a->pm->stopping) {
+            s->has_pending = false;
+            run_action(a->pm, s, s->pending);
+        }
+    }
+    action_close(a);
+}
+
+static void
+action_timeout(uv_timer_t *t)
+{
+    struct pm_action *a = t->data;
+    if (a->running) {
+        uv_process_kill(&a->proc, SIGKILL); /* the exit callback finishes it */
+        dm_log_warn("power: command for %s timed out: killed",
+                    a->s != NULL && a->s->cf != NULL ? a->s->cf->name : "?");
+        return;
+    }
+    action_finish(a, false, "timed out");
+}
+
+static void
+command_exited(uv_process_t *p, int64_t status, int signo)
+{
+    struct pm_action *a = p->data;
+    a->running = false;
+    if (a->done) {
+        /* Finished already (the manager stopped): only the handle is left. */
+        uv_close((uv_handle_t *)&a->proc, action_closed);
+        return;
+    }
+    char what[64];
+    if (signo != 0) {
+        snprintf(what, sizeof(what), "killed by signal %d", signo);
+    } else {
+        snprintf(what, sizeof(what), "exit status %lld", (long long)status);
+    }
+    action_finish(a, status == 0 && signo == 0, what);
+}
+
+/* "{host}", "{port}", "{name}" and "{mac}" of the template, replaced. */
+static char *
+expand(const char *tpl, const struct dm_conf_server *cs)
+{
+    char host[INET6_ADDRSTRLEN] = "", port[8] = "", mac[18] = "";
+    const struct sockaddr_storage *sa = &cs->addr.sa;
+    if (sa->ss_family == AF_INET6) {
+        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)sa;
+        inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host));
+        snprintf(port, sizeof(port), "%u", ntohs(in6->sin6_port));
+    } else {
+        const struct sockaddr_in *in4 = (const struct sockaddr_in *)sa;
+        inet_ntop(AF_INET, &in4->sin_addr, host, sizeof(host));
+        snprintf(port, sizeof(port), "%u", ntohs(in4->sin_port));
+    }
+    const uint8_t *m = cs->power.mac;
+    if (cs->power.has_mac) {
+        snprintf(mac, sizeof(mac), "%02x:%02x:%02x:%02x:%02x:%02x", m[0], m[1], m[2], m[3], m[4],
+                 m[5]);
+    }
+    const char *keys[] = { "{host}", "{port}", "{name}", "{mac}" };
+    const char *vals[] = { host, port, cs->name != NULL ? cs->name : "", mac };
+    struct dm_sbuf b = { 0 };
+    for (const char *p = tpl; *p != 0;) {
+        size_t k = 0;
+        for (; k < 4; k++) {
+            size_t kl = strlen(keys[k]);
+            if (strncmp(p, keys[k], kl) == 0) {
+                dm_sb_printf(&b, "%s", vals[k]);
+                p += kl;
+                break;
+            }
+        }
+        if (k == 4) {
+            dm_sb_printf(&b, "%c", *p++);
+        }
+    }
+    return b.p != NULL ? b.p : strdup("");
+}
+
+static bool
+start_command(struct dm_powermgr *pm, struct pm_action *a, const char *tpl)
+{
+    a->req = expand(tpl, a->s->cf);
+    if (a->req == NULL) {
+        return false;
+    }
+    char *args[] = { "/bin/sh", "-c", a->req, NULL };
+    uv_stdio_container_t io[3] = { { .flags = UV_IGNORE },
+                                   { .flags = UV_INHERIT_FD, .data.fd = 2 },
+                                   { .flags = UV_INHERIT_FD, .data.fd = 2 } };
+    uv_process_options_t o = {
+        .exit_cb = command_exited,
+        .file = "/bin/sh",
+        .args = args,
+        .stdio_count = 3,
+        .stdio = io,
+    };
+    a->proc.data = a;
+    /* uv_spawn initializes the handle even when it fails: it is closed either way. */
+    a->proc_init = true;
+    a->open++;
+    int r = uv_spawn(pm->loop, &a->proc, &o);
+    if (r < 0) {
+        dm_log_warn("power: cannot run \"%s\": %s", a->req, uv_strerror(r));
+        return false;
+    }
+    a->running = true;
+    dm_log_info("power: running \"%s\" (pid %d)", a->req, a->proc.pid);
+    return true;
+}
+
+static void
+http_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf)
+{
+    struct pm_action *a = st->data;
+    (void)buf;
+    if (n > 0) {
+        a->reply_len += (size_t)n;
+    }
+    char *eol = memchr(a->reply, '\n', a->reply_len);
+    if (eol != NULL || n < 0 || a->reply_len >= sizeof(a->reply) - 1) {
+        a->reply[eol != NULL ? (size_t)(eol - a->reply) : a->reply_len] = 0;
+        size_t l = strlen(a->reply);
+        if (l > 0 && a->reply[l - 1] == '\r') {
+            a->reply[l - 1] = 0;
+        }
+        bool ok = strncmp(a->reply, "HTTP/1.", 7) == 0 && a->reply[9] == '2';
+        action_finish(a, ok, a->reply_len > 0 ? a->reply : "connection closed without an answer");
+    }
+}
+
+static void
+http_alloc(uv_handle_t *h, size_t sz, uv_buf_t *buf)
+{
+    struct pm_action *a = h->data;
+    (void)sz;
+    *buf = uv_buf_init(a->reply + a->reply_len, (unsigned)(sizeof(a->reply) - 1 - a->reply_len));
+}
+
+static void
+http_written(uv_write_t *w, int status)
+{
+    struct pm_action *a = w->data;
+    if (status < 0) {
+        action_finish(a, false, uv_strerror(status));
+    }
+}
+
+static void
+http_connected(uv_connect_t *c, int status)
+{
+    struct pm_action *a = c->data;
+    if (a->done) {
+        return;
+    }
+    if (status < 0) {
+        action_finish(a, false, uv_strerror(status));
+        return;
+    }
+    uv_buf_t b = uv_buf_init(a->req, (unsigned)strlen(a->req));
+    a->wreq.data = a;
+    int r = uv_write(&a->wreq, (uv_stream_t *)&a->tcp, &b, 1, http_written);
+    if (r == 0) {
+        r = uv_read_start((uv_stream_t *)&a->tcp, http_alloc, http_read);
+    }
+    if (r < 0) {
+        action_finish(a, false, uv_strerror(r));
+    }
+}
+
+static bool
+start_http(struct dm_powermgr *pm, struct pm_action *a)
+{
+    const struct dm_conf_addr *ctl = &a->s->cf->power.control;
+    struct dm_sbuf b = { 0 };
+    dm_sb_printf(&b,
+                 "POST /%s HTTP/1.1\r\nHost: %s\r\nUser-Agent: dimmer\r\nContent-Length: 0\r\n"
+                 "Connection: close\r\n\r\n",
+                 a->kind == ACT_WAKE ? "wake" : "sleep", ctl->text);
+    a->req = b.p;
+    if (a->req == NULL || uv_tcp_init(pm->loop, &a->tcp) < 0) {
+        return false;
+    }
+    a->tcp.data = a;
+    a->tcp_init = true;
+    a->open++;
+    a->creq.data = a;
+    int r = uv_tcp_connect(&a->creq, &a->tcp, (const struct sockaddr *)&ctl->sa, http_connected);
+    if (r < 0) {
+        dm_log_warn("power: cannot connect to %s: %s", ctl->text, uv_strerror(r));
+        return false;
+    }
+    return true;
+}
+
+static void
+wol_sent(uv_udp_send_t *req, int status)
+{
+    if (status < 0) {
+        dm_log_warn("power: wake-on-LAN packet not sent: %s", uv_strerror(status));
+    }
+    free(req);
+}
+
+/* The magic packet to the server's wol_to; one datagram, nothing to wait for. */
+static bool
+send_wol(struct dm_powermgr *pm, struct pm_server *s)
+{
+    if (!pm->wol_open) {
+        return false;
+    }
+    struct {
+        uv_udp_send_t req;
+        uint8_t pkt[DM_WOL_PACKET];
+    } *m = malloc(sizeof(*m));
+    if (m == NULL) {
+        return false;
+    }
+    size_t len = dm_wol_packet(s->cf->power.mac, m->pkt);
+    uv_buf_t b = uv_buf_init((char *)m->pkt, (unsigned)len);
+    int r = uv_udp_send(&m->req, &pm->wol, &b, 1, (const struct sockaddr *)&s->cf->power.wol_to.sa,
+                        wol_sent);
+    if (r < 0) {
+        free(m);
+        dm_log_warn("power: wake-on-LAN to %s: %s", s->cf->power.wol_to.text, uv_strerror(r));
+        return false;
+    }
+    dm_log_info("power: wake %s: magic packet to %s", s->cf->name, s->cf->power.wol_to.text);
+    return true;
+}
+
+/*
+ * Runs s's wake or sleep actuator; never two at once for one server (a
+ * second is run once the first is done), never blocking the loop.
+ */
+static void
+run_action(struct dm_powermgr *pm, struct pm_server *s, enum pm_act_kind kind)
+{
+    const struct dm_conf_server_power *sp = &s->cf->power;
+    enum dm_power_act how = kind == ACT_WAKE ? sp->wake : sp->sleep;
+    if (s->action != NULL) {
+        s->pending = kind;
+        s->has_pending = true;
+        return;
+    }
+    s->actions++;
+    s->last_action_us = dm_mono_us();
+    if (how == DM_ACT_NONE) {
+        dm_log_info(
+            "power: %s %s: no actuator (%s)", kind == ACT_WAKE ? "wake" : "sleep", s->cf->name,
+            kind == ACT_WAKE ? "it is expected to come up by itself" : "left idle, not suspended");
+        return;
+    }
+    if (how == DM_ACT_WOL) {
+        if (!send_wol(pm, s)) {
+            s->action_failures++;
+        }
+        return;
+    }
+    struct pm_action *a = calloc(1, sizeof(*a));
+    if (a == NULL) {
+        s->action_failures++;
+        return;
+    }
+    a->s = s;
+    a->pm = pm;
+    a->kind = kind;
+    a->how = how;
+    uv_timer_init(pm->loop, &a->timer);
+    a->timer.data = a;
+    a->open = 1;
+    s->action = a;
+    bool ok = how == DM_ACT_HTTP
+                  ? start_http(pm, a)
+                  : start_command(pm, a, kind == ACT_WAKE ? sp->wake_command : sp->sleep_command);
+    if (!ok) {
+        action_finish(a, false, "could not start");
+        return;
+    }
+    uv_timer_start(&a->timer, action_timeout, s->pcf->power.command_timeout_ms, 0);
+}
+
+/* ---- server states ---- */
+
+static void
+set_state(struct dm_powermgr *pm, struct pm_server *s, enum pm_state st, uint64_t now)
+{
+    s->state = st;
+    s->since_us = now;
+    s->last_change_us = now;
+    s->epoch = dm_workers_set_power(pm->ws, pm->nws, s->h, state_power[st], now);
+}
+
+static void
+start_drain(struct dm_powermgr *pm, struct pm_server *s, uint64_t now)
+{
+    set_state(pm, s, PM_DRAINING, now);
+}
+
+static void
+go_to_sleep(struct dm_powermgr *pm, struct pm_server *s, uint64_t now)
+{
+    /* Down until its health check passes again after a wake. */
+    if (s->pcf->health.enabled) {
+        atomic_store(&s->h->down, true);
+    }
+    set_state(pm, s, PM_SLEEPING, now);
+    run_action(pm, s, ACT_SLEEP);
+}
+
+static void
+wake(struct dm_powermgr *pm, struct pm_server *s, uint64_t now)
+{
+    if (s->pcf->health.enabled) {
+        atomic_store(&s->h->down, true);
+    }
+    set_state(pm, s, PM_BOOTING, now);
+    run_action(pm, s, ACT_WAKE);
+}
+
+static void
+activate(struct dm_powermgr *pm, struct pm_server *s, uint64_t now)
+{
+    uint64_t ramp = s->pcf->power.slow_start_ms * 1000;
+    atomic_store(&s->h->ramp_from_us, ramp > 0 ? now : 0);
+    atomic_store(&s->h->ramp_until_us, ramp > 0 ? now + ramp : 0);
+    set_state(pm, s, PM_ACTIVE, now);
+}
+
+/* ---- metrics ---- */
+
+static bool
+report_fresh(const struct pm_server *s, uint64_t now)
+{
+    return s->has_report && now - s->report_us <= s->pcf->power.report_timeout_ms * 1000;
+}
+
+/* This tick's power and TCP figures of s, and its energy up to now. */
+static void
+measure(struct pm_server *s, uint64_t now)
+{
+    const struct dm_conf_server_power *sp = &s->cf->power;
+    const struct dm_conf_power *pw = &s->pcf->power;
+    double inflight = (double)dm_counter_get(&s->h->inflight);
+    double bound = (double)dm_counter_get(&s->h->bound);
+    bool fresh = report_fresh(s, now);
+    if (pw->tcp_source == DM_TCP_AGENT && fresh) {
+        s->tcp = (double)s->agent_tcp;
+        s->tcp_source = "agent";
+    } else {
+        /* The seed's clients connected to the servers themselves: behind a
+         * proxy the same count is the client connections bound to it, or,
+         * without connection affinity, the requests in flight on it. */
+        s->tcp = bound > inflight ? bound : inflight;
+        s->tcp_source = "proxy";
+    }
+    double w;
+    const char *src;
+    switch (s->state) {
+    case PM_SLEEPING:
+        w = sp->asleep_w;
+        src = "model";
+        break;
+    case PM_BOOTING:
+    case PM_FAILED:
+        w = sp->booting_w;
+        src = "model";
+        break;
+    default:
+        if (fresh) {
+            w = s->has_measured ? s->measured_w : s->agent_w;
+            src = s->has_measured ? "agent-measured" : "agent";
+        } else {
+            double cap = s->cf->capacity > 0 ? s->cf->capacity : 1;
+            double u = inflight / cap;
+            double ut = pw->tcp_max > 0 ? s->tcp / pw->tcp_max : 0;
+            u = u > ut ? u : ut;
+            u = u > 1 ? 1 : u;
+            w = sp->idle_w + (sp->full_w - sp->idle_w) * u;
+            src = "proxy";
+        }
+        break;
+    }
+    if (s->energy_us != 0 && now > s->energy_us) {
+        s->energy_wh += s->est_w * (double)(now - s->energy_us) / 3.6e9;
+    }
+    s->energy_us = now;
+    s->est_w = w;
+    s->w_source = src;
+}
+
+/* ---- choosing servers ---- */
+
+static bool
+can_change(const struct pm_server *s, uint64_t now)
+{
+    const struct dm_conf_power *pw = &s->pcf->power;
+    return !s->held && s->action == NULL && now - s->last_change_us >= pw->min_change_ms * 1000 &&
+           now - s->last_action_us >= pw->action_interval_ms * 1000;
+}
+
+/* Watts at full use per unit of capacity: lower is more efficient. */
+static double
+cost(const struct pm_server *s)
+{
+    return s->cf->power.full_w / (s->cf->capacity > 0 ? s->cf->capacity : 1);
+}
+
+/* The server to wake next (sleeping, allowed to change), or NULL. */
+static struct pm_server *
+wake_choice(struct dm_powermgr *pm, struct pm_pool *p, uint64_t now, bool urgent)
+{
+    struct pm_server *best = NULL;
+    for (size_t i = 0; i < pm->nservers; i++) {
+        struct pm_server *s = pm->servers[i];
+        if (s->pool != p || s->state != PM_SLEEPING || s->held ||
+            s->cf->power.wake == DM_ACT_NONE) {
+            continue;
+        }
+        /* A request held with nothing awake does not wait for the interval. */
+        if (!urgent && !can_change(s, now)) {
+            continue;
+        }
+        if (best == NULL) {
+            best = s;
+        } else if (p->cf->power.wake_rule == DM_WAKE_EFFICIENT && cost(s) < cost(best)) {
+            best = s;
+        }
+    }
+    return best;
+}
+
+static struct pm_server *
+sleep_choice(struct dm_powermgr *pm, struct pm_pool *p, uint64_t now)
+{
+    struct pm_server *best = NULL;
+    for (size_t i = 0; i < pm->nservers; i++) {
+        struct pm_server *s = pm->servers[i];
+        if (s->pool != p || s->state != PM_ACTIVE || !can_change(s, now) ||
+            s->cf->power.wake == DM_ACT_NONE) {
+            continue; /* one that cannot be woken again is never slept */
+        }
+        if (best == NULL || p->cf->power.sleep_rule == DM_SLEEP_LAST) {
+            best = s;
+        } else {
+            double ls = s->tcp + (double)dm_counter_get(&s->h->inflight);
+            double lb = best->tcp + (double)dm_counter_get(&best->h->inflight);
+            if (ls < lb) {
+                best = s;
+            }
+        }
+    }
+    return best;
+}
+
+static void
+count(struct dm_powermgr *pm, struct pm_pool *p, unsigned *active, unsigned *booting,
+      unsigned *draining)
+{
+    *active = *booting = *draining = 0;
+    for (size_t i = 0; i < pm->nservers; i++) {
+        struct pm_server *s = pm->servers[i];
+        if (s->pool != p || s->held) {
+            continue;
+        }
+        *active += s->state == PM_ACTIVE;
+        *booting += s->state == PM_BOOTING;
+        *draining += s->state == PM_DRAINING;
+    }
+}
+
+/* Brings the pool to `want` servers live or booting; what it did goes in did. */
+static void
+act(struct dm_powermgr *pm, struct pm_pool *p, unsigned want, uint64_t now, bool urgent,
+    struct dm_sbuf *did)
+{
+    unsigned active, booting, draining;
+    count(pm, p, &active, &booting, &draining);
+    unsigned have = active + booting;
+    while (have < want) {
+        /* A draining server is the cheapest to get back: it is still up. */
+        struct pm_server *s = NULL;
+        for (size_t i = 0; i < pm->nservers && s == NULL; i++) {
+            struct pm_server *d = pm->servers[i];
+            if (d->pool == p && d->state == PM_DRAINING && !d->held) {
+                s = d;
+            }
+        }
+        if (s != NULL) {
+            set_state(pm, s, PM_ACTIVE, now);
+            dm_sb_printf(did, " back to active %s;", s->cf->name);
+        } else if ((s = wake_choice(pm, p, now, urgent)) != NULL) {
+            wake(pm, s, now);
+            dm_sb_printf(did, " wake %s;", s->cf->name);
+        } else {
+            dm_sb_printf(did, " %u more wanted, none can be woken now;", want - have);
+            break;
+        }
+        have++;
+    }
+    unsigned floor = p->cf->power.min_active;
+    while (have > want && active > floor) {
+        struct pm_server *s = sleep_choice(pm, p, now);
+        if (s == NULL) {
+            break;
+        }
+        start_drain(pm, s, now);
+        dm_sb_printf(did, " drain %s;", s->cf->name);
+        have--;
+        active--;
+    }
+}
+
+/* ---- the tick ---- */
+
+static void
+progress(struct dm_powermgr *pm, struct pm_server *s, uint64_t now)
+{
+    const struct dm_conf_power *pw = &s->pcf->power;
+    struct dm_host *h = s->h;
+    if (s->state == PM_DRAINING) {
+        bool acked = dm_workers_acked(pm->ws, pm->nws, s->epoch) == pm->nws;
+        uint64_t inflight = dm_counter_get(&h->inflight);
+        uint64_t bound = dm_counter_get(&h->bound);
+        if (acked && inflight == 0 && bound == 0) {
+            decision(pm, s->pool, "%s drained: sleep", s->cf->name);
+            go_to_sleep(pm, s, now);
+        } else if (now - s->since_us >= pw->drain_timeout_ms * 1000) {
+            decision(pm, s->pool,
+                     "%s: drain_timeout with %llu requests in flight and %llu bound clients: "
+                     "sleep",
+                     s->cf->name, (unsigned long long)inflight, (unsigned long long)bound);
+            go_to_sleep(pm, s, now);
+        }
+    } else if (s->state == PM_BOOTING) {
+        bool up = s->pcf->health.enabled ? !atomic_load(&h->down)
+                                         : now - s->since_us >= pw->boot_ms * 1000;
+        if (up) {
+            decision(pm, s->pool, "%s is up after %.1f s: active", s->cf->name,
+                     (double)(now - s->since_us) / 1e6);
+            activate(pm, s, now);
+        } else if (now - s->since_us >= pw->boot_timeout_ms * 1000) {
+            decision(pm, s->pool, "%s not healthy %.0f s after its wake: failed", s->cf->name,
+                     (double)(now - s->since_us) / 1e6);
+            set_state(pm, s, PM_FAILED, now);
+        }
+    }
+}
+
+static const char *
+tier_name(const struct pm_pool *p, const struct dm_power_weights *w)
+{
+    static const char *const names[] = { "many-spare", "normal", "little-spare" };
+    for (int i = 0; i < 3; i++) {
+        if (w == &p->params.tiers[i]) {
+            return names[i];
+        }
+    }
+    return "normal";
+}
+
+static void
+pool_trend(struct dm_powermgr *pm, struct pm_pool *p, uint64_t now)
+{
+    const struct dm_conf_power *pw = &p->cf->power;
+    struct dm_power_metrics m = { .trend_s = (double)pw->trend_interval_ms / 1000 };
+    struct dm_sbuf watts = { 0 };
+    for (size_t i = 0; i < pm->nservers; i++) {
+        struct pm_server *s = pm->servers[i];
+        if (s->pool != p || s->held) {
+            continue;
+        }
+        m.n_total += s->state != PM_FAILED;
+        m.n_live += s->state == PM_ACTIVE;
+        m.n_booting += s->state == PM_BOOTING;
+        if (s->state == PM_ACTIVE) {
+            m.total_w += s->est_w;
+            dm_sb_printf(&watts, "%s%s %.1f", watts.len ? ", " : "", s->cf->name, s->est_w);
+        }
+        if (s->state == PM_ACTIVE || s->state == PM_DRAINING) {
+            m.tcp += s->tcp;
+        }
+    }
+    m.d_tcp = p->have_tcp ? m.tcp - p->last_tcp : 0;
+    p->last_tcp = m.tcp;
+    p->have_tcp = true;
+    struct dm_power_target t;
+    p->ops->decide(p->state, &p->params, &m, now, &t);
+    if (p->pinned >= 0) {
+        t.servers = (unsigned)p->pinned;
+        t.immediate = true;
+    }
+    double avg = m.n_live > 0 ? m.total_w / m.n_live : 0;
+    p->w = dm_power_tier(&p->params, avg);
+    p->m = m;
+    p->target = t;
+    bool period = now - p->last_period_us >= pw->period_ms * 1000;
+    if (period) {
+        p->last_period_us = now;
+    }
+    unsigned have = m.n_live + m.n_booting;
+    if ((t.immediate || period) && t.servers != have) {
+        struct dm_sbuf did = { 0 };
+        act(pm, p, t.servers, now, false, &did);
+        decision(pm, p,
+                 "%s: W [%s] total %.1f, TCP %.0f dTCP %+.0f, tier %s (alpha %g beta %g), class "
+                 "%s, threshold %.1f W, need %.1f W: %u servers (live %u, booting %u)%s:%s",
+                 p->pinned >= 0 ? "pinned" : p->ops->name, watts.p != NULL ? watts.p : "",
+                 m.total_w, m.tcp, m.d_tcp, tier_name(p, p->w), t.w.alpha, t.w.beta,
+                 dm_power_class_name(t.cls), t.threshold_w, t.need_w, t.servers, m.n_live,
+                 m.n_booting, t.immediate ? " at once" : "", did.p != NULL ? did.p : " nothing");
+        free(did.p);
+    }
+    free(watts.p);
+}
+
+static uint64_t
+held_requests(const struct dm_powermgr *pm, const struct pm_pool *p)
+{
+    return dm_counter_get(&pm->rt->pools[p->index].held);
+}
+
+static void
+tick_cb(uv_timer_t *t)
+{
+    struct dm_powermgr *pm = t->data;
+    uint64_t now = dm_mono_us();
+    for (size_t i = 0; i < pm->nservers; i++) {
+        struct pm_server *s = pm->servers[i];
+        if (s->pool != NULL) {
+            measure(s, now);
+            progress(pm, s, now);
+        }
+    }
+    for (size_t i = 0; i < pm->npools; i++) {
+        struct pm_pool *p = pm->pools[i];
+        if (!p->present) {
+            continue;
+        }
+        /* Scale to zero: a held request and nothing coming wakes one now. */
+        unsigned active, booting, draining;
+        count(pm, p, &active, &booting, &draining);
+        if (active + booting == 0 && held_requests(pm, p) > 0) {
+            struct dm_sbuf did = { 0 };
+            act(pm, p, 1, now, true, &did);
+            decision(pm, p, "%llu requests held with no server awake:%s",
+                     (unsigned long long)held_requests(pm, p), did.p != NULL ? did.p : "");
+            free(did.p);
+        }
+        if (now >= p->next_trend_us) {
+            p->next_trend_us = now + p->cf->power.trend_interval_ms * 1000;
+            pool_trend(pm, p, now);
+        }
+    }
+}
+
+/* ---- metrics listener ---- */
+
+static struct pm_server *
+find_agent(struct dm_powermgr *pm, const char *name)
+{
+    for (size_t i = 0; i < pm->nservers; i++) {
+        struct pm_server *s = pm->servers[i];
+        if (s->pool != NULL && s->cf->power.agent != NULL &&
+            strcmp(s->cf->power.agent, name) == 0) {
+            return s;
+        }
+    }
+    return NULL;
+}
+
+static void
+metrics_alloc(uv_handle_t *h, size_t sz, uv_buf_t *buf)
+{
+    struct dm_powermgr *pm = h->data;
+    (void)sz;
+    *buf = uv_buf_init(pm->rbuf, sizeof(pm->rbuf));
+}
+
+static void
+metrics_recv(uv_udp_t *u, ssize_t n, const uv_buf_t *buf, const struct sockaddr *from,
+             unsigned flags)
+{
+    struct dm_powermgr *pm = u->data;
+    (void)from;
+    if (n <= 0) {
+        return; /* nothing, or an error: there is no report to count */
+    }
+    const struct dm_conf *cf = pm->rt->conf;
+    struct dm_report r;
+    enum dm_report_verdict v = DM_REPORT_MALFORMED;
+    if ((flags & UV_UDP_PARTIAL) == 0 && (size_t)n <= DM_REPORT_MAX) {
+        v = dm_report_decode(buf->base, (size_t)n, cf->metrics_key, cf->metrics_key_len, &r);
+    }
+    struct pm_server *s = NULL;
+    if (v == DM_REPORT_OK && (s = find_agent(pm, r.name)) == NULL) {
+        v = DM_REPORT_UNKNOWN;
+    }
+    if (v == DM_REPORT_OK) {
+        v = dm_report_accept(&r, &s->last_seq, unix_ms(), cf->report_max_age_ms);
+    }
+    pm->reports[v]++;
+    if (v != DM_REPORT_OK) {
+        dm_log_debug("power: agent report dropped: %s", dm_report_verdict_name(v));
+        return;
+    }
+    s->has_report = true;
+    s->report_us = dm_mono_us();
+    s->agent_w = r.est_w;
+    s->has_measured = r.has_measured;
+    s->measured_w = r.measured_w;
+    s->agent_tcp = r.tcp;
+}
+
+/* ---- configuration ---- */
+
+static void
+params_of(const struct dm_conf_power *pw, struct dm_power_params *pp)
+{
+    dm_power_params_default(pp);
+    pp->t1_w = pw->t1_w;
+    pp->step_w = pw->step_w;
+    pp->tcp_max = pw->tcp_max;
+    pp->full_w = pw->full_w;
+    pp->normal = (struct dm_power_weights){ pw->normal.alpha, pw->normal.beta, pw->normal.neg_beta,
+                                            pw->normal.neg_alpha };
+    for (int i = 0; i < 3; i++) {
+        pp->tiers[i] = (struct dm_power_weights){ pw->tiers[i].alpha, pw->tiers[i].beta,
+                                                  pw->tiers[i].neg_beta, pw->tiers[i].neg_alpha };
+    }
+    pp->tier_low_w = pw->tier_low_w;
+    pp->tier_high_w = pw->tier_high_w;
+    pp->min_active = pw->min_active;
+    pp->boot_us = pw->boot_ms * 1000;
+    pp->delay_off_us = pw->delay_off_ms * 1000;
+    pp->margin = pw->margin;
+}
+
+static struct pm_pool *
+pool_named(struct dm_powermgr *pm, const char *name)
+{
+    for (size_t i = 0; i < pm->npools; i++) {
+        if (strcmp(pm->pools[i]->name, name) == 0) {
+            return pm->pools[i];
+        }
+    }
+    return NULL;
+}
+
+static struct pm_server *
+server_of(struct dm_powermgr *pm, const struct dm_host *h)
+{
+    for (size_t i = 0; i < pm->nservers; i++) {
+        if (pm->servers[i]->h == h) {
+            return pm->servers[i];
+        }
+    }
+    return NULL;
+}
+
+/* Takes rt's pools and servers; 0 or -ENOMEM (then part of it may be taken). */
+static int
+configure(struct dm_powermgr *pm, struct dm_runtime *rt)
+{
+    uint64_t now = dm_mono_us();
+    for (size_t i = 0; i < pm->npools; i++) {
+        pm->pools[i]->present = false;
+    }
+    for (size_t i = 0; i < pm->nservers; i++) {
+        pm->servers[i]->pool = NULL;
+    }
+    for (size_t i = 0; i < rt->npools; i++) {
+        const struct dm_conf_pool *cf = rt->pools[i].cf;
+        if (!cf->power.enabled) {
+            continue;
+        }
+        const struct dm_power_ops *ops = dm_power_find(cf->power.policy);
+        if (ops == NULL || ops->state_size > POLICY_STATE) {
+            dm_log_error("power: pool %s: policy %s cannot run", cf->name, cf->power.policy);
+            continue;
+        }
+        struct pm_pool *p = pool_named(pm, cf->name);
+        if (p == NULL) {
+            void *grown = realloc(pm->pools, (pm->npools + 1) * sizeof(*pm->pools));
+            if (grown == NULL) {
+                return -ENOMEM;
+            }
+            pm->pools = grown;
+            p = calloc(1, sizeof(*p));
+            if (p == NULL || (p->name = strdup(cf->name)) == NULL) {
+                free(p);
+                return -ENOMEM;
+            }
+            p->pinned = -1;
+            pm->pools[pm->npools++] = p;
+        }
+        struct dm_power_params pp;
+        params_of(&cf->power, &pp);
+        /* A policy's own state carries over a reload when the policy stays. */
+        if (p->ops != ops || memcmp(&pp, &p->params, sizeof(pp)) != 0) {
+            p->ops = ops;
+            p->params = pp;
+            if (ops->init != NULL) {
+                ops->init(p->state, &p->params);
+            }
+        }
+        p->cf = cf;
+        p->index = i;
+        p->present = true;
+        struct dm_servers *sv = rt->pools[i].sv;
+        for (size_t j = 0; j < sv->n; j++) {
+            struct pm_server *s = server_of(pm, sv->s[j].host);
+            if (s == NULL) {
+                void *grown = realloc(pm->servers, (pm->nservers + 1) * sizeof(*pm->servers));
+                if (grown == NULL) {
+                    return -ENOMEM;
+                }
+                pm->servers = grown;
+                s = calloc(1, sizeof(*s));
+                if (s == NULL) {
+                    return -ENOMEM;
+                }
+                s->h = sv->s[j].host;
+                s->since_us = now;
+                /* Whatever state the host is in (maint by hand, asleep at a
+                 * restart is unknown): a new server starts active. */
+                s->state = PM_ACTIVE;
+                pm->servers[pm->nservers++] = s;
+            }
+            s->pool = p;
+            s->cf = &cf->servers[j];
+            s->pcf = cf;
+            s->index = j;
+        }
+    }
+    for (size_t i = 0; i < pm->nservers; i++) {
+        struct pm_server *s = pm->servers[i];
+        if (s->pool == NULL && s->state != PM_ACTIVE) {
+            dm_log_warn("power: %s is no longer power-managed: marked awake (it was %s)",
+                        s->h->text, state_names[s->state]);
+            s->state = PM_ACTIVE;
+            s->held = false;
+            s->epoch = dm_workers_set_power(pm->ws, pm->nws, s->h, DM_POWER_AWAKE, now);
+        }
+        if (s->pool == NULL && s->action != NULL) {
+            s->action->s = NULL; /* its config goes with the old runtime */
+            s->action = NULL;
+        }
+    }
+    return 0;
+}
+
+void
+dm_power_reload(struct dm_powermgr *pm, struct dm_runtime *rt)
+{
+    if (pm == NULL) {
+        return;
+    }
+    dm_runtime_ref(rt);
+    if (configure(pm, rt) < 0) {
+        dm_log_error("power: out of memory while reloading: some servers are not managed");
+    }
+    dm_runtime_unref(pm->rt);
+    pm->rt = rt;
+}
+
+struct dm_powermgr *
+dm_power_start(uv_loop_t *loop, struct dm_runtime *rt, struct dm_worker *ws, unsigned n,
+               struct sockaddr_storage *metrics_bound, int *err)
+{
+    struct dm_powermgr *pm = calloc(1, sizeof(*pm));
+    int r = UV_ENOMEM;
+    if (pm == NULL) {
+        goto fail;
+    }
+    pm->loop = loop;
+    pm->ws = ws;
+    pm->nws = n;
+    dm_runtime_ref(rt);
+    pm->rt = rt;
+    if (configure(pm, rt) < 0) {
+        goto fail;
+    }
+    const struct dm_conf *cf = rt->conf;
+    if (cf->metrics.text != NULL) {
+        if ((r = uv_udp_init(loop, &pm->metrics)) < 0) {
+            goto fail;
+        }
+        pm->metrics.data = pm;
+        pm->metrics_open = true;
+        r = uv_udp_bind(&pm->metrics, (const struct sockaddr *)&cf->metrics.sa, UV_UDP_REUSEADDR);
+        int len = sizeof(*metrics_bound);
+        if (r == 0) {
+            r = uv_udp_getsockname(&pm->metrics, (struct sockaddr *)metrics_bound, &len);
+        }
+        if (r == 0) {
+            r = uv_udp_recv_start(&pm->metrics, metrics_alloc, metrics_recv);
+        }
+        if (r < 0) {
+            goto fail;
+        }
+        char at[DM_ADDR_TEXT];
+        dm_log_info("power: agent metrics on udp %s",
+                    dm_addr_text((const struct sockaddr *)metrics_bound, at, sizeof(at)));
+    }
+    if ((r = uv_udp_init(loop, &pm->wol)) < 0) {
+        goto fail;
+    }
+    pm->wol.data = pm;
+    pm->wol_open = true;
+    struct sockaddr_in any = { .sin_family = AF_INET };
+    if (uv_udp_bind(&pm->wol, (const struct sockaddr *)&any, 0) == 0) {
+        (void)uv_udp_set_broadcast(&pm->wol, 1);
+    }
+    if ((r = uv_timer_init(loop, &pm->tick)) < 0) {
+        goto fail;
+    }
+    pm->tick.data = pm;
+    pm->tick_open = true;
+    uv_timer_start(&pm->tick, tick_cb, POWER_TICK_MS, POWER_TICK_MS);
+    uv_unref((uv_handle_t *)&pm->tick);
+    return pm;
+
+fail:
+    *err = r;
+    dm_power_stop(pm);
+    return NULL;
+}
+
+void
+dm_power_kick(struct dm_powermgr *pm)
+{
+    if (pm != NULL && pm->tick_open && !pm->stopping) {
+        tick_cb(&pm->tick);
+    }
+}
+
+static void
+pm_free(struct dm_powermgr *pm)
+{
+    for (size_t i = 0; i < pm->npools; i++) {
+        free(pm->pools[i]->name);
+        free(pm->pools[i]);
+    }
+    for (size_t i = 0; i < pm->nservers; i++) {
+        free(pm->servers[i]);
+    }
+    free(pm->pools);
+    free(pm->servers);
+    dm_runtime_unref(pm->rt);
+    free(pm);
+}
+
+static void
+pm_closed(uv_handle_t *h)
+{
+    struct dm_powermgr *pm = h->data;
+    if (--pm->open == 0) {
+        pm_free(pm);
+    }
+}
+
+void
+dm_power_stop(struct dm_powermgr *pm)
+{
+    if (pm == NULL || pm->stopping) {
+        return;
+    }
+    pm->stopping = true;
+    for (size_t i = 0; i < pm->nservers; i++) {
+        struct pm_action *a = pm->servers[i]->action;
+        if (a != NULL) {
+            a->s = NULL;
+            a->pm = NULL;
+            pm->servers[i]->action = NULL;
+            if (a->running) {
+                uv_process_kill(&a->proc, SIGKILL);
+            }
+            action_finish(a, false, "abandoned: stopping");
+        }
+    }
+    uv_handle_t *hs[] = { (uv_handle_t *)&pm->metrics, (uv_handle_t *)&pm->wol,
+                          (uv_handle_t *)&pm->tick };
+    bool open[] = { pm->metrics_open, pm->wol_open, pm->tick_open };
+    pm->open = 1; /* held until every close is asked */
+    for (size_t i = 0; i < 3; i++) {
+        if (open[i]) {
+            pm->open++;
+            hs[i]->data = pm;
+            uv_close(hs[i], pm_closed);
+        }
+    }
+    pm->metrics_open = pm->wol_open = pm->tick_open = false;
+    if (--pm->open == 0) {
+        pm_free(pm);
+    }
+}
+
+/* ---- the operator ---- */
+
+bool
+dm_power_manages(const struct dm_powermgr *pm, const struct dm_host *h)
+{
+    if (pm == NULL) {
+        return false;
+    }
+    for (size_t i = 0; i < pm->nservers; i++) {
+        if (pm->servers[i]->h == h && pm->servers[i]->pool != NULL) {
+            return true;
+        }
+    }
+    return false;
+}
+
+int
+dm_power_admin(struct dm_powermgr *pm, struct dm_host *h, const char *action, uint64_t *epoch,
+               char *msg, size_t msglen)
+{
+    struct pm_server *s = pm != NULL ? server_of(pm, h) : NULL;
+    uint64_t now = dm_mono_us();
+    *epoch = 0;
+    if (s == NULL || s->pool == NULL) {
+        snprintf(msg, msglen, "not a server of a power-managed pool");
+        return 404;
+    }
+    enum pm_state was = s->state;
+    if (strcmp(action, "maint") == 0 || strcmp(action, "drain") == 0) {
+        if (s->state == PM_SLEEPING || s->state == PM_BOOTING) {
+            snprintf(msg, msglen, "%s is %s: wake it first", s->cf->name, state_names[s->state]);
+            return 409;
+        }
+        s->held = true;
+        set_state(pm, s, PM_MAINT, now);
+    } else if (strcmp(action, "sleep") == 0) {
+        if (s->cf->power.wake == DM_ACT_NONE) {
+            snprintf(msg, msglen, "%s has no wake actuator: it would not come back", s->cf->name);
+            return 409;
+        }
+        s->held = true;
+        if (s->state == PM_ACTIVE || s->state == PM_MAINT) {
+            start_drain(pm, s, now);
+        } else if (s->state == PM_BOOTING || s->state == PM_FAILED) {
+            go_to_sleep(pm, s, now);
+        }
+    } else if (strcmp(action, "wake") == 0) {
+        s->held = false;
+        if (s->state == PM_SLEEPING || s->state == PM_FAILED) {
+            wake(pm, s, now);
+        } else if (s->state == PM_DRAINING || s->state == PM_MAINT) {
+            set_state(pm, s, PM_ACTIVE, now);
+        }
+    } else if (strcmp(action, "ready") == 0) {
+        s->held = false;
+        if (s->state == PM_MAINT) {
+            set_state(pm, s, PM_ACTIVE, now);
+        } else if (s->state == PM_FAILED) {
+            set_state(pm, s, PM_SLEEPING, now);
+        }
+    } else {
+        snprintf(msg, msglen, "unknown action");
+        return 404;
+    }
+    *epoch = s->epoch;
+    decision(pm, s->pool, "operator: %s %s (%s -> %s%s)", action, s->cf->name, state_names[was],
+             state_names[s->state], s->held ? ", held" : "");
+    snprintf(msg, msglen, "%s", state_names[s->state]);
+    return 200;
+}
+
+int
+dm_power_pin(struct dm_powermgr *pm, const char *pool, long servers, char *msg, size_t msglen)
+{
+    struct pm_pool *p = pm != NULL ? pool_named(pm, pool) : NULL;
+    if (p == NULL || !p->present) {
+        snprintf(msg, msglen, "no power-managed pool \"%s\"", pool);
+        return 404;
+    }
+    p->pinned = servers;
+    decision(pm, p, servers >= 0 ? "operator: pinned to %ld servers" : "operator: unpinned%.0ld",
+             servers >= 0 ? servers : 0);
+    snprintf(msg, msglen, "%s", servers >= 0 ? "pinned" : "unpinned");
+    return 200;
+}
+
+/* ---- JSON ---- */
+
+/* A JSON string of s (names and addresses from the config, decisions of ours). */
+static void
+json_str(struct dm_sbuf *b, const char *s)
+{
+    dm_sb_printf(b, "\"");
+    for (; s != NULL && *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') {
+            dm_sb_printf(b, "\\%c", c);
+        } else if (c < 0x20) {
+            dm_sb_printf(b, "\\u%04x", c);
+        } else {
+            dm_sb_printf(b, "%c", c);
+        }
+    }
+    dm_sb_printf(b, "\"");
+}
+
+void
+dm_power_stats_json(struct dm_powermgr *pm, struct dm_sbuf *b)
+{
+    dm_sb_printf(b, "\"reports\":{");
+    for (int v = 0; v < DM_REPORT_VERDICTS; v++) {
+        dm_sb_printf(b, "%s\"%s\":%llu", v ? "," : "",
+                     dm_report_verdict_name((enum dm_report_verdict)v),
+                     (unsigned long long)(pm != NULL ? pm->reports[v] : 0));
+    }
+    dm_sb_printf(b, "}");
+}
+
+static void
+server_json(struct dm_sbuf *b, const struct pm_server *s, uint64_t now)
+{
+    dm_sb_printf(b, "{\"name\":");
+    json_str(b, s->cf->name);
+    dm_sb_printf(b, ",\"address\":");
+    json_str(b, s->cf->addr.text);
+    dm_sb_printf(b,
+                 ",\"state\":\"%s\",\"for_ms\":%llu,\"held\":%s,\"watts\":%.2f,"
+                 "\"watts_source\":\"%s\",\"tcp\":%.0f,\"tcp_source\":\"%s\",\"inflight\":%llu,"
+                 "\"bound_clients\":%llu,\"energy_wh\":%.4f,",
+                 state_names[s->state], (unsigned long long)((now - s->since_us) / 1000),
+                 s->held ? "true" : "false", s->est_w, s->w_source != NULL ? s->w_source : "proxy",
+                 s->tcp, s->tcp_source != NULL ? s->tcp_source : "proxy",
+                 (unsigned long long)dm_counter_get(&s->h->inflight),
+                 (unsigned long long)dm_counter_get(&s->h->bound), s->energy_wh);
+    if (s->has_report) {
+        dm_sb_printf(b, "\"agent\":{\"name\":");
+        json_str(b, s->cf->power.agent);
+        dm_sb_printf(b, ",\"age_ms\":%llu,\"est_w\":%.2f,\"measured_w\":",
+                     (unsigned long long)((now - s->report_us) / 1000), s->agent_w);
+        if (s->has_measured) {
+            dm_sb_printf(b, "%.2f", s->measured_w);
+        } else {
+            dm_sb_printf(b, "null");
+        }
+        dm_sb_printf(b, ",\"tcp\":%llu,\"seq\":%llu},", (unsigned long long)s->agent_tcp,
+                     (unsigned long long)s->last_seq);
+    } else {
+        dm_sb_printf(b, "\"agent\":null,");
+    }
+    dm_sb_printf(b, "\"actions\":%llu,\"action_failures\":%llu,\"action_running\":%s}",
+                 (unsigned long long)s->actions, (unsigned long long)s->action_failures,
+                 s->action != NULL ? "true" : "false");
+}
+
+void
+dm_power_json(struct dm_powermgr *pm, struct dm_sbuf *b)
+{
+    uint64_t now = dm_mono_us();
+    dm_sb_printf(b, "{\"pools\":[");
+    bool first = true;
+    for (size_t i = 0; pm != NULL && i < pm->npools; i++) {
+        struct pm_pool *p = pm->pools[i];
+        if (!p->present) {
+            continue;
+        }
+        const struct dm_power_target *t = &p->target;
+        double watts = 0, energy = 0;
+        for (size_t j = 0; j < pm->nservers; j++) {
+            if (pm->servers[j]->pool == p) {
+                watts += pm->servers[j]->est_w;
+                energy += pm->servers[j]->energy_wh;
+            }
+        }
+        dm_sb_printf(b, "%s{\"name\":", first ? "" : ",");
+        first = false;
+        json_str(b, p->name);
+        dm_sb_printf(b,
+                     ",\"policy\":\"%s\",\"pinned\":%ld,\"class\":\"%s\",\"tier\":\"%s\","
+                     "\"alpha\":%g,\"beta\":%g,\"neg_beta\":%g,\"neg_alpha\":%g,"
+                     "\"threshold_w\":%.2f,\"need_w\":%.2f,\"target\":%u,\"immediate\":%s,"
+                     "\"live\":%u,\"booting\":%u,\"total\":%u,\"total_w\":%.2f,\"tcp\":%.0f,"
+                     "\"d_tcp\":%.0f,\"tcp_source\":\"%s\",\"held_requests\":%llu,"
+                     "\"watts\":%.2f,\"energy_wh\":%.4f,\"servers\":[",
+                     p->ops->name, p->pinned, dm_power_class_name(t->cls),
+                     p->w != NULL ? tier_name(p, p->w) : "normal", t->w.alpha, t->w.beta,
+                     t->w.neg_beta, t->w.neg_alpha, t->threshold_w, t->need_w, t->servers,
+                     t->immediate ? "true" : "false", p->m.n_live, p->m.n_booting, p->m.n_total,
+                     p->m.total_w, p->m.tcp, p->m.d_tcp,
+                     p->cf->power.tcp_source == DM_TCP_AGENT ? "agent" : "proxy",
+                     (unsigned long long)held_requests(pm, p), watts, energy);
+        bool sfirst = true;
+        for (size_t j = 0; j < pm->nservers; j++) {
+            if (pm->servers[j]->pool == p) {
+                dm_sb_printf(b, "%s", sfirst ? "" : ",");
+                sfirst = false;
+                server_json(b, pm->servers[j], now);
+            }
+        }
+        dm_sb_printf(b, "]}");
+    }
+    dm_sb_printf(b, "],");
+    dm_power_stats_json(pm, b);
+    dm_sb_printf(b, ",\"decisions\":[");
+    size_t nd = pm != NULL ? pm->ndecisions : 0;
+    size_t from = nd > DECISIONS ? nd - DECISIONS : 0;
+    for (size_t k = nd; k > from; k--) {
+        const struct decision *d = &pm->decisions[(k - 1) % DECISIONS];
+        dm_sb_printf(b, "%s{\"unix_ms\":%llu,\"text\":", k == nd ? "" : ",",
+                     (unsigned long long)d->unix_ms);
+        json_str(b, d->text);
+        dm_sb_printf(b, "}");
+    }
+    dm_sb_printf(b, "]}\n");
+}
