@@ -24,6 +24,7 @@
 #include "balancers/hosts.h"
 #include "balancers/servers.h"
 #include "conf/conf.h"
+#include "power/machine.h"
 #include "power/policy.h"
 #include "power/report.h"
 #include "power/wol.h"
@@ -36,12 +37,13 @@
 #define DECISION_TEXT  400
 #define POLICY_STATE   256 /* bytes of a policy's own state at most */
 #define HTTP_REPLY_MAX 256
+#define DM_PM_PLAN_MAX 256 /* servers of a pool the manager plans for */
 
-enum pm_state { PM_ACTIVE, PM_DRAINING, PM_SLEEPING, PM_BOOTING, PM_FAILED, PM_MAINT };
-static const char *const state_names[] = { "active",  "draining", "sleeping",
-                                           "booting", "failed",   "maint" };
-static const int state_power[] = { DM_POWER_AWAKE,   DM_POWER_DRAINING, DM_POWER_ASLEEP,
-                                   DM_POWER_BOOTING, DM_POWER_FAILED,   DM_POWER_MAINT };
+/* The host's power state of each of the machine's states. */
+static const int state_power[DM_PM_STATES] = {
+    DM_POWER_AWAKE,   DM_POWER_DRAINING, DM_POWER_ASLEEP,
+    DM_POWER_BOOTING, DM_POWER_FAILED,   DM_POWER_MAINT
+};
 
 enum pm_act_kind { ACT_WAKE, ACT_SLEEP };
 
@@ -75,7 +77,7 @@ struct pm_server {
     const struct dm_conf_server *cf; /* in pm->rt's config */
     const struct dm_conf_pool *pcf;  /* its pool's */
     size_t index;                    /* in its pool's servers */
-    enum pm_state state;
+    enum dm_pm_state state;
     uint64_t since_us, last_change_us, last_action_us;
     uint64_t epoch; /* of the last power command */
     bool held;      /* the operator's: the policy leaves it alone */
@@ -492,7 +494,7 @@ run_action(struct dm_powermgr *pm, struct pm_server *s, enum pm_act_kind kind)
 /* ---- server states ---- */
 
 static void
-set_state(struct dm_powermgr *pm, struct pm_server *s, enum pm_state st, uint64_t now)
+set_state(struct dm_powermgr *pm, struct pm_server *s, enum dm_pm_state st, uint64_t now)
 {
     s->state = st;
     s->since_us = now;
@@ -503,7 +505,7 @@ set_state(struct dm_powermgr *pm, struct pm_server *s, enum pm_state st, uint64_
 static void
 start_drain(struct dm_powermgr *pm, struct pm_server *s, uint64_t now)
 {
-    set_state(pm, s, PM_DRAINING, now);
+    set_state(pm, s, DM_PM_DRAINING, now);
 }
 
 static void
@@ -513,7 +515,7 @@ go_to_sleep(struct dm_powermgr *pm, struct pm_server *s, uint64_t now)
     if (s->pcf->health.enabled) {
         atomic_store(&s->h->down, true);
     }
-    set_state(pm, s, PM_SLEEPING, now);
+    set_state(pm, s, DM_PM_SLEEPING, now);
     run_action(pm, s, ACT_SLEEP);
 }
 
@@ -523,7 +525,7 @@ wake(struct dm_powermgr *pm, struct pm_server *s, uint64_t now)
     if (s->pcf->health.enabled) {
         atomic_store(&s->h->down, true);
     }
-    set_state(pm, s, PM_BOOTING, now);
+    set_state(pm, s, DM_PM_BOOTING, now);
     run_action(pm, s, ACT_WAKE);
 }
 
@@ -533,7 +535,7 @@ activate(struct dm_powermgr *pm, struct pm_server *s, uint64_t now)
     uint64_t ramp = s->pcf->power.slow_start_ms * 1000;
     atomic_store(&s->h->ramp_from_us, ramp > 0 ? now : 0);
     atomic_store(&s->h->ramp_until_us, ramp > 0 ? now + ramp : 0);
-    set_state(pm, s, PM_ACTIVE, now);
+    set_state(pm, s, DM_PM_ACTIVE, now);
 }
 
 /* ---- metrics ---- */
@@ -566,12 +568,12 @@ measure(struct pm_server *s, uint64_t now)
     double w;
     const char *src;
     switch (s->state) {
-    case PM_SLEEPING:
+    case DM_PM_SLEEPING:
         w = sp->asleep_w;
         src = "model";
         break;
-    case PM_BOOTING:
-    case PM_FAILED:
+    case DM_PM_BOOTING:
+    case DM_PM_FAILED:
         w = sp->booting_w;
         src = "model";
         break;
@@ -598,68 +600,82 @@ measure(struct pm_server *s, uint64_t now)
     s->w_source = src;
 }
 
-/* ---- choosing servers ---- */
+/* ---- the state machine (power/machine.h) ---- */
 
-static bool
-can_change(const struct pm_server *s, uint64_t now)
+static void
+rules_of(const struct dm_conf_pool *cf, struct dm_pm_rules *r)
 {
-    const struct dm_conf_power *pw = &s->pcf->power;
-    return !s->held && s->action == NULL && now - s->last_change_us >= pw->min_change_ms * 1000 &&
-           now - s->last_action_us >= pw->action_interval_ms * 1000;
+    const struct dm_conf_power *pw = &cf->power;
+    *r = (struct dm_pm_rules){
+        .drain_timeout_us = pw->drain_timeout_ms * 1000,
+        .boot_us = pw->boot_ms * 1000,
+        .boot_timeout_us = pw->boot_timeout_ms * 1000,
+        .min_change_us = pw->min_change_ms * 1000,
+        .action_interval_us = pw->action_interval_ms * 1000,
+        .min_active = pw->min_active,
+        .health_checked = cf->health.enabled,
+        .wake_rule = pw->wake_rule == DM_WAKE_FIRST ? DM_PM_WAKE_FIRST : DM_PM_WAKE_EFFICIENT,
+        .sleep_rule = pw->sleep_rule == DM_SLEEP_LAST ? DM_PM_SLEEP_LAST : DM_PM_SLEEP_LEAST_LOADED,
+    };
 }
 
-/* Watts at full use per unit of capacity: lower is more efficient. */
-static double
-cost(const struct pm_server *s)
+/* s as the machine sees it. */
+static struct dm_pm_server
+machine_view(const struct pm_server *s)
 {
-    return s->cf->power.full_w / (s->cf->capacity > 0 ? s->cf->capacity : 1);
+    double cap = s->cf->capacity > 0 ? s->cf->capacity : 1;
+    return (struct dm_pm_server){
+        .state = s->state,
+        .since_us = s->since_us,
+        .last_change_us = s->last_change_us,
+        .last_action_us = s->last_action_us,
+        .held = s->held,
+        .busy = s->action != NULL,
+        .can_wake = s->cf->power.wake != DM_ACT_NONE,
+        .cost = s->cf->power.full_w / cap,
+        .load = s->tcp + (double)dm_counter_get(&s->h->inflight),
+    };
 }
 
-/* The server to wake next (sleeping, allowed to change), or NULL. */
-static struct pm_server *
-wake_choice(struct dm_powermgr *pm, struct pm_pool *p, uint64_t now, bool urgent)
+/*
+ * Brings the pool to `want` servers live or booting, as dm_pm_plan() says;
+ * what it did goes in did.
+ */
+static void
+act(struct dm_powermgr *pm, struct pm_pool *p, unsigned want, uint64_t now, bool urgent,
+    struct dm_sbuf *did)
 {
-    struct pm_server *best = NULL;
-    for (size_t i = 0; i < pm->nservers; i++) {
-        struct pm_server *s = pm->servers[i];
-        if (s->pool != p || s->state != PM_SLEEPING || s->held ||
-            s->cf->power.wake == DM_ACT_NONE) {
-            continue;
-        }
-        /* A request held with nothing awake does not wait for the interval. */
-        if (!urgent && !can_change(s, now)) {
-            continue;
-        }
-        if (best == NULL) {
-            best = s;
-        } else if (p->cf->power.wake_rule == DM_WAKE_EFFICIENT && cost(s) < cost(best)) {
-            best = s;
+    struct pm_server *mine[DM_PM_PLAN_MAX];
+    struct dm_pm_server view[DM_PM_PLAN_MAX];
+    struct dm_pm_move moves[DM_PM_PLAN_MAX];
+    size_t n = 0;
+    for (size_t i = 0; i < pm->nservers && n < DM_PM_PLAN_MAX; i++) {
+        if (pm->servers[i]->pool == p) {
+            mine[n] = pm->servers[i];
+            view[n] = machine_view(pm->servers[i]);
+            n++;
         }
     }
-    return best;
-}
-
-static struct pm_server *
-sleep_choice(struct dm_powermgr *pm, struct pm_pool *p, uint64_t now)
-{
-    struct pm_server *best = NULL;
-    for (size_t i = 0; i < pm->nservers; i++) {
-        struct pm_server *s = pm->servers[i];
-        if (s->pool != p || s->state != PM_ACTIVE || !can_change(s, now) ||
-            s->cf->power.wake == DM_ACT_NONE) {
-            continue; /* one that cannot be woken again is never slept */
-        }
-        if (best == NULL || p->cf->power.sleep_rule == DM_SLEEP_LAST) {
-            best = s;
+    struct dm_pm_rules r;
+    rules_of(p->cf, &r);
+    unsigned short_by = 0;
+    size_t k = dm_pm_plan(&r, view, n, want, now, urgent, moves, DM_PM_PLAN_MAX, &short_by);
+    for (size_t i = 0; i < k; i++) {
+        struct pm_server *s = mine[moves[i].index];
+        if (moves[i].to == DM_PM_ACTIVE) {
+            set_state(pm, s, DM_PM_ACTIVE, now);
+            dm_sb_printf(did, " back to active %s;", s->cf->name);
+        } else if (moves[i].to == DM_PM_BOOTING) {
+            wake(pm, s, now);
+            dm_sb_printf(did, " wake %s;", s->cf->name);
         } else {
-            double ls = s->tcp + (double)dm_counter_get(&s->h->inflight);
-            double lb = best->tcp + (double)dm_counter_get(&best->h->inflight);
-            if (ls < lb) {
-                best = s;
-            }
+            start_drain(pm, s, now);
+            dm_sb_printf(did, " drain %s;", s->cf->name);
         }
     }
-    return best;
+    if (short_by > 0) {
+        dm_sb_printf(did, " %u more wanted, none can be woken now;", short_by);
+    }
 }
 
 static void
@@ -669,54 +685,14 @@ count(struct dm_powermgr *pm, struct pm_pool *p, unsigned *active, unsigned *boo
     *active = *booting = *draining = 0;
     for (size_t i = 0; i < pm->nservers; i++) {
         struct pm_server *s = pm->servers[i];
-        if (s->pool != p || s->held) {
-            continue;
+        if (s->pool == p) {
+            struct dm_pm_server v = machine_view(s);
+            unsigned a, b, d;
+            dm_pm_count(&v, 1, &a, &b, &d);
+            *active += a;
+            *booting += b;
+            *draining += d;
         }
-        *active += s->state == PM_ACTIVE;
-        *booting += s->state == PM_BOOTING;
-        *draining += s->state == PM_DRAINING;
-    }
-}
-
-/* Brings the pool to `want` servers live or booting; what it did goes in did. */
-static void
-act(struct dm_powermgr *pm, struct pm_pool *p, unsigned want, uint64_t now, bool urgent,
-    struct dm_sbuf *did)
-{
-    unsigned active, booting, draining;
-    count(pm, p, &active, &booting, &draining);
-    unsigned have = active + booting;
-    while (have < want) {
-        /* A draining server is the cheapest to get back: it is still up. */
-        struct pm_server *s = NULL;
-        for (size_t i = 0; i < pm->nservers && s == NULL; i++) {
-            struct pm_server *d = pm->servers[i];
-            if (d->pool == p && d->state == PM_DRAINING && !d->held) {
-                s = d;
-            }
-        }
-        if (s != NULL) {
-            set_state(pm, s, PM_ACTIVE, now);
-            dm_sb_printf(did, " back to active %s;", s->cf->name);
-        } else if ((s = wake_choice(pm, p, now, urgent)) != NULL) {
-            wake(pm, s, now);
-            dm_sb_printf(did, " wake %s;", s->cf->name);
-        } else {
-            dm_sb_printf(did, " %u more wanted, none can be woken now;", want - have);
-            break;
-        }
-        have++;
-    }
-    unsigned floor = p->cf->power.min_active;
-    while (have > want && active > floor) {
-        struct pm_server *s = sleep_choice(pm, p, now);
-        if (s == NULL) {
-            break;
-        }
-        start_drain(pm, s, now);
-        dm_sb_printf(did, " drain %s;", s->cf->name);
-        have--;
-        active--;
     }
 }
 
@@ -725,34 +701,38 @@ act(struct dm_powermgr *pm, struct pm_pool *p, unsigned want, uint64_t now, bool
 static void
 progress(struct dm_powermgr *pm, struct pm_server *s, uint64_t now)
 {
-    const struct dm_conf_power *pw = &s->pcf->power;
     struct dm_host *h = s->h;
-    if (s->state == PM_DRAINING) {
-        bool acked = dm_workers_acked(pm->ws, pm->nws, s->epoch) == pm->nws;
-        uint64_t inflight = dm_counter_get(&h->inflight);
-        uint64_t bound = dm_counter_get(&h->bound);
-        if (acked && inflight == 0 && bound == 0) {
-            decision(pm, s->pool, "%s drained: sleep", s->cf->name);
-            go_to_sleep(pm, s, now);
-        } else if (now - s->since_us >= pw->drain_timeout_ms * 1000) {
-            decision(pm, s->pool,
-                     "%s: drain_timeout with %llu requests in flight and %llu bound clients: "
-                     "sleep",
-                     s->cf->name, (unsigned long long)inflight, (unsigned long long)bound);
-            go_to_sleep(pm, s, now);
-        }
-    } else if (s->state == PM_BOOTING) {
-        bool up = s->pcf->health.enabled ? !atomic_load(&h->down)
-                                         : now - s->since_us >= pw->boot_ms * 1000;
-        if (up) {
-            decision(pm, s->pool, "%s is up after %.1f s: active", s->cf->name,
-                     (double)(now - s->since_us) / 1e6);
-            activate(pm, s, now);
-        } else if (now - s->since_us >= pw->boot_timeout_ms * 1000) {
-            decision(pm, s->pool, "%s not healthy %.0f s after its wake: failed", s->cf->name,
-                     (double)(now - s->since_us) / 1e6);
-            set_state(pm, s, PM_FAILED, now);
-        }
+    struct dm_pm_rules r;
+    rules_of(s->pcf, &r);
+    struct dm_pm_server v = machine_view(s);
+    struct dm_pm_observed o = {
+        .acked = dm_workers_acked(pm->ws, pm->nws, s->epoch) == pm->nws,
+        .inflight = dm_counter_get(&h->inflight),
+        .bound = dm_counter_get(&h->bound),
+        .healthy = !atomic_load(&h->down),
+    };
+    double secs = (double)(now - s->since_us) / 1e6;
+    switch (dm_pm_progress(&r, &v, &o, now)) {
+    case DM_PM_DRAINED:
+        decision(pm, s->pool, "%s drained: sleep", s->cf->name);
+        go_to_sleep(pm, s, now);
+        break;
+    case DM_PM_DRAIN_TIMEOUT:
+        decision(pm, s->pool,
+                 "%s: drain_timeout with %llu requests in flight and %llu bound clients: sleep",
+                 s->cf->name, (unsigned long long)o.inflight, (unsigned long long)o.bound);
+        go_to_sleep(pm, s, now);
+        break;
+    case DM_PM_UP:
+        decision(pm, s->pool, "%s is up after %.1f s: active", s->cf->name, secs);
+        activate(pm, s, now);
+        break;
+    case DM_PM_BOOT_TIMEOUT:
+        decision(pm, s->pool, "%s not healthy %.0f s after its wake: failed", s->cf->name, secs);
+        set_state(pm, s, DM_PM_FAILED, now);
+        break;
+    default:
+        break;
     }
 }
 
@@ -779,14 +759,14 @@ pool_trend(struct dm_powermgr *pm, struct pm_pool *p, uint64_t now)
         if (s->pool != p || s->held) {
             continue;
         }
-        m.n_total += s->state != PM_FAILED;
-        m.n_live += s->state == PM_ACTIVE;
-        m.n_booting += s->state == PM_BOOTING;
-        if (s->state == PM_ACTIVE) {
+        m.n_total += s->state != DM_PM_FAILED;
+        m.n_live += s->state == DM_PM_ACTIVE;
+        m.n_booting += s->state == DM_PM_BOOTING;
+        if (s->state == DM_PM_ACTIVE) {
             m.total_w += s->est_w;
             dm_sb_printf(&watts, "%s%s %.1f", watts.len ? ", " : "", s->cf->name, s->est_w);
         }
-        if (s->state == PM_ACTIVE || s->state == PM_DRAINING) {
+        if (s->state == DM_PM_ACTIVE || s->state == DM_PM_DRAINING) {
             m.tcp += s->tcp;
         }
     }
@@ -1033,7 +1013,7 @@ configure(struct dm_powermgr *pm, struct dm_runtime *rt)
                 s->since_us = now;
                 /* Whatever state the host is in (maint by hand, asleep at a
                  * restart is unknown): a new server starts active. */
-                s->state = PM_ACTIVE;
+                s->state = DM_PM_ACTIVE;
                 pm->servers[pm->nservers++] = s;
             }
             s->pool = p;
@@ -1044,10 +1024,10 @@ configure(struct dm_powermgr *pm, struct dm_runtime *rt)
     }
     for (size_t i = 0; i < pm->nservers; i++) {
         struct pm_server *s = pm->servers[i];
-        if (s->pool == NULL && s->state != PM_ACTIVE) {
+        if (s->pool == NULL && s->state != DM_PM_ACTIVE) {
             dm_log_warn("power: %s is no longer power-managed: marked awake (it was %s)",
-                        s->h->text, state_names[s->state]);
-            s->state = PM_ACTIVE;
+                        s->h->text, dm_pm_state_name(s->state));
+            s->state = DM_PM_ACTIVE;
             s->held = false;
             s->epoch = dm_workers_set_power(pm->ws, pm->nws, s->h, DM_POWER_AWAKE, now);
         }
@@ -1232,47 +1212,48 @@ dm_power_admin(struct dm_powermgr *pm, struct dm_host *h, const char *action, ui
         snprintf(msg, msglen, "not a server of a power-managed pool");
         return 404;
     }
-    enum pm_state was = s->state;
+    enum dm_pm_state was = s->state;
     if (strcmp(action, "maint") == 0 || strcmp(action, "drain") == 0) {
-        if (s->state == PM_SLEEPING || s->state == PM_BOOTING) {
-            snprintf(msg, msglen, "%s is %s: wake it first", s->cf->name, state_names[s->state]);
+        if (s->state == DM_PM_SLEEPING || s->state == DM_PM_BOOTING) {
+            snprintf(msg, msglen, "%s is %s: wake it first", s->cf->name,
+                     dm_pm_state_name(s->state));
             return 409;
         }
         s->held = true;
-        set_state(pm, s, PM_MAINT, now);
+        set_state(pm, s, DM_PM_MAINT, now);
     } else if (strcmp(action, "sleep") == 0) {
         if (s->cf->power.wake == DM_ACT_NONE) {
             snprintf(msg, msglen, "%s has no wake actuator: it would not come back", s->cf->name);
             return 409;
         }
         s->held = true;
-        if (s->state == PM_ACTIVE || s->state == PM_MAINT) {
+        if (s->state == DM_PM_ACTIVE || s->state == DM_PM_MAINT) {
             start_drain(pm, s, now);
-        } else if (s->state == PM_BOOTING || s->state == PM_FAILED) {
+        } else if (s->state == DM_PM_BOOTING || s->state == DM_PM_FAILED) {
             go_to_sleep(pm, s, now);
         }
     } else if (strcmp(action, "wake") == 0) {
         s->held = false;
-        if (s->state == PM_SLEEPING || s->state == PM_FAILED) {
+        if (s->state == DM_PM_SLEEPING || s->state == DM_PM_FAILED) {
             wake(pm, s, now);
-        } else if (s->state == PM_DRAINING || s->state == PM_MAINT) {
-            set_state(pm, s, PM_ACTIVE, now);
+        } else if (s->state == DM_PM_DRAINING || s->state == DM_PM_MAINT) {
+            set_state(pm, s, DM_PM_ACTIVE, now);
         }
     } else if (strcmp(action, "ready") == 0) {
         s->held = false;
-        if (s->state == PM_MAINT) {
-            set_state(pm, s, PM_ACTIVE, now);
-        } else if (s->state == PM_FAILED) {
-            set_state(pm, s, PM_SLEEPING, now);
+        if (s->state == DM_PM_MAINT) {
+            set_state(pm, s, DM_PM_ACTIVE, now);
+        } else if (s->state == DM_PM_FAILED) {
+            set_state(pm, s, DM_PM_SLEEPING, now);
         }
     } else {
         snprintf(msg, msglen, "unknown action");
         return 404;
     }
     *epoch = s->epoch;
-    decision(pm, s->pool, "operator: %s %s (%s -> %s%s)", action, s->cf->name, state_names[was],
-             state_names[s->state], s->held ? ", held" : "");
-    snprintf(msg, msglen, "%s", state_names[s->state]);
+    decision(pm, s->pool, "operator: %s %s (%s -> %s%s)", action, s->cf->name,
+             dm_pm_state_name(was), dm_pm_state_name(s->state), s->held ? ", held" : "");
+    snprintf(msg, msglen, "%s", dm_pm_state_name(s->state));
     return 200;
 }
 
@@ -1334,7 +1315,7 @@ server_json(struct dm_sbuf *b, const struct pm_server *s, uint64_t now)
                  ",\"state\":\"%s\",\"for_ms\":%llu,\"held\":%s,\"watts\":%.2f,"
                  "\"watts_source\":\"%s\",\"tcp\":%.0f,\"tcp_source\":\"%s\",\"inflight\":%llu,"
                  "\"bound_clients\":%llu,\"energy_wh\":%.4f,",
-                 state_names[s->state], (unsigned long long)((now - s->since_us) / 1000),
+                 dm_pm_state_name(s->state), (unsigned long long)((now - s->since_us) / 1000),
                  s->held ? "true" : "false", s->est_w, s->w_source != NULL ? s->w_source : "proxy",
                  s->tcp, s->tcp_source != NULL ? s->tcp_source : "proxy",
                  (unsigned long long)dm_counter_get(&s->h->inflight),

@@ -1,0 +1,163 @@
+"""
+The power manager's metrics intake and operator surface, with real
+processes: agent reports over UDP to dimmer's metrics listener (signed here
+with Python's hmac, and by a real dimmer-agent), each kind of bad report
+dropped and counted by its reason in /stats and /power, the estimate falling
+back to the proxy's counters when the agent goes silent, and the admin's
+power actions: a bearer token when one is configured, pin and unpin, 409 for
+a host that is not power-managed.
+"""
+import hashlib
+import hmac
+import json
+import os
+import socket
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(__file__))
+import harness as H  # noqa: E402
+
+KEY = b"the agents' key"
+TOKEN = "s3cret-token"
+
+
+def report(name, seq, ts_ms=None, est_w=55.5, tcp=7, key=KEY, measured="-"):
+    ts = int(time.time() * 1000) if ts_ms is None else ts_ms
+    signed = ("dimmer-agent/1 name=%s seq=%d ts=%d est_w=%.1f measured_w=%s tcp=%d" %
+              (name, seq, ts, est_w, measured, tcp)).encode()
+    return signed + b" hmac=" + hmac.new(key, signed, hashlib.sha256).hexdigest().encode()
+
+
+class PowerMetricsTest(H.DimmerTest):
+    def start(self, token=False, report_timeout="1s"):
+        key = self.path("agent.key")
+        with open(key, "wb") as f:
+            f.write(KEY + b"\n")
+        extra = "power:\n  metrics: 127.0.0.1:0\n  key_file: %s\n  report_max_age: 3s\n" % key
+        if token:
+            tok = self.path("token")
+            with open(tok, "w") as f:
+                f.write(TOKEN + "\n")
+            extra += "  admin_token_file: %s\n" % tok
+        self.b1 = self.start_backend("b1")
+        self.b2 = self.start_backend("b2")
+        self.other = self.start_backend("other")
+        conf = H.yaml_config(0, {
+            "web": {"balance": "leastconn", "servers": [("b1", self.b1.port),
+                                                       ("b2", self.b2.port)]},
+            "plain": {"servers": [("o", self.other.port)]},
+        }, admin=0, extra=extra)
+        # The power block of pool web (always-on: nothing is slept under the test).
+        conf = conf.replace("  web:\n", "  web:\n    power: {policy: always-on, report_timeout: %s}\n"
+                            % report_timeout)
+        self.d = self.start_dimmer_conf(self.write_config(conf))
+        self.metrics = next(p for kind, _, p in self.d.lines if kind == "metrics")
+        self.tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.addCleanup(self.tx.close)
+
+    def send(self, data):
+        self.tx.sendto(data, (H.HOST, self.metrics))
+
+    def power(self):
+        r = H.get(self.d.admin, "/power", timeout=5.0)
+        self.assertEqual(r.status, 200)
+        return json.loads(r.body)
+
+    def server(self, name):
+        return next(s for s in self.power()["pools"][0]["servers"] if s["name"] == name)
+
+    def reports(self):
+        return self.d.admin_stats()["reports"]
+
+    def test_reports_are_checked_and_counted(self):
+        self.start()
+        self.assertEqual(self.power()["pools"][0]["policy"], "always-on")
+        self.send(report("b1", 1, est_w=61.5, tcp=9))
+        H.wait_until(lambda: self.reports()["ok"] == 1, 10, "the report to be accepted")
+        b1 = self.server("b1")
+        self.assertEqual(b1["agent"]["est_w"], 61.5)
+        self.assertEqual(b1["agent"]["tcp"], 9)
+        self.assertEqual(b1["agent"]["seq"], 1)
+        H.wait_until(lambda: self.server("b1")["watts_source"] == "agent", 5, "agent watts")
+        self.assertEqual(self.server("b1")["watts"], 61.5)
+        # The TCP count of the seed's rules is the proxy's own (tcp: proxy).
+        self.assertEqual(self.server("b1")["tcp_source"], "proxy")
+        self.assertEqual(self.server("b2")["watts_source"], "proxy")
+        # One of each bad kind: none of them changes what the proxy believes.
+        self.send(report("b1", 2, est_w=99, key=b"forged"))          # bad_hmac
+        self.send(report("nobody", 1))                               # unknown
+        self.send(report("b1", 1, est_w=99))                         # replay
+        self.send(report("b1", 3, est_w=99, ts_ms=int(time.time() * 1000) - 60000))  # stale
+        self.send(b"dimmer-agent/1 name=b1 seq=x")                   # malformed
+        self.send(b"\xff" * 2000)                                    # malformed (too long)
+        want = {"ok": 1, "bad_hmac": 1, "unknown": 1, "replay": 1, "stale": 1, "malformed": 2}
+        H.wait_until(lambda: self.reports() == want, 10, "the drops to be counted: %s" % want)
+        self.assertEqual(self.power()["reports"], want)
+        self.assertEqual(self.server("b1")["agent"]["est_w"], 61.5)
+        self.assertEqual(self.server("b1")["agent"]["seq"], 1)
+        # Silent for longer than report_timeout: the proxy's estimate again.
+        H.wait_until(lambda: self.server("b1")["watts_source"] == "proxy", 10,
+                     "the estimate to fall back to the proxy's counters")
+        self.assertEqual(self.server("b1")["watts"], 40.0)  # idle: 0 in flight, 0 bound
+
+    def test_a_real_agent_reports(self):
+        self.start(report_timeout="5s")
+        key = self.path("agent.key")
+        self.start_proc("agent", [H.DIMMER_AGENT, "--name", "b2", "--to",
+                                  "%s:%d" % (H.HOST, self.metrics), "--key-file", key,
+                                  "--ports", str(self.b2.port), "--interval", "100",
+                                  "--idle-w", "30", "--sys-w", "70", "--count", "5"])
+        H.wait_until(lambda: self.reports()["ok"] == 5, 15, "five reports accepted")
+        a = self.server("b2")["agent"]
+        self.assertEqual(a["seq"], 5)
+        self.assertGreaterEqual(a["est_w"], 30)
+        self.assertLessEqual(a["est_w"], 70)
+        self.assertEqual(sum(self.reports().values()), 5)
+
+    def test_operator_actions_need_the_token(self):
+        self.start(token=True)
+        addr = "127.0.0.1:%d" % self.b1.port
+        r = H.request(self.d.admin, "POST", "/hosts/%s/maint" % addr)
+        self.assertEqual(r.status, 401, r.body)
+        r = H.request(self.d.admin, "POST", "/hosts/%s/maint" % addr,
+                      headers=[("Authorization", "Bearer wrong")])
+        self.assertEqual(r.status, 401, r.body)
+        self.assertEqual(self.server("b1")["state"], "active")
+        auth = [("Authorization", "Bearer " + TOKEN)]
+        r = H.request(self.d.admin, "POST", "/hosts/%s/maint" % addr, headers=auth)
+        self.assertEqual(r.status, 200, r.body)
+        self.assertEqual(json.loads(r.body)["acked"], 1)
+        self.assertEqual(self.server("b1")["state"], "maint")
+        self.assertTrue(self.server("b1")["held"])
+        # Out of service: every request goes to b2.
+        before = self.b1.requests()
+        for _ in range(10):
+            self.assertEqual(H.get(self.d.port, "/").status, 200)
+        self.assertEqual(self.b1.requests(), before)
+        r = H.request(self.d.admin, "POST", "/hosts/%s/ready" % addr, headers=auth)
+        self.assertEqual(r.status, 200, r.body)
+        self.assertEqual(self.server("b1")["state"], "active")
+        self.assertFalse(self.server("b1")["held"])
+        # A host of a pool without power management has no power actions.
+        r = H.request(self.d.admin, "POST", "/hosts/127.0.0.1:%d/sleep" % self.other.port,
+                      headers=auth)
+        self.assertEqual(r.status, 409, r.body)
+        # Pin and unpin; GET is not allowed, an unknown pool is 404.
+        r = H.request(self.d.admin, "POST", "/power/web/pin?servers=1", headers=auth)
+        self.assertEqual(r.status, 200, r.body)
+        self.assertEqual(self.power()["pools"][0]["pinned"], 1)
+        self.assertEqual(H.request(self.d.admin, "POST", "/power/nope/pin?servers=1",
+                                   headers=auth).status, 404)
+        self.assertEqual(H.request(self.d.admin, "POST", "/power/web/pin?servers=x",
+                                   headers=auth).status, 400)
+        self.assertEqual(H.get(self.d.admin, "/power/web/pin").status, 405)
+        r = H.request(self.d.admin, "POST", "/power/web/unpin", headers=auth)
+        self.assertEqual(r.status, 200, r.body)
+        self.assertEqual(self.power()["pools"][0]["pinned"], -1)
+        texts = [d["text"] for d in self.power()["decisions"]]
+        self.assertTrue(any("operator: maint b1" in t for t in texts), texts)
+
+
+if __name__ == "__main__":
+    H.main()
