@@ -48,6 +48,17 @@ method_is_post(struct dm_backend_conn *c)
 /* The energy figure with enough digits that a test can tell 3 W from 3.1 W over 0.1 s. */
 #define ENERGY_FMT "%.9f"
 
+/* Answers the JSON of n bytes that snprintf() formatted into body (cap bytes). */
+static void
+respond_json(struct dm_backend_conn *c, const char *body, int n, size_t cap)
+{
+    if (n < 0 || (size_t)n >= cap) {
+        /* Only a bug in this file gets here: every figure is bounded. */
+        abort();
+    }
+    dm_backend_respond_text(c, 200, "application/json", body, (size_t)n, NULL);
+}
+
 static void
 route_stats(struct dm_backend_conn *c)
 {
@@ -55,7 +66,7 @@ route_stats(struct dm_backend_conn *c)
     const struct dm_backend_queue *q = &be->queue;
     const struct dm_backend_power *p = &be->power;
     struct dm_backend_power_reading m = dm_backend_power_read(be);
-    char body[1024];
+    char body[2048];
     int n = snprintf(
         body, sizeof body,
         "{\"name\":\"%s\",\"requests\":%" PRIu64 ",\"connections\":%" PRIu64 ",\"open\":%" PRIu64
@@ -69,7 +80,7 @@ route_stats(struct dm_backend_conn *c)
         m.state, m.for_ms, m.watts, m.energy_wh, q->capacity, q->in_service, q->queued,
         q->queued_max, q->rejected_full, p->refused, p->lost_at_sleep, p->requests_not_awake,
         p->sleeps, p->wakes, p->wol_ignored, q->served);
-    dm_backend_respond_text(c, 200, "application/json", body, (size_t)n, NULL);
+    respond_json(c, body, n, sizeof body);
 }
 
 /* GET /power, and the answer of POST /sleep and /wake: the state and the model. */
@@ -86,7 +97,7 @@ route_power(struct dm_backend_conn *c)
                  ",\"boot_ms\":%" PRIu64 "}\n",
                  m.state, m.for_ms, m.watts, m.energy_wh, p->idle_w, p->full_w, p->asleep_w,
                  p->booting_w, p->boot_ms);
-    dm_backend_respond_text(c, 200, "application/json", body, (size_t)n, NULL);
+    respond_json(c, body, n, sizeof body);
 }
 
 static void
