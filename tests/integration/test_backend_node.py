@@ -67,7 +67,7 @@ def refused(port):
         return True
 
 
-def read_all(conns, parse=None):
+def read_all(conns):
     """Reads one response on each connection at once; [(response, monotonic time done)]."""
     out = [None] * len(conns)
 
@@ -112,6 +112,21 @@ class BackendNodeTest(H.DimmerTest):
         # The serving address comes first: the harness and older scripts read that line.
         self.assertTrue(p.stdout().startswith("dimmer-backend %s listening on " % name))
         return Node(p, ports)
+
+    def key_file(self, data=KEY + b"\n"):
+        """A key file; by default with a final newline, which is not part of the key."""
+        path = self.path("agent-%d.key" % len(os.listdir(self.tmp)))
+        with open(path, "wb") as f:
+            f.write(data)
+        return path
+
+    def receiver(self, timeout=10):
+        """A UDP socket for agent reports; its address as --agent-to wants it."""
+        rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        rx.bind((H.HOST, 0))
+        rx.settimeout(timeout)
+        self.addCleanup(rx.close)
+        return rx, "%s:%d" % rx.getsockname()
 
     def connect(self, node, n):
         conns = [H.Conn(node.port) for _ in range(n)]
@@ -351,15 +366,9 @@ class BackendNodeTest(H.DimmerTest):
     # ---- the built-in agent ----------------------------------------------------
 
     def test_agent_reports(self):
-        key_file = self.path("agent.key")
-        with open(key_file, "wb") as f:
-            f.write(KEY + b"\n")  # a final newline is not part of the key
-        rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        rx.bind((H.HOST, 0))
-        rx.settimeout(10)
-        self.addCleanup(rx.close)
-        node = self.start_node("--agent-to", "%s:%d" % rx.getsockname(), "--agent-key-file",
-                               key_file, "--agent-name", "node-7", "--agent-interval-ms", 100,
+        rx, to = self.receiver()
+        node = self.start_node("--agent-to", to, "--agent-key-file", self.key_file(),
+                               "--agent-name", "node-7", "--agent-interval-ms", 100,
                                "--control", "127.0.0.1:0", "--capacity", 4, "--idle-w", 30,
                                "--full-w", 70, name="web7")
 
@@ -399,29 +408,16 @@ class BackendNodeTest(H.DimmerTest):
         self.assertEqual(report()["seq"], last["seq"] + 2)
 
     def test_agent_name_defaults_to_name(self):
-        key_file = self.path("k")
-        with open(key_file, "wb") as f:
-            f.write(KEY)
-        rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        rx.bind((H.HOST, 0))
-        rx.settimeout(10)
-        self.addCleanup(rx.close)
-        self.start_node("--agent-to", "%s:%d" % rx.getsockname(), "--agent-key-file", key_file,
-                        name="web-9")
+        rx, to = self.receiver()
+        self.start_node("--agent-to", to, "--agent-key-file", self.key_file(KEY), name="web-9")
         r = H.agent_report(rx.recvfrom(2048)[0], KEY)
         self.assertEqual((r["name"], r["seq"], r["est_w"]), ("web-9", 1, 40.0), r)
 
     def test_no_report_while_asleep_from_the_start(self):
-        key_file = self.path("k")
-        with open(key_file, "wb") as f:
-            f.write(KEY)
-        rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        rx.bind((H.HOST, 0))
-        rx.settimeout(0.5)
-        self.addCleanup(rx.close)
-        node = self.start_node("--agent-to", "%s:%d" % rx.getsockname(), "--agent-key-file",
-                               key_file, "--agent-interval-ms", 50, "--start", "asleep",
-                               "--boot-ms", 5000, "--control", "127.0.0.1:0")
+        rx, to = self.receiver(timeout=0.5)
+        node = self.start_node("--agent-to", to, "--agent-key-file", self.key_file(),
+                               "--agent-interval-ms", 50, "--start", "asleep", "--boot-ms", 5000,
+                               "--control", "127.0.0.1:0")
         with self.assertRaises(socket.timeout):
             rx.recvfrom(2048)
         # Booting, it reports (the agent is up before the listener serves).
@@ -442,11 +438,8 @@ class BackendNodeTest(H.DimmerTest):
         self.assertGreater(s["energy_wh"], 0)
 
     def test_bad_arguments(self):
-        key_file = self.path("k")
-        with open(key_file, "w") as f:
-            f.write("k")
-        empty = self.path("empty")
-        open(empty, "w").close()
+        key_file = self.key_file(b"k")
+        empty = self.key_file(b"")
         base = ["--listen", "127.0.0.1:0"]
         for args, what in ((["--capacity", "x"], "--capacity"),
                            (["--queue", "-1"], "--queue"),
