@@ -134,6 +134,20 @@ class BackendNodeTest(H.DimmerTest):
             self.addCleanup(c.close)
         return conns
 
+    def wait_load(self, node, in_service, queued):
+        def load():
+            s = node.stats()  # one reading: both figures of the same instant
+            return (s["in_service"], s["queued"]) == (in_service, queued)
+
+        H.wait_until(load, 10, "%d in service and %d queued" % (in_service, queued))
+
+    def park_each(self, node, path, n, capacity):
+        """GETs path on n new connections, each once the one before is parked; yields its index."""
+        for i, c in enumerate(self.connect(node, n)):
+            c.send(H.build_request("GET", path))
+            self.wait_load(node, min(i + 1, capacity), max(i + 1 - capacity, 0))
+            yield i
+
     # ---- capacity, queue, service time --------------------------------------
 
     def test_capacity_serves_in_waves(self):
@@ -160,12 +174,7 @@ class BackendNodeTest(H.DimmerTest):
     def test_full_queue_answers_503_at_once(self):
         # Requests that stay in service for 60 s: nothing below races their end.
         node = self.start_node("--capacity", 2, "--queue", 1, "--service-ms", 60000)
-        waiting = self.connect(node, 3)
-        for i, c in enumerate(waiting):
-            c.send(H.build_request("GET", "/bytes/10"))
-            want = (min(i + 1, 2), max(i - 1, 0))
-            H.wait_until(lambda: (node.stats()["in_service"], node.stats()["queued"]) == want,
-                         10, "in service and queued %r" % (want,))
+        list(self.park_each(node, "/bytes/10", 3, 2))
         for c in self.connect(node, 2):
             r = c.request("GET", "/bytes/10", timeout=5.0)
             self.assertEqual((r.status, r.header("Retry-After")), (503, "1"), r)
@@ -182,12 +191,7 @@ class BackendNodeTest(H.DimmerTest):
 
     def test_management_bypasses_the_queue_and_watts_follow_load(self):
         node = self.start_node("--capacity", 2, "--idle-w", 30, "--full-w", 70)
-        conns = self.connect(node, 3)
-        for i, c in enumerate(conns):
-            c.send(H.build_request("GET", "/bytes/10?x=1&ms=60000"))
-            want = (min(i + 1, 2), max(i - 1, 0))
-            H.wait_until(lambda: (node.stats()["in_service"], node.stats()["queued"]) == want,
-                         10, "in service and queued %r" % (want,))
+        for i in self.park_each(node, "/bytes/10?x=1&ms=60000", 3, 2):
             # idle + (full - idle) * in_service / capacity
             self.assertEqual(node.stats()["watts"], [50.0, 70.0, 70.0][i])
         started = time.monotonic()
@@ -315,8 +319,7 @@ class BackendNodeTest(H.DimmerTest):
         conns = self.connect(node, 2)
         for c in conns:
             c.send(H.build_request("GET", "/bytes/10"))
-        H.wait_until(lambda: (node.stats()["in_service"], node.stats()["queued"]) == (1, 1), 10,
-                     "one in service, one queued")
+        self.wait_load(node, 1, 1)
         self.connect(node, 1)  # and one without a request
         H.wait_until(lambda: node.stats()["open"] == 3, 10, "three connections")
         self.assertEqual(node.command("sleep")["state"], "asleep")
