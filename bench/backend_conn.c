@@ -22,6 +22,10 @@
  *   - A connection that must close (Connection: close, /close/N, 400, WebSocket close)
  *     shuts down its write side after the queued writes, then reads and discards for up to
  *     LINGER_MS so the peer sees the response rather than a reset.
+ *   - With a capacity or a service time (backend_queue.c), a request is parked when its
+ *     head is complete: the parser stays paused there, the head stays in the buffer, and
+ *     the connection neither parses nor reads until the queue routes it
+ *     (dm_backend_conn_serve).
  *
  * The connection embeds its handles (tcp, timer) and frees itself from the last close
  * callback. Write requests come from a small free list, so a request served from memory
@@ -35,6 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
 
 #include "bench/backend_site.h"
 
@@ -438,10 +443,13 @@ dm_backend_conn_close(struct dm_backend_conn *c)
         return;
     }
     c->closing = true;
+    dm_backend_queue_forget(c);
     dm_backend_out_release(c->be, c->r.hdr);
     c->r.hdr = NULL;
     if (c->prev) {
         c->prev->next = c->next;
+    } else if (c->control) {
+        c->be->ctl_conns = c->next;
     } else {
         c->be->conns = c->next;
     }
@@ -451,6 +459,27 @@ dm_backend_conn_close(struct dm_backend_conn *c)
     c->prev = c->next = NULL;
     uv_close((uv_handle_t *)&c->tcp, on_handle_close);
     uv_close((uv_handle_t *)&c->timer, on_handle_close);
+}
+
+/* The close of t sends a reset and drops unsent data. uv_tcp_close_reset() would refuse a
+ * connection whose write side is being shut down; the socket option does not. */
+static void
+set_reset(uv_tcp_t *t)
+{
+    uv_os_fd_t fd;
+    struct linger l = { .l_onoff = 1, .l_linger = 0 };
+    if (uv_fileno((const uv_handle_t *)t, &fd) == 0) {
+        setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof l);
+    }
+}
+
+void
+dm_backend_conn_reset(struct dm_backend_conn *c)
+{
+    if (!c->closing) {
+        set_reset(&c->tcp);
+    }
+    dm_backend_conn_close(c);
 }
 
 static void
@@ -543,7 +572,7 @@ update_reading(struct dm_backend_conn *c)
     } else {
         /* Reading goes on while a response is pending (wait_resp), into the buffer only,
          * so a reset is seen early; the bytes are parsed when the response is done. */
-        want = !c->eof && !c->shutting && c->in_len < DM_IN_CAP &&
+        want = !c->eof && !c->shutting && c->slot == DM_SLOT_NONE && c->in_len < DM_IN_CAP &&
                uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp) < WQ_HIGH;
     }
     if (want && !c->reading) {
@@ -607,8 +636,9 @@ dm_backend_parse_u64(struct dm_backend_span s, uint64_t max, uint64_t *out)
     return true;
 }
 
-struct dm_backend_span
-dm_backend_head_path(const char *head, size_t len)
+/* The request line's target, as it was sent. */
+static struct dm_backend_span
+head_target(const char *head, size_t len)
 {
     struct dm_backend_span t = { "", 0 };
     const char *sp = memchr(head, ' ', len);
@@ -617,11 +647,28 @@ dm_backend_head_path(const char *head, size_t len)
     }
     const char *start = sp + 1;
     const char *end = memchr(start, ' ', len - (size_t)(start - head));
-    if (!end) {
-        return t;
+    if (end) {
+        t.p = start;
+        t.len = (size_t)(end - start);
     }
-    t.p = start;
-    t.len = (size_t)(end - start);
+    return t;
+}
+
+struct dm_backend_span
+dm_backend_head_query(const char *head, size_t len)
+{
+    struct dm_backend_span t = head_target(head, len);
+    const char *q = memchr(t.p, '?', t.len);
+    if (!q) {
+        return (struct dm_backend_span){ "", 0 };
+    }
+    return (struct dm_backend_span){ q + 1, (size_t)(t.p + t.len - q - 1) };
+}
+
+struct dm_backend_span
+dm_backend_head_path(const char *head, size_t len)
+{
+    struct dm_backend_span t = head_target(head, len);
     struct dm_backend_span rest;
     if (dm_backend_span_prefix(t, "http://", &rest) ||
         dm_backend_span_prefix(t, "https://", &rest)) {
@@ -793,15 +840,52 @@ bad_request(struct dm_backend_conn *c, int status, const char *why)
     dm_backend_begin_shutdown(c);
 }
 
+/* Routes the request whose head is complete, then lets llhttp go on past the head. */
+static void
+route_head(struct dm_backend_conn *c)
+{
+    const struct dm_backend_handlers *h = c->be->handlers;
+    (c->control ? h->route_control : h->route)(c);
+    llhttp_resume(&c->parser);
+    /* After the head, llhttp needs one more call, even with no bytes, to end a request
+     * without a body. */
+    c->resume_head = true;
+}
+
+void
+dm_backend_conn_serve(struct dm_backend_conn *c)
+{
+    route_head(c);
+    dm_backend_drive(c);
+}
+
+/* A request head is complete: routed now, parked by the queue, or (never, if the power
+ * states work) refused because the node is not awake. */
+static void
+on_head(struct dm_backend_conn *c)
+{
+    if (c->control) {
+        route_head(c);
+        return;
+    }
+    if (!dm_backend_power_is_awake(c->be)) {
+        /* A node that is not awake has no serving connection left to parse: going to
+         * sleep resets them all and new ones are refused. Counted, should that break. */
+        c->be->power.requests_not_awake++;
+        dm_backend_conn_reset(c);
+        return;
+    }
+    if (!dm_backend_queue_park(c)) {
+        route_head(c);
+    }
+}
+
 static void
 parse_http(struct dm_backend_conn *c)
 {
-    /* After the head, llhttp needs one more call, even with no bytes, to end a request
-     * without a body. */
-    bool after_head = false;
     while (c->mode == DM_MODE_HTTP && !c->closing && !c->shutting && !c->wait_resp &&
-           (c->parse_off < c->in_len || after_head)) {
-        after_head = false;
+           c->slot == DM_SLOT_NONE && (c->parse_off < c->in_len || c->resume_head)) {
+        c->resume_head = false;
         c->ev = DM_EV_NONE;
         llhttp_errno_t err =
             llhttp_execute(&c->parser, c->in + c->parse_off, c->in_len - c->parse_off);
@@ -813,9 +897,7 @@ parse_http(struct dm_backend_conn *c)
         } else if (err == HPE_PAUSED) {
             c->parse_off = (size_t)(llhttp_get_error_pos(&c->parser) - c->in);
             if (c->ev == DM_EV_HEAD) {
-                c->be->handlers->route(c);
-                llhttp_resume(&c->parser);
-                after_head = true;
+                on_head(c);
             } else if (c->ev == DM_EV_DONE) {
                 request_end(c);
             }
@@ -836,7 +918,8 @@ static void
 compact(struct dm_backend_conn *c)
 {
     size_t keep = c->parse_off;
-    if (c->mode == DM_MODE_HTTP && c->in_head && c->head_known) {
+    /* A parked request is routed later, from its head in the buffer. */
+    if (c->mode == DM_MODE_HTTP && ((c->in_head && c->head_known) || c->slot != DM_SLOT_NONE)) {
         keep = c->head_start;
     }
     if (keep == 0) {
@@ -863,6 +946,9 @@ check_input_end(struct dm_backend_conn *c)
             dm_backend_begin_shutdown(c);
         }
         return;
+    }
+    if (c->slot != DM_SLOT_NONE) {
+        return; /* a parked request is answered, EOF or not */
     }
     if (c->in_len == DM_IN_CAP && c->in_head) {
         bad_request(c, 431, "request head larger than the input buffer");
@@ -908,6 +994,65 @@ dm_backend_drive(struct dm_backend_conn *c)
 
 /* ---- accepting ---- */
 
+static void
+on_refused_close(uv_handle_t *h)
+{
+    free(h);
+}
+
+/* Accepts one connection and resets it at once, unread: a node that is not awake. */
+static void
+refuse(struct dm_backend *be, uv_stream_t *server)
+{
+    uv_tcp_t *t = malloc(sizeof *t);
+    if (!t) {
+        return; /* the connection stays in the backlog until memory returns */
+    }
+    uv_tcp_init(be->loop, t);
+    if (uv_accept(server, (uv_stream_t *)t) == 0) {
+        be->power.refused++;
+        set_reset(t);
+    }
+    uv_close((uv_handle_t *)t, on_refused_close);
+}
+
+static void
+accept_conn(uv_stream_t *server, bool control)
+{
+    struct dm_backend *be = server->data;
+    struct dm_backend_conn *c = malloc(sizeof *c);
+    if (!c) {
+        return; /* the connection stays in the backlog until memory returns */
+    }
+    memset(c, 0, offsetof(struct dm_backend_conn, in));
+    c->be = be;
+    c->control = control;
+    uv_tcp_init(be->loop, &c->tcp);
+    uv_timer_init(be->loop, &c->timer);
+    c->tcp.data = c;
+    c->timer.data = c;
+    c->open_handles = 2;
+    struct dm_backend_conn **list = control ? &be->ctl_conns : &be->conns;
+    c->next = *list;
+    if (*list) {
+        (*list)->prev = c;
+    }
+    *list = c;
+    if (uv_accept(server, (uv_stream_t *)&c->tcp) < 0) {
+        dm_backend_conn_close(c);
+        return;
+    }
+    if (!control) {
+        be->connections++;
+        be->open++;
+        c->counted = true;
+    }
+    uv_tcp_nodelay(&c->tcp, 1);
+    llhttp_init(&c->parser, HTTP_REQUEST, &be->settings);
+    c->parser.data = c;
+    update_reading(c);
+}
+
 void
 dm_backend_on_connection(uv_stream_t *server, int status)
 {
@@ -915,31 +1060,19 @@ dm_backend_on_connection(uv_stream_t *server, int status)
     if (status < 0 || be->stopping) {
         return;
     }
-    struct dm_backend_conn *c = malloc(sizeof *c);
-    if (!c) {
-        return; /* the connection stays in the backlog until memory returns */
-    }
-    memset(c, 0, offsetof(struct dm_backend_conn, in));
-    c->be = be;
-    uv_tcp_init(be->loop, &c->tcp);
-    uv_timer_init(be->loop, &c->timer);
-    c->tcp.data = c;
-    c->timer.data = c;
-    c->open_handles = 2;
-    c->next = be->conns;
-    if (be->conns) {
-        be->conns->prev = c;
-    }
-    be->conns = c;
-    if (uv_accept(server, (uv_stream_t *)&c->tcp) < 0) {
-        dm_backend_conn_close(c);
+    if (!dm_backend_power_is_awake(be)) {
+        refuse(be, server);
         return;
     }
-    be->connections++;
-    be->open++;
-    c->counted = true;
-    uv_tcp_nodelay(&c->tcp, 1);
-    llhttp_init(&c->parser, HTTP_REQUEST, &be->settings);
-    c->parser.data = c;
-    update_reading(c);
+    accept_conn(server, false);
+}
+
+void
+dm_backend_on_control_connection(uv_stream_t *server, int status)
+{
+    struct dm_backend *be = server->data;
+    if (status < 0 || be->stopping) {
+        return;
+    }
+    accept_conn(server, true);
 }

@@ -15,6 +15,9 @@
 #include <openssl/evp.h>
 #include <uv.h>
 
+#include "bench/backend_power.h"
+#include "bench/backend_queue.h"
+
 #define DM_IN_CAP     (32 * 1024) /* input buffer; also the largest request head */
 #define DM_OUT_INLINE 512         /* bytes carried inside a write request */
 
@@ -29,11 +32,12 @@ struct dm_site;
 /*
  * What the connection core asks of the endpoints (backend_routes.c fills it in, as
  * dm_backend_endpoints): route answers the request whose head is complete,
- * in[head_start, parse_off); ws_input consumes the buffered input of a connection that
- * has switched to DM_MODE_WS.
+ * in[head_start, parse_off); route_control does the same on the control listener;
+ * ws_input consumes the buffered input of a connection that has switched to DM_MODE_WS.
  */
 struct dm_backend_handlers {
     void (*route)(struct dm_backend_conn *c);
+    void (*route_control)(struct dm_backend_conn *c);
     void (*ws_input)(struct dm_backend_conn *c);
 };
 
@@ -41,13 +45,15 @@ struct dm_backend_handlers {
 struct dm_backend {
     uv_loop_t *loop;
     uv_tcp_t listener;
-    uv_signal_t sigterm, sigint;
+    uv_tcp_t control; /* the control listener, when has_control */
+    bool has_control;
+    uv_signal_t sigterm, sigint, sigusr1, sigusr2;
     llhttp_settings_t settings;
     const struct dm_backend_handlers *handlers; /* the endpoints: &dm_backend_endpoints */
     struct dm_site *site;
     char *fill[3]; /* object bodies: picture, script, stylesheet (see dm_backend_make_fills) */
     const char *name;
-    uint64_t requests;
+    uint64_t requests;     /* on the serving listener, as the two below */
     uint64_t connections;  /* accepted, ever */
     uint64_t open;         /* open now (the one asking /stats included) */
     uint64_t pages;        /* GET /page/N.html served */
@@ -55,14 +61,11 @@ struct dm_backend {
     uint64_t objects;      /* GET /obj/... served */
     struct dm_backend_out *free_outs;
     unsigned nfree;
-    struct dm_backend_conn *conns;
+    struct dm_backend_conn *conns;     /* of the serving listener */
+    struct dm_backend_conn *ctl_conns; /* of the control listener */
     bool stopping;
-    /*
-     * The power model will add its state here: a sleep/wake control, a boot delay
-     * before the listener answers, and a built-in agent that reports estimated power
-     * from the counters above. Its code is to go in backend_power.c, started by main()
-     * and controlled through an endpoint in backend_routes.c.
-     */
+    struct dm_backend_queue queue; /* capacity and service times (backend_queue.c) */
+    struct dm_backend_power power; /* power states, meter, WOL, agent (backend_power.c) */
 };
 
 struct dm_backend_out {
@@ -118,7 +121,7 @@ struct dm_backend_ws {
 
 struct dm_backend_conn {
     uv_tcp_t tcp;
-    uv_timer_t timer; /* /slow, then the linger timeout */
+    uv_timer_t timer; /* the service time, then /slow, then the linger timeout */
     uv_shutdown_t shutdown_req;
     llhttp_t parser;
     struct dm_backend *be;
@@ -131,6 +134,12 @@ struct dm_backend_conn {
     bool reading, eof, closing, shutting;
     bool http10;
     bool in_head, head_known, req_active, wait_resp;
+    bool resume_head; /* routed: llhttp needs one more call to finish a bodiless request */
+    bool control;     /* of the control listener: never queued, not in the serving counts */
+    bool busy;        /* the queue was full: route() answers 503 */
+    enum dm_backend_slot slot;
+    uint64_t service_ms;                   /* of the parked request */
+    struct dm_backend_conn *qprev, *qnext; /* in be->queue while DM_SLOT_QUEUED */
     size_t in_len, parse_off, head_start;
     struct dm_backend_resp r;
     struct dm_backend_ws ws;
@@ -150,10 +159,17 @@ struct dm_backend_span {
 void dm_backend_settings_init(llhttp_settings_t *settings);
 
 /*
- * The listener's connection callback (server->data is the struct dm_backend): accepts
- * one connection and starts reading. Out of memory leaves it in the backlog.
+ * The serving listener's connection callback (server->data is the struct dm_backend):
+ * accepts one connection and starts reading; while the node is not awake, resets it
+ * unread instead (counted as refused). Out of memory leaves it in the backlog.
  */
 void dm_backend_on_connection(uv_stream_t *server, int status);
+
+/* The same for the control listener, whose connections are served in every state. */
+void dm_backend_on_control_connection(uv_stream_t *server, int status);
+
+/* Routes c's parked request, whose service time has ended, and drives c on. */
+void dm_backend_conn_serve(struct dm_backend_conn *c);
 
 /*
  * Moves c on after an event: produces more of the response, parses what is buffered,
@@ -163,6 +179,9 @@ void dm_backend_drive(struct dm_backend_conn *c);
 
 /* Closes c now: its handles close and the last close callback frees it. Idempotent. */
 void dm_backend_conn_close(struct dm_backend_conn *c);
+
+/* Closes c with a reset (SO_LINGER 0), dropping whatever it had not sent yet. */
+void dm_backend_conn_reset(struct dm_backend_conn *c);
 
 /* Closes the write side once the queued writes are out, then lingers. */
 void dm_backend_begin_shutdown(struct dm_backend_conn *c);
@@ -240,6 +259,9 @@ bool dm_backend_parse_u64(struct dm_backend_span s, uint64_t max, uint64_t *out)
  * the query is dropped. llhttp has already validated the line. Points into head.
  */
 struct dm_backend_span dm_backend_head_path(const char *head, size_t len);
+
+/* The query of the request line's target, after the '?' (empty without one). */
+struct dm_backend_span dm_backend_head_query(const char *head, size_t len);
 
 /* The value of the first header called `name` (any case), without surrounding blanks. */
 bool dm_backend_head_header(const char *head, size_t len, const char *name,

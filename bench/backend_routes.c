@@ -2,6 +2,7 @@
  * The endpoints of dimmer-backend, one function each, and route(), which picks one by
  * the request's path. An endpoint answers at once, or starts a generator of
  * backend_conn.c (a body from memory, the echo, the digest) or a timer (/slow).
+ * route_control() does the same for the control listener's few endpoints.
  */
 #include "bench/backend_routes.h"
 
@@ -16,6 +17,7 @@
 #include <uv.h>
 
 #include "bench/backend_conn.h"
+#include "bench/backend_power.h"
 #include "bench/backend_site.h"
 #include "bench/backend_ws.h"
 
@@ -33,17 +35,69 @@ method_is_get(struct dm_backend_conn *c)
     return false;
 }
 
+static bool
+method_is_post(struct dm_backend_conn *c)
+{
+    if (llhttp_get_method(&c->parser) == HTTP_POST) {
+        return true;
+    }
+    dm_backend_respond_msg(c, 405, "method not allowed\n", "Allow: POST\r\n");
+    return false;
+}
+
+/* The energy figure with enough digits that a test can tell 3 W from 3.1 W over 0.1 s. */
+#define ENERGY_FMT "%.9f"
+
+/* Answers the JSON of n bytes that snprintf() formatted into body (cap bytes). */
+static void
+respond_json(struct dm_backend_conn *c, const char *body, int n, size_t cap)
+{
+    if (n < 0 || (size_t)n >= cap) {
+        /* Only a bug in this file gets here: every figure is bounded. */
+        abort();
+    }
+    dm_backend_respond_text(c, 200, "application/json", body, (size_t)n, NULL);
+}
+
 static void
 route_stats(struct dm_backend_conn *c)
 {
-    char body[256];
-    int n = snprintf(body, sizeof body,
-                     "{\"name\":\"%s\",\"requests\":%" PRIu64 ",\"connections\":%" PRIu64
-                     ",\"open\":%" PRIu64 ",\"pages\":%" PRIu64 ",\"page_objects\":%" PRIu64
-                     ",\"objects\":%" PRIu64 "}\n",
-                     c->be->name, c->be->requests, c->be->connections, c->be->open, c->be->pages,
-                     c->be->page_objects, c->be->objects);
-    dm_backend_respond_text(c, 200, "application/json", body, (size_t)n, NULL);
+    struct dm_backend *be = c->be;
+    const struct dm_backend_queue *q = &be->queue;
+    const struct dm_backend_power *p = &be->power;
+    struct dm_backend_power_reading m = dm_backend_power_read(be);
+    char body[2048];
+    int n = snprintf(
+        body, sizeof body,
+        "{\"name\":\"%s\",\"requests\":%" PRIu64 ",\"connections\":%" PRIu64 ",\"open\":%" PRIu64
+        ",\"pages\":%" PRIu64 ",\"page_objects\":%" PRIu64 ",\"objects\":%" PRIu64
+        ",\"power\":\"%s\",\"power_for_ms\":%" PRIu64 ",\"watts\":%.3f,\"energy_wh\":" ENERGY_FMT
+        ",\"capacity\":%" PRIu64 ",\"in_service\":%" PRIu64 ",\"queued\":%" PRIu64
+        ",\"queued_max\":%" PRIu64 ",\"rejected_full\":%" PRIu64 ",\"refused\":%" PRIu64
+        ",\"lost_at_sleep\":%" PRIu64 ",\"requests_not_awake\":%" PRIu64 ",\"sleeps\":%" PRIu64
+        ",\"wakes\":%" PRIu64 ",\"wol_ignored\":%" PRIu64 ",\"served\":%" PRIu64 "}\n",
+        be->name, be->requests, be->connections, be->open, be->pages, be->page_objects, be->objects,
+        m.state, m.for_ms, m.watts, m.energy_wh, q->capacity, q->in_service, q->queued,
+        q->queued_max, q->rejected_full, p->refused, p->lost_at_sleep, p->requests_not_awake,
+        p->sleeps, p->wakes, p->wol_ignored, q->served);
+    respond_json(c, body, n, sizeof body);
+}
+
+/* GET /power, and the answer of POST /sleep and /wake: the state and the model. */
+static void
+route_power(struct dm_backend_conn *c)
+{
+    const struct dm_backend_power *p = &c->be->power;
+    struct dm_backend_power_reading m = dm_backend_power_read(c->be);
+    char body[512];
+    int n =
+        snprintf(body, sizeof body,
+                 "{\"state\":\"%s\",\"for_ms\":%" PRIu64 ",\"watts\":%.3f,\"energy_wh\":" ENERGY_FMT
+                 ",\"idle_w\":%.3f,\"full_w\":%.3f,\"asleep_w\":%.3f,\"booting_w\":%.3f"
+                 ",\"boot_ms\":%" PRIu64 "}\n",
+                 m.state, m.for_ms, m.watts, m.energy_wh, p->idle_w, p->full_w, p->asleep_w,
+                 p->booting_w, p->boot_ms);
+    respond_json(c, body, n, sizeof body);
 }
 
 static void
@@ -257,11 +311,14 @@ route_sha(struct dm_backend_conn *c)
     c->r.active = true;
 }
 
-/* Routes the request whose head is in[head_start, parse_off). */
-static void
-route(struct dm_backend_conn *c)
+/*
+ * What every request gets before its endpoint: a fresh response, keep-alive and HTTP
+ * version from the parser, 100 Continue when asked, CONNECT refused. The path of the
+ * head in[head_start, parse_off) into *path; false when the request is answered already.
+ */
+static bool
+route_begin(struct dm_backend_conn *c, struct dm_backend_span *path)
 {
-    struct dm_backend *be = c->be;
     const char *head = c->in + c->head_start;
     size_t hlen = c->parse_off - c->head_start;
     c->r = (struct dm_backend_resp){ 0 };
@@ -269,11 +326,11 @@ route(struct dm_backend_conn *c)
     c->r.close_after = !llhttp_should_keep_alive(&c->parser);
     c->r.head_only = llhttp_get_method(&c->parser) == HTTP_HEAD;
     c->http10 = llhttp_get_http_major(&c->parser) == 1 && llhttp_get_http_minor(&c->parser) == 0;
-    struct dm_backend_span path = dm_backend_head_path(head, hlen);
-    struct dm_backend_span rest;
+    *path = dm_backend_head_path(head, hlen);
 
-    if (!dm_backend_span_eq(path, "/stats") && !dm_backend_span_eq(path, "/healthz")) {
-        be->requests++;
+    if (!c->control && !dm_backend_span_eq(*path, "/stats") &&
+        !dm_backend_span_eq(*path, "/healthz")) {
+        c->be->requests++;
     }
     bool has_body = (c->parser.flags & F_CHUNKED) || c->parser.content_length > 0;
     struct dm_backend_span expect;
@@ -281,12 +338,34 @@ route(struct dm_backend_conn *c)
         dm_backend_span_caseeq(expect, "100-continue")) {
         static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
         if (dm_backend_send_copy(c, cont, sizeof cont - 1) < 0) {
-            return;
+            return false;
         }
     }
     if (llhttp_get_method(&c->parser) == HTTP_CONNECT) {
         c->r.close_after = true;
         dm_backend_respond_msg(c, 405, "CONNECT is not supported\n", NULL);
+        return false;
+    }
+    return true;
+}
+
+/* Routes the request whose head is in[head_start, parse_off). */
+static void
+route(struct dm_backend_conn *c)
+{
+    struct dm_backend *be = c->be;
+    const char *head = c->in + c->head_start;
+    size_t hlen = c->parse_off - c->head_start;
+    struct dm_backend_span path, rest;
+    bool busy = c->busy;
+    c->busy = false;
+    if (!route_begin(c, &path)) {
+        return;
+    }
+    if (busy) {
+        /* Every slot taken and the queue full: come back in a second (its body, if any,
+         * is read and dropped, so the connection stays usable). */
+        dm_backend_respond_msg(c, 503, "busy\n", "Retry-After: 1\r\n");
         return;
     }
 
@@ -346,7 +425,39 @@ route(struct dm_backend_conn *c)
     }
 }
 
+/* The control listener: the machine's agent or BMC, up in every power state. */
+static void
+route_control(struct dm_backend_conn *c)
+{
+    struct dm_backend_span path;
+    if (!route_begin(c, &path)) {
+        return;
+    }
+    if (dm_backend_span_eq(path, "/sleep")) {
+        if (method_is_post(c)) {
+            dm_backend_power_sleep(c->be);
+            route_power(c);
+        }
+    } else if (dm_backend_span_eq(path, "/wake")) {
+        if (method_is_post(c)) {
+            dm_backend_power_wake(c->be);
+            route_power(c);
+        }
+    } else if (dm_backend_span_eq(path, "/power")) {
+        if (method_is_get(c)) {
+            route_power(c);
+        }
+    } else if (dm_backend_span_eq(path, "/stats")) {
+        if (method_is_get(c)) {
+            route_stats(c);
+        }
+    } else {
+        dm_backend_respond_msg(c, 404, "not found\n", NULL);
+    }
+}
+
 const struct dm_backend_handlers dm_backend_endpoints = {
     .route = route,
+    .route_control = route_control,
     .ws_input = dm_backend_ws_parse,
 };

@@ -34,7 +34,7 @@ struct agent {
     uv_signal_t sigterm, sigint;
     struct sockaddr_storage to;
     struct dm_power_model model;
-    uint8_t key[256];
+    uint8_t key[DM_REPORT_KEY_MAX];
     size_t key_len;
     struct dm_report r;
     uint16_t ports[MAX_PORTS];
@@ -305,18 +305,14 @@ main(int argc, char **argv)
         p = *end == ',' ? end + 1 : end;
     }
     a.buf = malloc(FILE_MAX);
-    FILE *kf = fopen(key_file, "r");
-    if (a.buf == NULL || kf == NULL) {
-        fprintf(stderr, "dimmer-agent: %s: %s\n", key_file, strerror(errno));
-        return 2;
+    if (a.buf == NULL) {
+        fprintf(stderr, "dimmer-agent: out of memory\n");
+        return 1;
     }
-    a.key_len = fread(a.key, 1, sizeof(a.key), kf);
-    fclose(kf);
-    while (a.key_len > 0 && (a.key[a.key_len - 1] == '\n' || a.key[a.key_len - 1] == '\r')) {
-        a.key_len--;
-    }
-    if (a.key_len == 0) {
-        fprintf(stderr, "dimmer-agent: %s: empty key\n", key_file);
+    int err = dm_report_key_read(key_file, a.key, &a.key_len);
+    if (err < 0) {
+        fprintf(stderr, "dimmer-agent: %s: %s\n", key_file,
+                err == -EINVAL ? "empty key" : strerror(-err));
         return 2;
     }
     if (glob("/sys/class/powercap/intel-rapl:[0-9]*/energy_uj", 0, NULL, &a.rapl) != 0) {

@@ -1,6 +1,7 @@
 /* Agent reports (power/report.h). */
 #include "power/report.h"
 
+#include <errno.h>
 #include <math.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
@@ -222,4 +223,33 @@ dm_report_accept(const struct dm_report *r, uint64_t *last_seq, uint64_t now_ms,
     }
     *last_seq = r->seq;
     return DM_REPORT_OK;
+}
+
+int
+dm_report_key_read(const char *path, uint8_t key[DM_REPORT_KEY_MAX], size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (f == NULL) {
+        return -errno;
+    }
+    /* One byte more than fits tells a key too long from one that fills the buffer. */
+    uint8_t buf[DM_REPORT_KEY_MAX + 1];
+    size_t n = fread(buf, 1, sizeof(buf), f);
+    int err = ferror(f) ? -EIO : 0;
+    fclose(f);
+    if (err < 0) {
+        return err;
+    }
+    while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r')) {
+        n--;
+    }
+    if (n == 0) {
+        return -EINVAL;
+    }
+    if (n > DM_REPORT_KEY_MAX) {
+        return -EFBIG;
+    }
+    memcpy(key, buf, n);
+    *len = n;
+    return 0;
 }

@@ -27,6 +27,7 @@
 #define DM_REPORT_MAX       512
 #define DM_REPORT_NAME_MAX  63
 #define DM_REPORT_WATTS_MAX 100000.0 /* a figure above this is malformed */
+#define DM_REPORT_KEY_MAX   256      /* bytes of a shared key */
 
 struct dm_report {
     char name[DM_REPORT_NAME_MAX + 1];
@@ -76,5 +77,14 @@ enum dm_report_verdict dm_report_decode(const char *buf, size_t len, const uint8
  */
 enum dm_report_verdict dm_report_accept(const struct dm_report *r, uint64_t *last_seq,
                                         uint64_t now_ms, uint64_t max_age_ms);
+
+/*
+ * Reads the shared key of path into key (DM_REPORT_KEY_MAX bytes): the
+ * file's bytes with final CRs and LFs dropped, so an editor's newline is not
+ * part of it. Sets *len and returns 0, or -errno when the file cannot be
+ * read, -EINVAL when the key is empty, -EFBIG when it is longer than
+ * DM_REPORT_KEY_MAX (cut, it would not be the key the proxy has). Any thread.
+ */
+int dm_report_key_read(const char *path, uint8_t key[DM_REPORT_KEY_MAX], size_t *len);
 
 #endif

@@ -20,8 +20,10 @@ import atexit
 import ctypes
 import glob
 import hashlib
+import hmac
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -221,6 +223,29 @@ def file_sha256(path):
                 break
             h.update(b)
     return h.hexdigest()
+
+
+# ---- agent reports ------------------------------------------------------
+
+AGENT_REPORT = re.compile(rb"^(dimmer-agent/1 name=(\S+) seq=(\d+) ts=(\d+) est_w=([\d.]+) "
+                          rb"measured_w=(-|[\d.]+) tcp=(\d+)) hmac=([0-9a-f]{64})$")
+
+
+def agent_report(data, key):
+    """
+    The fields of an agent report datagram (power/report.h) as a dict, once its
+    format and its HMAC-SHA256 under key are checked here, with Python's hmac
+    rather than the project's code; AssertionError otherwise.
+    """
+    m = AGENT_REPORT.match(data)
+    if m is None:
+        raise AssertionError("not an agent report: %r" % data)
+    signed, name, seq, ts, est, measured, tcp, mac = m.groups()
+    want = hmac.new(key, signed, hashlib.sha256).hexdigest().encode()
+    if not hmac.compare_digest(want, mac):
+        raise AssertionError("bad HMAC: %r" % data)
+    return {"name": name.decode(), "seq": int(seq), "ts": int(ts), "est_w": float(est),
+            "measured_w": None if measured == b"-" else float(measured), "tcp": int(tcp)}
 
 
 # ---- raw HTTP -----------------------------------------------------------

@@ -1,11 +1,15 @@
 /*
  * Agent reports (power/report.h): a signed report round-trips; a forged,
  * wrongly keyed, replayed, stale or malformed one is refused with its reason.
+ * A key file gives its bytes without the final newline.
  */
 #include "dm_test.h"
 
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "power/report.h"
 
@@ -152,14 +156,54 @@ test_malformed(void **st)
                      DM_REPORT_MALFORMED);
 }
 
+/* Writes len bytes of data into a new temp file; its path goes into path. */
+static void
+key_file(char path[32], const void *data, size_t len)
+{
+    strcpy(path, "/tmp/dm-report-key-XXXXXX");
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, data, len), (ssize_t)len);
+    close(fd);
+}
+
+static void
+test_key_file(void **st)
+{
+    (void)st;
+    char path[32];
+    uint8_t key[DM_REPORT_KEY_MAX];
+    size_t len = 0;
+    key_file(path, "secret\r\n", 8);
+    assert_int_equal(dm_report_key_read(path, key, &len), 0);
+    assert_int_equal(len, 6);
+    assert_memory_equal(key, "secret", 6);
+    unlink(path);
+    key_file(path, "\n", 1);
+    assert_int_equal(dm_report_key_read(path, key, &len), -EINVAL);
+    unlink(path);
+    /* The largest key, with a newline after it, fits; one byte more does not. */
+    char big[DM_REPORT_KEY_MAX + 2];
+    memset(big, 'k', sizeof(big));
+    big[DM_REPORT_KEY_MAX] = '\n';
+    key_file(path, big, DM_REPORT_KEY_MAX + 1);
+    assert_int_equal(dm_report_key_read(path, key, &len), 0);
+    assert_int_equal(len, DM_REPORT_KEY_MAX);
+    unlink(path);
+    big[DM_REPORT_KEY_MAX] = 'k';
+    key_file(path, big, sizeof(big));
+    assert_int_equal(dm_report_key_read(path, key, &len), -EFBIG);
+    assert_int_equal(unlink(path), 0);
+    assert_int_equal(dm_report_key_read(path, key, &len), -ENOENT);
+}
+
 int
 main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_round_trip),
-        cmocka_unit_test(test_forged_and_wrong_key),
-        cmocka_unit_test(test_replay_and_stale),
-        cmocka_unit_test(test_malformed),
+        cmocka_unit_test(test_round_trip),       cmocka_unit_test(test_forged_and_wrong_key),
+        cmocka_unit_test(test_replay_and_stale), cmocka_unit_test(test_malformed),
+        cmocka_unit_test(test_key_file),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
