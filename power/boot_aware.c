@@ -1,19 +1,29 @@
 /*
  * boot-aware (power/policy.h): keeps awake what the load will need by the
  * time a server woken now is up. The need is the live servers' power plus
- * what the current slope adds within one boot delay (and a margin); it
- * scales up at once, whatever the class, and down only when the lower need
- * has lasted delay_off and no server was added within the last boot delay
+ * what the load's slope adds within one boot delay (and a margin), the slope
+ * fitted over the last boot delay's readings (at least four) so that one
+ * burst is not a trend; it scales up at once, whatever the class, on the
+ * power now, and down only when the need on the window's mean power has
+ * stayed lower for delay_off and no server was added within the last boot delay
  * (the seed's rules sleep a server on a dip and wake it again a few seconds
  * later, paying the boot delay in lost quality of service).
  */
 #include "power/policy.h"
+
+#define SAMPLES 16
 
 struct state {
     uint64_t below_since_us; /* the need has been below the current count since; 0: not */
     uint64_t last_up_us;     /* the last time the count went up */
     unsigned last;           /* the last target */
     bool have_last;
+    /* The last SAMPLES trend readings: time, the connection count summed
+     * from the changes (its level does not matter, only its slope), power. */
+    uint64_t t_us[SAMPLES];
+    double tcp[SAMPLES], watts[SAMPLES];
+    unsigned n, head;
+    double level; /* the summed count */
 };
 
 static void
@@ -23,42 +33,82 @@ init(void *state, const struct dm_power_params *p)
     *(struct state *)state = (struct state){ 0 };
 }
 
+/*
+ * The slope (connections a second, least squares) and the mean power of the
+ * readings within the last window_us. One reading's change is mostly noise
+ * (a page's objects come in a burst); a boot delay's worth of them is the
+ * trend a boot has to keep up with.
+ */
+static void
+trend(const struct state *s, uint64_t now_us, uint64_t window_us, double *slope, double *watts)
+{
+    double n = 0, st = 0, sy = 0, stt = 0, sty = 0, sw = 0;
+    for (unsigned i = 0; i < s->n; i++) {
+        unsigned k = (s->head + SAMPLES - 1 - i) % SAMPLES;
+        if (i > 0 && now_us - s->t_us[k] > window_us) {
+            break;
+        }
+        double t = (double)(now_us - s->t_us[k]) / -1e6; /* seconds, <= 0 */
+        n++;
+        st += t;
+        sy += s->tcp[k];
+        stt += t * t;
+        sty += t * s->tcp[k];
+        sw += s->watts[k];
+    }
+    double d = n * stt - st * st;
+    *slope = n >= 2 && d > 0 ? (n * sty - st * sy) / d : 0;
+    *watts = n > 0 ? sw / n : 0;
+}
+
 static void
 decide(void *state, const struct dm_power_params *p, const struct dm_power_metrics *m,
        uint64_t now_us, struct dm_power_target *out)
 {
     struct state *s = state;
+    s->level += m->d_tcp;
+    s->t_us[s->head] = now_us;
+    s->tcp[s->head] = s->level;
+    s->watts[s->head] = m->total_w;
+    s->head = (s->head + 1) % SAMPLES;
+    s->n += s->n < SAMPLES;
     double trend_s = m->trend_s > 0 ? m->trend_s : 1;
+    uint64_t window =
+        p->boot_us > 4 * (uint64_t)(trend_s * 1e6) ? p->boot_us : 4 * (uint64_t)(trend_s * 1e6);
+    double slope, mean_w;
+    trend(s, now_us, window, &slope, &mean_w);
     /* Watts per connection at full use: the slope in connections a second,
      * turned into the power it will add within a boot delay. */
     double w_per_conn = p->tcp_max > 0 ? p->full_w / p->tcp_max : 0;
-    double slope_w = m->d_tcp / trend_s * w_per_conn;
+    double slope_w = slope * w_per_conn;
     double boot_s = (double)p->boot_us / 1e6;
     double spare = slope_w > 0 ? slope_w * boot_s * (1 + p->margin) : 0;
-    double need = m->total_w + spare;
+    /* Up on what is there now; down only on what the window says. */
+    double now_w = m->total_w > mean_w ? m->total_w : mean_w;
+    double need = now_w + spare;
     enum dm_power_class cls = dm_power_classify(&p->normal, p->tcp_max, m->n_live, m->d_tcp);
     unsigned want = dm_power_servers_for(p, m, need, p->t1_w);
+    unsigned want_down = dm_power_servers_for(p, m, mean_w + spare, p->t1_w);
     unsigned now = m->n_live + m->n_booting;
     if (!s->have_last) {
         s->last = now;
         s->have_last = true;
     }
     unsigned cur = s->last > now ? s->last : now;
-    unsigned target = want;
-    if (want >= cur) {
+    unsigned target = cur;
+    if (want > cur) {
+        target = want;
         s->below_since_us = 0;
-        if (want > cur) {
-            s->last_up_us = now_us;
-        }
+        s->last_up_us = now_us;
+    } else if (want_down >= cur) {
+        s->below_since_us = 0;
     } else {
         if (s->below_since_us == 0) {
             s->below_since_us = now_us;
         }
         bool long_enough = now_us - s->below_since_us >= p->delay_off_us;
         bool recently_up = s->last_up_us != 0 && now_us - s->last_up_us < p->boot_us;
-        if (!long_enough || recently_up || slope_w > 0) {
-            target = cur; /* not yet: the need may come back within a boot delay */
-        } else {
+        if (long_enough && !recently_up) {
             target = cur - 1; /* one at a time, each after its own delay */
             s->below_since_us = now_us;
         }
@@ -70,7 +120,7 @@ decide(void *state, const struct dm_power_params *p, const struct dm_power_metri
         .cls = cls,
         .threshold_w = p->t1_w,
         .w = p->normal,
-        .need_w = need,
+        .need_w = target < cur ? mean_w + spare : need,
     };
 }
 

@@ -72,6 +72,10 @@ unsigned
 dm_power_servers_for(const struct dm_power_params *p, const struct dm_power_metrics *m,
                      double need_w, double threshold_w)
 {
+    /* Scale to zero: with no connection left, idle power needs no server. */
+    if (p->min_active == 0 && m->tcp <= 0 && m->d_tcp <= 0) {
+        return 0;
+    }
     double n = threshold_w > 0 && need_w > 0 ? ceil(need_w / threshold_w - 1e-9) : 0;
     unsigned k = n > (double)m->n_total ? m->n_total : (unsigned)n;
     unsigned lo = p->min_active < m->n_total ? p->min_active : m->n_total;

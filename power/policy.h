@@ -25,10 +25,13 @@
  * -0.15). Rapid growth and rapid decline are acted on at once, the others at
  * the next control period (target.immediate).
  *
- * boot-aware (ours): the spare capacity the current slope uses up within one
- * boot delay, plus a margin, is kept awake; it scales up at once on any
- * class, scales down only when the lower need has lasted delay_off, and never
- * below what the slope says it would need again within a boot delay.
+ * boot-aware (ours): the spare capacity the load's slope uses up within one
+ * boot delay, plus a margin, is kept awake, the slope fitted (least squares)
+ * over the readings of the last boot delay (at least four), so that a burst
+ * is not a trend; it scales up at once on any class, on the power now, and
+ * down one server at a time, only when the need on the window's mean power
+ * (slope included: never below what it would need again within a boot delay)
+ * has stayed lower for delay_off and nothing was woken within a boot delay.
  */
 #ifndef DM_POWER_POLICY_H
 #define DM_POWER_POLICY_H
@@ -113,7 +116,11 @@ const struct dm_power_ops *dm_power_find(const char *name);
 enum dm_power_class dm_power_classify(const struct dm_power_weights *w, double tcp_max,
                                       unsigned n_live, double d_tcp);
 const struct dm_power_weights *dm_power_tier(const struct dm_power_params *p, double avg_w);
-/* ceil(need_w / threshold_w), at least min_active, at most n_total. */
+/*
+ * ceil(need_w / threshold_w), at least min_active, at most n_total; 0 when
+ * min_active is 0 and the load has no connection and is not growing (idle
+ * servers' power alone needs none: scale to zero).
+ */
 unsigned dm_power_servers_for(const struct dm_power_params *p, const struct dm_power_metrics *m,
                               double need_w, double threshold_w);
 

@@ -35,7 +35,7 @@
 #define POWER_TICK_MS  100
 #define DECISIONS      32
 #define DECISION_TEXT  400
-#define POLICY_STATE   256 /* bytes of a policy's own state at most */
+#define POLICY_STATE   1024 /* bytes of a policy's own state at most (tests/power check it) */
 #define HTTP_REPLY_MAX 256
 #define DM_PM_PLAN_MAX 256 /* servers of a pool the manager plans for */
 
@@ -108,9 +108,8 @@ struct pm_pool {
     uint64_t next_trend_us, last_period_us;
     struct dm_power_metrics m;
     struct dm_power_target target;
-    const struct dm_power_weights *w; /* the tier flexible used, for /power */
-    long pinned;                      /* -1: the policy decides */
-    bool present;                     /* in the current config */
+    long pinned;  /* -1: the policy decides */
+    bool present; /* in the current config */
 };
 
 struct decision {
@@ -736,16 +735,12 @@ progress(struct dm_powermgr *pm, struct pm_server *s, uint64_t now)
     }
 }
 
+/* The remaining-capacity tier of an average power per active server (Table 5). */
 static const char *
-tier_name(const struct pm_pool *p, const struct dm_power_weights *w)
+tier_name(const struct pm_pool *p, double avg_w)
 {
     static const char *const names[] = { "many-spare", "normal", "little-spare" };
-    for (int i = 0; i < 3; i++) {
-        if (w == &p->params.tiers[i]) {
-            return names[i];
-        }
-    }
-    return "normal";
+    return names[dm_power_tier(&p->params, avg_w) - p->params.tiers];
 }
 
 static void
@@ -780,7 +775,6 @@ pool_trend(struct dm_powermgr *pm, struct pm_pool *p, uint64_t now)
         t.immediate = true;
     }
     double avg = m.n_live > 0 ? m.total_w / m.n_live : 0;
-    p->w = dm_power_tier(&p->params, avg);
     p->m = m;
     p->target = t;
     bool period = now - p->last_period_us >= pw->period_ms * 1000;
@@ -791,14 +785,22 @@ pool_trend(struct dm_powermgr *pm, struct pm_pool *p, uint64_t now)
     if ((t.immediate || period) && t.servers != have) {
         struct dm_sbuf did = { 0 };
         act(pm, p, t.servers, now, false, &did);
-        decision(pm, p,
-                 "%s: W [%s] total %.1f, TCP %.0f dTCP %+.0f, tier %s (alpha %g beta %g), class "
-                 "%s, threshold %.1f W, need %.1f W: %u servers (live %u, booting %u)%s:%s",
-                 p->pinned >= 0 ? "pinned" : p->ops->name, watts.p != NULL ? watts.p : "",
-                 m.total_w, m.tcp, m.d_tcp, tier_name(p, p->w), t.w.alpha, t.w.beta,
-                 dm_power_class_name(t.cls), t.threshold_w, t.need_w, t.servers, m.n_live,
-                 m.n_booting, t.immediate ? " at once" : "", did.p != NULL ? did.p : " nothing");
+        decision(
+            pm, p,
+            "%s: W [%s] total %.1f (%.1f a server: tier %s), TCP %.0f dTCP %+.0f, alpha %g beta "
+            "%g, class "
+            "%s, threshold %.1f W, need %.1f W: %u servers (live %u, booting %u)%s:%s",
+            p->pinned >= 0 ? "pinned" : p->cf->power.policy, watts.p != NULL ? watts.p : "",
+            m.total_w, avg, tier_name(p, avg), m.tcp, m.d_tcp, t.w.alpha, t.w.beta,
+            dm_power_class_name(t.cls), t.threshold_w, t.need_w, t.servers, m.n_live, m.n_booting,
+            t.immediate ? " at once" : "", did.p != NULL ? did.p : " nothing");
         free(did.p);
+    } else {
+        dm_log_debug(
+            "power: pool %s: %s: total %.1f W, TCP %.0f dTCP %+.0f, class %s, need %.1f W: "
+            "%u servers (live %u, booting %u): nothing to do",
+            p->name, p->cf->power.policy, m.total_w, m.tcp, m.d_tcp, dm_power_class_name(t.cls),
+            t.need_w, t.servers, m.n_live, m.n_booting);
     }
     free(watts.p);
 }
@@ -1369,11 +1371,11 @@ dm_power_json(struct dm_powermgr *pm, struct dm_sbuf *b)
                      "\"live\":%u,\"booting\":%u,\"total\":%u,\"total_w\":%.2f,\"tcp\":%.0f,"
                      "\"d_tcp\":%.0f,\"tcp_source\":\"%s\",\"held_requests\":%llu,"
                      "\"watts\":%.2f,\"energy_wh\":%.4f,\"servers\":[",
-                     p->ops->name, p->pinned, dm_power_class_name(t->cls),
-                     p->w != NULL ? tier_name(p, p->w) : "normal", t->w.alpha, t->w.beta,
-                     t->w.neg_beta, t->w.neg_alpha, t->threshold_w, t->need_w, t->servers,
-                     t->immediate ? "true" : "false", p->m.n_live, p->m.n_booting, p->m.n_total,
-                     p->m.total_w, p->m.tcp, p->m.d_tcp,
+                     p->cf->power.policy, p->pinned, dm_power_class_name(t->cls),
+                     tier_name(p, p->m.n_live > 0 ? p->m.total_w / p->m.n_live : 0), t->w.alpha,
+                     t->w.beta, t->w.neg_beta, t->w.neg_alpha, t->threshold_w, t->need_w,
+                     t->servers, t->immediate ? "true" : "false", p->m.n_live, p->m.n_booting,
+                     p->m.n_total, p->m.total_w, p->m.tcp, p->m.d_tcp,
                      p->cf->power.tcp_source == DM_TCP_AGENT ? "agent" : "proxy",
                      (unsigned long long)held_requests(pm, p), watts, energy);
         bool sfirst = true;
