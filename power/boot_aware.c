@@ -4,14 +4,15 @@
  * what the load's slope adds within one boot delay (and a margin), the slope
  * fitted over the last boot delay's readings (at least four) so that one
  * burst is not a trend; it scales up at once, whatever the class, on the
- * power now, and down only when the need on the window's mean power has
- * stayed lower for delay_off and no server was added within the last boot delay
+ * power now, and down one at a time, only when the need over the last
+ * delay_off (mean power and slope) has stayed lower for delay_off and no
+ * server was added within the last boot delay
  * (the seed's rules sleep a server on a dip and wake it again a few seconds
  * later, paying the boot delay in lost quality of service).
  */
 #include "power/policy.h"
 
-#define SAMPLES 16
+#define SAMPLES 32
 
 struct state {
     uint64_t below_since_us; /* the need has been below the current count since; 0: not */
@@ -73,22 +74,29 @@ decide(void *state, const struct dm_power_params *p, const struct dm_power_metri
     s->head = (s->head + 1) % SAMPLES;
     s->n += s->n < SAMPLES;
     double trend_s = m->trend_s > 0 ? m->trend_s : 1;
-    uint64_t window =
-        p->boot_us > 4 * (uint64_t)(trend_s * 1e6) ? p->boot_us : 4 * (uint64_t)(trend_s * 1e6);
-    double slope, mean_w;
-    trend(s, now_us, window, &slope, &mean_w);
+    /* Up on a boot delay's readings (at least four), down on delay_off's
+     * (at least as many): a lower need must hold over the longer window. */
+    uint64_t four = 4 * (uint64_t)(trend_s * 1e6);
+    uint64_t up_window = p->boot_us > four ? p->boot_us : four;
+    uint64_t down_window = p->delay_off_us > up_window ? p->delay_off_us : up_window;
+    double slope, mean_w, slope_down, mean_down_w;
+    trend(s, now_us, up_window, &slope, &mean_w);
+    trend(s, now_us, down_window, &slope_down, &mean_down_w);
     /* Watts per connection at full use: the slope in connections a second,
      * turned into the power it will add within a boot delay. */
     double w_per_conn = p->tcp_max > 0 ? p->full_w / p->tcp_max : 0;
-    double slope_w = slope * w_per_conn;
     double boot_s = (double)p->boot_us / 1e6;
-    double spare = slope_w > 0 ? slope_w * boot_s * (1 + p->margin) : 0;
-    /* Up on what is there now; down only on what the window says. */
+    double spare = slope > 0 ? slope * w_per_conn * boot_s * (1 + p->margin) : 0;
+    double spare_down = slope_down > 0 ? slope_down * w_per_conn * boot_s * (1 + p->margin) : 0;
+    /* Up on what is there now or lately, whichever is more. */
     double now_w = m->total_w > mean_w ? m->total_w : mean_w;
     double need = now_w + spare;
     enum dm_power_class cls = dm_power_classify(&p->normal, p->tcp_max, m->n_live, m->d_tcp);
     unsigned want = dm_power_servers_for(p, m, need, p->t1_w);
-    unsigned want_down = dm_power_servers_for(p, m, mean_w + spare, p->t1_w);
+    /* Down on the longer window's mean, and never below what the load's
+     * slope over it would need again within a boot delay. */
+    double need_down = mean_down_w + spare_down;
+    unsigned want_down = dm_power_servers_for(p, m, need_down, p->t1_w);
     unsigned now = m->n_live + m->n_booting;
     if (!s->have_last) {
         s->last = now;
@@ -116,11 +124,13 @@ decide(void *state, const struct dm_power_params *p, const struct dm_power_metri
     s->last = target;
     *out = (struct dm_power_target){
         .servers = target,
-        .immediate = target > now,
+        /* Its own delays are its hysteresis: what it decides is done now,
+         * not at the next period (which would lose a step down it counted). */
+        .immediate = target != now,
         .cls = cls,
         .threshold_w = p->t1_w,
         .w = p->normal,
-        .need_w = target < cur ? mean_w + spare : need,
+        .need_w = target < cur ? need_down : need,
     };
 }
 

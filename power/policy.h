@@ -29,9 +29,10 @@
  * boot delay, plus a margin, is kept awake, the slope fitted (least squares)
  * over the readings of the last boot delay (at least four), so that a burst
  * is not a trend; it scales up at once on any class, on the power now, and
- * down one server at a time, only when the need on the window's mean power
- * (slope included: never below what it would need again within a boot delay)
- * has stayed lower for delay_off and nothing was woken within a boot delay.
+ * down one server at a time, only when the need computed over the last
+ * delay_off (its mean power, plus what its slope would need again within a
+ * boot delay) has stayed lower for delay_off and nothing was woken within a
+ * boot delay.
  */
 #ifndef DM_POWER_POLICY_H
 #define DM_POWER_POLICY_H

@@ -117,7 +117,13 @@ test_bundled_example_loads(void **state)
 {
     const char *path = DM_TEST_DATA_DIR "/../conf/dimmer.yaml";
     struct dm_conf_errors err = { 0 };
+    /* Its relative paths (the demo's agent key) are from the source tree, where
+     * scripts/demo.sh runs it. */
+    char cwd[4096];
+    assert_non_null(getcwd(cwd, sizeof(cwd)));
+    assert_int_equal(chdir(DM_TEST_DATA_DIR "/.."), 0);
     struct dm_conf *c = dm_conf_load(path, &err);
+    assert_int_equal(chdir(cwd), 0);
     const struct dm_conf_pool *p;
     (void)state;
 
@@ -145,9 +151,10 @@ test_bundled_example_loads(void **state)
     assert_int_equal(c->limits.max_conns, 10000);
     assert_int_equal(c->timeouts.client_body_ms, 10000);
     assert_int_equal(c->limits.body_min_rate, 500);
-    assert_string_equal(c->access_log, "-");
-    assert_string_equal(c->access_log_format, "default");
+    assert_null(c->access_log);
     assert_null(c->error_log);
+    assert_string_equal(c->metrics.text, "127.0.0.1:9902");
+    assert_true(c->metrics_key_len > 0);
 
     assert_int_equal(c->npools, 1);
     p = &c->pools[0];
@@ -168,14 +175,20 @@ test_bundled_example_loads(void **state)
     assert_int_equal(p->health.fall, 2);
     assert_int_equal(p->passive.max_fails, 3);
     assert_int_equal(p->passive.fail_timeout_ms, 10000);
-    assert_int_equal(p->nservers, 3);
-    for (size_t i = 0; i < 3; i++) {
+    assert_true(p->power.enabled);
+    assert_string_equal(p->power.policy, "boot-aware");
+    assert_int_equal(p->power.boot_ms, 5000);
+    assert_int_equal(p->nservers, 4);
+    for (size_t i = 0; i < 4; i++) {
         char name[32];
         snprintf(name, sizeof(name), "backend-%zu", 9001 + i);
         assert_string_equal(p->servers[i].name, name);
         assert_ipv4(&p->servers[i].addr, "127.0.0.1", (uint16_t)(9001 + i));
         assert_int_equal(p->servers[i].weight, 1);
-        assert_int_equal(p->servers[i].capacity, 100);
+        assert_int_equal(p->servers[i].capacity, 50);
+        assert_int_equal(p->servers[i].power.wake, DM_ACT_HTTP);
+        assert_int_equal(p->servers[i].power.sleep, DM_ACT_HTTP);
+        assert_ipv4(&p->servers[i].power.control, "127.0.0.1", (uint16_t)(9101 + i));
     }
     assert_int_equal(c->nroutes, 1);
     assert_null(c->routes[0].host);

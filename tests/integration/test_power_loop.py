@@ -72,7 +72,7 @@ class PowerLoopTest(H.DimmerTest):
                 "    health_check: {interval: 200ms, timeout: 300ms, rise: 1, fall: 1}\n"
                 "    power:\n      policy: %s\n      period: 1s\n      trend_interval: 500ms\n"
                 "      min_active: %d\n      min_change_interval: 1s\n      action_interval: 0\n"
-                "      boot_time: %dms\n      delay_off: 2s\n      drain_timeout: 5s\n"
+                "      boot_time: %dms\n      delay_off: 3s\n      drain_timeout: 5s\n"
                 "      slow_start: 500ms\n      tcp_max: 8\n      hold_timeout: 20s\n"
                 "    servers:\n%s\n" % (policy, min_active, BOOT_MS, servers))
 
@@ -156,8 +156,12 @@ class PowerLoopTest(H.DimmerTest):
         H.wait_until(lambda: self.d.admin_stats()["generation"] > gen, 10, "the reload")
 
     def all_asleep(self):
-        H.wait_until(lambda: set(self.states().values()) == {"sleeping"}, 30,
-                     "every server to sleep with min_active 0")
+        try:
+            H.wait_until(lambda: set(self.states().values()) == {"sleeping"}, 60,
+                         "every server to sleep with min_active 0")
+        except AssertionError:
+            print(json.dumps(self.power(), indent=1), file=sys.stderr)
+            raise
 
     def test_boot_aware_then_scale_to_zero(self):
         self.run_loop("boot-aware")
