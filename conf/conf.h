@@ -41,6 +41,7 @@ struct dm_conf_server_power {
     struct dm_conf_addr wol_to;  /* where the magic packet goes; default 255.255.255.255:9 */
     struct dm_conf_addr control; /* http actuator: host:port of the node's control */
     char *wake_command, *sleep_command;
+    bool keep_on; /* never slept by the policy (the operator may still) */
 };
 
 struct dm_conf_server {

@@ -289,6 +289,7 @@ enum {
     SP_CONTROL,
     SP_WAKE_COMMAND,
     SP_SLEEP_COMMAND,
+    SP_KEEP_ON,
     SP_N
 };
 static const char *const server_power_keys[SP_N] = {
@@ -304,6 +305,7 @@ static const char *const server_power_keys[SP_N] = {
     [SP_CONTROL] = "control",
     [SP_WAKE_COMMAND] = "wake_command",
     [SP_SLEEP_COMMAND] = "sleep_command",
+    [SP_KEEP_ON] = "keep_on",
 };
 static const char *const act_names[] = { "none", "wol", "http", "command" };
 
@@ -358,6 +360,9 @@ dm_conf_load_server_power(struct dm_conf_loader *ld, struct dm_conf_pool *p,
     }
     if (v[SP_SLEEP_COMMAND] != NULL) {
         (void)dm_conf_get_string(ld, v[SP_SLEEP_COMMAND], &sp->sleep_command);
+    }
+    if (v[SP_KEEP_ON] != NULL) {
+        (void)dm_conf_get_bool(ld, v[SP_KEEP_ON], &sp->keep_on);
     }
     /* The actuator given, or the one the keys present imply. */
     sp->wake = sp->has_mac                ? DM_ACT_WOL
@@ -436,6 +441,10 @@ get_secret(struct dm_conf_loader *ld, const yaml_node_t *n, const char *key, uin
         return false;
     }
     FILE *f = fopen(path, "rb");
+    if (f == NULL && errno == ENOMEM) {
+        ld->oom = true;
+        return false;
+    }
     if (f == NULL) {
         dm_conf_fail_at(ld, n, "%s %s: %s", key,
                         dm_conf_quote(path, strlen(path), buf, sizeof(buf)), strerror(errno));
@@ -510,7 +519,7 @@ dm_conf_load_power(struct dm_conf_loader *ld, const yaml_node_t *n)
             }
         }
     }
-    if (c->metrics.text != NULL && c->metrics_key == NULL) {
+    if (c->metrics.text != NULL && v[TP_KEY_FILE] == NULL) {
         dm_conf_fail_at(ld, n, "power: metrics needs key_file (reports are signed with it)");
     }
 }

@@ -128,8 +128,8 @@ dm_pm_plan(const struct dm_pm_rules *r, const struct dm_pm_server *s, size_t n, 
         for (size_t i = 0; i < n; i++) {
             const struct dm_pm_server *c = &s[i];
             /* One that could not be woken again is never slept. */
-            if (c->state != DM_PM_ACTIVE || !c->can_wake || !may_change(r, c, now_us) ||
-                moved(out, k, i)) {
+            if (c->state != DM_PM_ACTIVE || !c->can_wake || c->keep_on ||
+                !may_change(r, c, now_us) || moved(out, k, i)) {
                 continue;
             }
             if (best == n || r->sleep_rule == DM_PM_SLEEP_LAST || c->load < s[best].load) {

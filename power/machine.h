@@ -11,10 +11,10 @@
  *   any --operator--> maint (held), and back
  *
  * A server can be slept only if it can be woken again (it has a wake
- * actuator); a server changed less than min_change ago, or whose last action
- * was less than action_interval ago, or whose actuator still runs, or that
- * the operator holds, is left alone. A draining server is the first to take
- * back when more are wanted: it is still up.
+ * actuator) and is not one that must stay on; a server changed less than min_change ago, or whose
+ * last action was less than action_interval ago, or whose actuator still runs, or that the operator
+ * holds, is left alone. A draining server is the first to take back when more are wanted: it is
+ * still up.
  */
 #ifndef DM_POWER_MACHINE_H
 #define DM_POWER_MACHINE_H
@@ -60,6 +60,7 @@ struct dm_pm_server {
     bool held;               /* the operator's */
     bool busy;               /* an actuator of it still runs */
     bool can_wake;           /* it has a wake actuator */
+    bool keep_on;            /* it must stay on: never drained by a plan */
     double cost;             /* W at full use per unit of capacity: lower wakes first */
     double load;             /* its load now (connections and requests): lower sleeps first */
 };

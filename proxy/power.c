@@ -162,6 +162,8 @@ decision(struct dm_powermgr *pm, const struct pm_pool *p, const char *fmt, ...)
 /* ---- actuators ---- */
 
 static void action_finish(struct pm_action *a, bool ok, const char *what);
+static void set_state(struct dm_powermgr *pm, struct pm_server *s, enum dm_pm_state st,
+                      uint64_t now);
 
 static void
 action_closed(uv_handle_t *h)
@@ -207,6 +209,14 @@ action_finish(struct pm_action *a, bool ok, const char *what)
         dm_log(ok ? DM_LOG_INFO : DM_LOG_WARN, "power: %s %s (%s): %s",
                a->kind == ACT_WAKE ? "wake" : "sleep", s->cf != NULL ? s->cf->name : "?",
                a->how == DM_ACT_HTTP ? "http" : "command", what);
+        /* A machine whose sleep failed is most likely still up: back in
+         * service (once its health check passes again). A failed wake is
+         * left to the boot timeout, which wakes another. */
+        if (!ok && a->kind == ACT_SLEEP && s->state == DM_PM_SLEEPING && a->pm != NULL &&
+            !a->pm->stopping) {
+            decision(a->pm, s->pool, "%s: its sleep failed: active again", s->cf->name);
+            set_state(a->pm, s, DM_PM_ACTIVE, dm_mono_us());
+        }
         if (s->has_pending && a->pm != NULL && !a->pm->stopping) {
             s->has_pending = false;
             run_action(a->pm, s, s->pending);
@@ -631,6 +641,7 @@ machine_view(const struct pm_server *s)
         .held = s->held,
         .busy = s->action != NULL,
         .can_wake = s->cf->power.wake != DM_ACT_NONE,
+        .keep_on = s->cf->power.keep_on,
         .cost = s->cf->power.full_w / cap,
         .load = s->tcp + (double)dm_counter_get(&s->h->inflight),
     };

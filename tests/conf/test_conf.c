@@ -1289,7 +1289,7 @@ test_power_keys_are_read(void **state)
                         "      sleep: last\n      tcp: agent\n",
                         "        power:\n          idle_w: 30\n          mac: 02:00:00:00:00:0A\n"
                         "          wol_to: 127.0.0.1:4009\n          control: 127.0.0.1:9101\n"
-                        "          agent: web-a\n"),
+                        "          agent: web-a\n          keep_on: yes\n"),
              key, key);
     struct dm_conf *c = load_ok(yaml);
     unlink(key);
@@ -1328,6 +1328,7 @@ test_power_keys_are_read(void **state)
     assert_ipv4(&sp->wol_to, "127.0.0.1", 4009);
     assert_ipv4(&sp->control, "127.0.0.1", 9101);
     assert_string_equal(sp->agent, "web-a");
+    assert_true(sp->keep_on);
     dm_conf_destroy(c);
 
     /* Defaults: boot-aware, the seed's numbers, the agent named as the server. */

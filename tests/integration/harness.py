@@ -558,6 +558,41 @@ class Backend:
         return self.stats()["requests"]
 
 
+class Node:
+    """
+    A running dimmer-backend cluster node (DimmerTest.start_node): port serves;
+    control and wol are None unless asked for.
+    """
+
+    def __init__(self, proc, name, ports):
+        self.proc = proc
+        self.name = name
+        self.port = ports["listening"]
+        self.control = ports.get("control")
+        self.wol = ports.get("wol")
+
+    def stats(self):
+        """/stats, from the control listener when there is one (it answers in every state)."""
+        return stats(self.control or self.port)
+
+    def power(self):
+        r = get(self.control, "/power", timeout=5.0)
+        assert r.status == 200, r
+        return json.loads(r.body)
+
+    def command(self, what):
+        """POST /sleep or /wake on the control listener; the /power JSON it answers."""
+        r = request(self.control, "POST", "/" + what, timeout=5.0)
+        assert r.status == 200, r
+        return json.loads(r.body)
+
+    def wait_state(self, state, timeout=10.0):
+        return wait_until(lambda: self.power()["state"] == state, timeout, "state " + state)
+
+
+NODE_LINE = re.compile(r"^dimmer-backend (\S+) (listening|control|wol) on (\S+):(\d+)$")
+
+
 class Dimmer:
     """
     A running dimmer: port is its first listener's bound port, ports all of
@@ -670,6 +705,31 @@ class DimmerTest(unittest.TestCase):
         bound_port = wait_until(bound, START_TIMEOUT, "backend %s to listen" % name)
         wait_port(bound_port, proc=p)
         return Backend(p, name, bound_port)
+
+    def start_node(self, *args, name="node"):
+        """
+        A dimmer-backend with args (the node options: --control 127.0.0.1:0,
+        --boot-ms, ...), once it listens on every address it was asked for.
+        """
+        args = [str(a) for a in args]
+        p = self.start_proc("node-%s-%d" % (name, len(self.procs)),
+                            [DIMMER_BACKEND, "--listen", "%s:0" % HOST, "--name", name] + args)
+        want = {"listening"} | {k for k in ("control", "wol") if "--" + k in args}
+
+        def bound():
+            if not p.alive():
+                raise AssertionError("backend %s exited: %s" % (name, p.stderr()))
+            ports = {}
+            for line in p.stdout().splitlines():
+                m = NODE_LINE.match(line)
+                if m and m.group(1) == name:
+                    ports[m.group(2)] = int(m.group(4))
+            return ports if want <= set(ports) else None
+
+        # Printed once listening; no probe connection, which a node started
+        # asleep would count as refused.
+        ports = wait_until(bound, START_TIMEOUT, "node %s's addresses" % name)
+        return Node(p, name, ports)
 
     def write_config(self, text, name="dimmer.yaml"):
         path = self.path(name)

@@ -11,7 +11,6 @@ behaviour (every other integration test runs it).
 """
 import json
 import os
-import re
 import signal
 import socket
 import sys
@@ -23,38 +22,8 @@ import harness as H  # noqa: E402
 
 MAC = "aa:bb:cc:dd:ee:ff"
 KEY = b"the key of node 7 and its proxy"
-LINE = re.compile(r"^dimmer-backend (\S+) (listening|control|wol) on (\S+):(\d+)$")
-
-
 def magic(mac):
     return b"\xff" * 6 + bytes.fromhex(mac.replace(":", "")) * 16
-
-
-class Node:
-    """A running dimmer-backend: port serves, control and wol are None unless asked for."""
-
-    def __init__(self, proc, ports):
-        self.proc = proc
-        self.port = ports["listening"]
-        self.control = ports.get("control")
-        self.wol = ports.get("wol")
-
-    def stats(self):
-        return H.stats(self.control or self.port)
-
-    def power(self):
-        r = H.get(self.control, "/power", timeout=5.0)
-        assert r.status == 200, r
-        return json.loads(r.body)
-
-    def command(self, what):
-        """POST /sleep or /wake on the control listener; the /power JSON it answers."""
-        r = H.request(self.control, "POST", "/" + what, timeout=5.0)
-        assert r.status == 200, r
-        return json.loads(r.body)
-
-    def wait_state(self, state, timeout=10.0):
-        return H.wait_until(lambda: self.power()["state"] == state, timeout, "state " + state)
 
 
 def refused(port):
@@ -91,27 +60,10 @@ def read_all(conns):
 
 class BackendNodeTest(H.DimmerTest):
     def start_node(self, *args, name="node"):
-        args = [str(a) for a in args]
-        p = self.start_proc("node-%d" % len(self.procs),
-                            [H.DIMMER_BACKEND, "--listen", "%s:0" % H.HOST, "--name", name] +
-                            args)
-        want = {"listening"} | {k for k in ("control", "wol") if "--" + k in args}
-
-        def bound():
-            if not p.alive():
-                raise AssertionError("backend exited: %s" % p.stderr())
-            ports = {}
-            for line in p.stdout().splitlines():
-                m = LINE.match(line)
-                if m:
-                    self.assertEqual(m.group(1), name)
-                    ports[m.group(2)] = int(m.group(4))
-            return ports if want <= set(ports) else None
-
-        ports = H.wait_until(bound, H.START_TIMEOUT, "the backend's addresses")
+        node = super().start_node(*args, name=name)
         # The serving address comes first: the harness and older scripts read that line.
-        self.assertTrue(p.stdout().startswith("dimmer-backend %s listening on " % name))
-        return Node(p, ports)
+        self.assertTrue(node.proc.stdout().startswith("dimmer-backend %s listening on " % name))
+        return node
 
     def key_file(self, data=KEY + b"\n"):
         """A key file; by default with a final newline, which is not part of the key."""

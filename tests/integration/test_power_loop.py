@@ -30,37 +30,10 @@ NODES = 4
 PATTERN = "0,2\n7,2\n9,40\n17,40\n19,2\n26,2\n26.5,0\n30,0\n"
 
 
-class Node:
-    def __init__(self, proc, name, port, control):
-        self.proc, self.name, self.port, self.control = proc, name, port, control
-
-    def stats(self):
-        """Its /stats from the control listener, which answers in every state."""
-        return H.stats(self.control)
-
-
 class PowerLoopTest(H.DimmerTest):
-    def start_node(self, name):
-        p = self.start_proc("node-%s" % name, [
-            H.DIMMER_BACKEND, "--listen", "%s:0" % H.HOST, "--name", name,
-            "--control", "%s:0" % H.HOST, "--capacity", "8", "--service-ms", "40",
-            "--boot-ms", str(BOOT_MS), "--idle-w", "25", "--full-w", "70"])
-
-        def bound():
-            if not p.alive():
-                raise AssertionError("node %s exited: %s" % (name, p.stderr()))
-            port = control = None
-            for line in p.stdout().splitlines():
-                m = re.search(r" control on [\d.]+:(\d+)$", line)
-                if m:
-                    control = int(m.group(1))
-                elif " listening on " in line:
-                    port = int(line.rsplit(":", 1)[1])
-            return (port, control) if port and control else None
-
-        port, control = H.wait_until(bound, H.START_TIMEOUT, "node %s to listen" % name)
-        H.wait_port(port, proc=p)
-        return Node(p, name, port, control)
+    def node(self, name):
+        return self.start_node("--control", "%s:0" % H.HOST, "--capacity", 8, "--service-ms", 40,
+                               "--boot-ms", BOOT_MS, "--idle-w", 25, "--full-w", 70, name=name)
 
     def config(self, policy, min_active=1):
         servers = "\n".join(
@@ -85,7 +58,7 @@ class PowerLoopTest(H.DimmerTest):
         return {s["name"]: s["state"] for s in self.power()["servers"]}
 
     def run_loop(self, policy):
-        self.nodes = [self.start_node("n%d" % i) for i in range(NODES)]
+        self.nodes = [self.node("n%d" % i) for i in range(NODES)]
         self.d = self.start_dimmer_conf(self.write_config(self.config(policy)))
         pattern = self.path("pattern.csv")
         with open(pattern, "w") as f:

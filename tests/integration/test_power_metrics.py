@@ -6,11 +6,18 @@ dropped and counted by its reason in /stats and /power, the estimate falling
 back to the proxy's counters when the agent goes silent, and the admin's
 power actions: a bearer token when one is configured, pin and unpin, 409 for
 a host that is not power-managed.
+
+The actuators against real nodes (dimmer-backend): Wake-on-LAN (the magic
+packet reaches the node's receiver), http (POST /sleep on its control),
+command (kill -USR1 / -USR2 on its pid, which sleep and wake it; a command
+that outlives command_timeout is killed and counted as failed). A reload
+with a bad power block keeps the running one, with file:line:column.
 """
 import hashlib
 import hmac
 import json
 import os
+import re
 import socket
 import sys
 import time
@@ -157,6 +164,77 @@ class PowerMetricsTest(H.DimmerTest):
         self.assertEqual(self.power()["pools"][0]["pinned"], -1)
         texts = [d["text"] for d in self.power()["decisions"]]
         self.assertTrue(any("operator: maint b1" in t for t in texts), texts)
+
+    def node_pool(self, power):
+        """One node, alone in pool web, with the server power block `power`."""
+        node = self.start_node("--control", "%s:0" % H.HOST, "--wol", "%s:0" % H.HOST,
+                               "--mac", "02:00:00:00:00:07", "--boot-ms", 300, name="n1")
+        power = power.replace("CONTROL", "%s:%d" % (H.HOST, node.control)).replace(
+            "WOL", "%s:%d" % (H.HOST, node.wol)).replace("PID", str(node.proc.pid))
+        conf = ("listen: 127.0.0.1:0\nadmin: 127.0.0.1:0\npools:\n  web:\n"
+                "    health_check: {interval: 100ms, timeout: 300ms, rise: 1, fall: 1}\n"
+                "    power: {policy: always-on, min_change_interval: 0, action_interval: 0, "
+                "command_timeout: 500ms}\n"
+                "    servers:\n      - {name: n1, address: \"%s:%d\", power: {%s}}\n"
+                % (H.HOST, node.port, power))
+        self.d = self.start_dimmer_conf(self.write_config(conf))
+        return node
+
+    def act(self, node, what):
+        r = H.request(self.d.admin, "POST", "/hosts/%s:%d/%s" % (H.HOST, node.port, what))
+        self.assertEqual(r.status, 200, r.body)
+
+    def test_wol_and_http_actuators(self):
+        node = self.node_pool('mac: "02:00:00:00:00:07", wol_to: "WOL", control: "CONTROL"')
+        self.act(node, "sleep")
+        node.wait_state("asleep")  # drained (nothing on it), then POST /sleep
+        H.wait_until(lambda: self.server("n1")["state"] == "sleeping", 5, "sleeping")
+        self.assertEqual(node.stats()["wol_ignored"], 0)
+        self.act(node, "wake")
+        node.wait_state("awake")  # the magic packet, then its 300 ms boot
+        self.assertEqual(node.stats()["wakes"], 1)
+        H.wait_until(lambda: self.server("n1")["state"] == "active", 10, "active again")
+        self.assertEqual(H.get(self.d.port, "/healthz").status, 200)
+        self.assertEqual(self.server("n1")["action_failures"], 0)
+
+    def test_command_actuator_and_its_timeout(self):
+        node = self.node_pool('sleep_command: "kill -USR1 PID", wake_command: "kill -USR2 PID"')
+        self.act(node, "sleep")
+        node.wait_state("asleep")
+        self.act(node, "wake")
+        node.wait_state("awake")
+        H.wait_until(lambda: self.server("n1")["state"] == "active", 10, "active again")
+        self.assertIn('running "kill -USR1 %d"' % node.proc.pid, self.d.proc.stderr())
+        self.assertIn("wake n1 (command): exit status 0", self.d.proc.stderr())
+        self.assertEqual(self.server("n1")["action_failures"], 0)
+
+    def test_a_command_that_hangs_is_killed(self):
+        node = self.node_pool('sleep_command: "exec sleep 30", wake_command: "kill -USR2 PID"')
+        self.act(node, "sleep")
+        H.wait_until(lambda: self.server("n1")["action_failures"] == 1, 10,
+                     "the command to be killed at command_timeout")
+        self.assertIn("sleep n1 (command): killed by signal 9", self.d.proc.stderr())
+        self.assertEqual(node.power()["state"], "awake")  # it never slept
+        # Still up, so back in service once its health check passes.
+        H.wait_until(lambda: self.server("n1")["state"] == "active", 10, "active again")
+        H.wait_until(lambda: H.get(self.d.port, "/healthz").status == 200, 10, "served again")
+
+    def test_a_bad_power_block_on_reload_keeps_the_running_one(self):
+        self.start()
+        self.send(report("b1", 1))
+        H.wait_until(lambda: self.reports()["ok"] == 1, 10, "a report")
+        with open(self.d.conf_path) as f:
+            good = f.read()
+        with open(self.d.conf_path, "w") as f:
+            f.write(good.replace("policy: always-on", "policy: mulit"))
+        gen = self.d.admin_stats()["generation"]
+        self.d.proc.signal(H.signal.SIGHUP)
+        H.wait_until(lambda: "unknown power policy" in self.d.proc.stderr(), 10, "the error")
+        self.assertRegex(self.d.proc.stderr(),
+                         r"%s:\d+:\d+: unknown power policy \"mulit\"" % re.escape(self.d.conf_path))
+        self.assertEqual(self.d.admin_stats()["generation"], gen)
+        self.assertEqual(self.power()["pools"][0]["policy"], "always-on")
+        self.assertEqual(self.server("b1")["agent"]["seq"], 1)  # the manager's state is kept
 
 
 if __name__ == "__main__":

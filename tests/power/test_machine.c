@@ -169,6 +169,11 @@ test_plan_respects_min_change_holds_and_wakeability(void **st)
     s[1].held = true;             /* the operator's */
     s[2].can_wake = false;        /* would never come back */
     assert_int_equal(dm_pm_plan(&r, s, 4, 1, 100 * S, false, m, 4, &short_by), 0);
+    s[2].can_wake = true;
+    s[2].keep_on = true; /* must stay on */
+    assert_int_equal(dm_pm_plan(&r, s, 4, 1, 100 * S, false, m, 4, &short_by), 0);
+    s[2].keep_on = false;
+    s[2].can_wake = false;
     s[0].last_change_us = 90 * S;
     size_t k = dm_pm_plan(&r, s, 4, 1, 100 * S, false, m, 4, &short_by);
     assert_int_equal(k, 1);
