@@ -37,13 +37,15 @@ def http_json(port, path, method="GET"):
         return json.loads(r.read())
 
 
-def wait_for(pred, timeout, what):
+def wait_for(pred, timeout, what, show=None):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         v = pred()
         if v:
             return v
         time.sleep(0.05)
+    if show is not None:
+        print(show(), file=sys.stderr)
     sys.exit("power_exp2: timed out waiting for " + what)
 
 
@@ -111,7 +113,7 @@ class Run:
 listen: 127.0.0.1:0
 admin: 127.0.0.1:0
 access_log: off
-timeouts: {server_response: 60s}
+timeouts: {server_response: 60s, shutdown: 1s}
 power:
   metrics: 127.0.0.1:%d
   key_file: %s
@@ -139,10 +141,13 @@ pools:
                          "dimmer")
         port = int(lines[0].split()[2].rsplit(":", 1)[1])
         admin = int(lines[1].split()[2].rsplit(":", 1)[1])
-        # Every node reporting, every server active, before the load starts.
-        wait_for(lambda: all(s["state"] == "active" and s["agent"] is not None
+        # Every node reporting before the load starts (all start awake; the
+        # policy may already be sleeping some: the pattern starts low).
+        wait_for(lambda: all(s["agent"] is not None or s["state"] != "active"
                              for s in http_json(admin, "/power")["pools"][0]["servers"]),
-                 30, "every server active with its agent")
+                 30, "every node's agent",
+                 lambda: json.dumps(http_json(admin, "/power"))[:3000] +
+                 open(os.path.join(self.tmp, "dimmer.err")).read()[-3000:])
         e0 = sum(http_json(c, "/stats")["energy_wh"] for _, c in nodes)
         summary = os.path.join(a.out, "%s-load.json" % self.policy)
         load = self.start("load", [
@@ -218,7 +223,7 @@ def main():
     ap.add_argument("--policies", default=",".join(POLICIES))
     ap.add_argument("--scale", type=float, default=6)
     ap.add_argument("--nodes", type=int, default=8)
-    ap.add_argument("--sessions", type=int, default=430)
+    ap.add_argument("--sessions", type=int, default=90)
     ap.add_argument("--capacity", type=int, default=10)
     ap.add_argument("--service-ms", type=int, default=100)
     ap.add_argument("--boot-ms", type=int, default=7000)

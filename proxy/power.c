@@ -1090,7 +1090,9 @@ dm_power_start(uv_loop_t *loop, struct dm_runtime *rt, struct dm_worker *ws, uns
         }
         pm->metrics.data = pm;
         pm->metrics_open = true;
-        r = uv_udp_bind(&pm->metrics, (const struct sockaddr *)&cf->metrics.sa, UV_UDP_REUSEADDR);
+        /* No SO_REUSEADDR: a second dimmer on the same port is an error, not
+         * a silent split of the reports. */
+        r = uv_udp_bind(&pm->metrics, (const struct sockaddr *)&cf->metrics.sa, 0);
         int len = sizeof(*metrics_bound);
         if (r == 0) {
             r = uv_udp_getsockname(&pm->metrics, (struct sockaddr *)metrics_bound, &len);
