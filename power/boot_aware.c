@@ -4,9 +4,10 @@
  * what the load's slope adds within one boot delay (and a margin), the slope
  * fitted over the last boot delay's readings (at least four) so that one
  * burst is not a trend; it scales up at once, whatever the class, on the
- * power now, and down one at a time, only when the need over the last
- * delay_off (mean power and slope) has stayed lower for delay_off and no
- * server was added within the last boot delay
+ * power now, and down only to the most servers that the need over the last
+ * delay_off (mean power and slope) called for during that delay_off (each
+ * surplus server's own delay-off timer has run out), and not while a server
+ * was added within the last boot delay
  * (the seed's rules sleep a server on a dip and wake it again a few seconds
  * later, paying the boot delay in lost quality of service).
  */
@@ -16,6 +17,7 @@
 
 struct state {
     uint64_t below_since_us; /* the need has been below the current count since; 0: not */
+    unsigned most_below;     /* the most servers needed since then */
     uint64_t last_up_us;     /* the last time the count went up */
     unsigned last;           /* the last target */
     bool have_last;
@@ -111,14 +113,20 @@ decide(void *state, const struct dm_power_params *p, const struct dm_power_metri
     } else if (want_down >= cur) {
         s->below_since_us = 0;
     } else {
+        if (s->below_since_us == 0 || want_down > s->most_below) {
+            s->most_below = want_down;
+        }
         if (s->below_since_us == 0) {
             s->below_since_us = now_us;
         }
         bool long_enough = now_us - s->below_since_us >= p->delay_off_us;
         bool recently_up = s->last_up_us != 0 && now_us - s->last_up_us < p->boot_us;
         if (long_enough && !recently_up) {
-            target = cur - 1; /* one at a time, each after its own delay */
+            /* Every server that no reading of the last delay_off needed:
+             * each one's own delay-off timer has run out. */
+            target = s->most_below;
             s->below_since_us = now_us;
+            s->most_below = want_down;
         }
     }
     s->last = target;

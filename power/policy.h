@@ -29,10 +29,10 @@
  * boot delay, plus a margin, is kept awake, the slope fitted (least squares)
  * over the readings of the last boot delay (at least four), so that a burst
  * is not a trend; it scales up at once on any class, on the power now, and
- * down one server at a time, only when the need computed over the last
- * delay_off (its mean power, plus what its slope would need again within a
- * boot delay) has stayed lower for delay_off and nothing was woken within a
- * boot delay.
+ * down only once the need computed over the last delay_off (its mean power,
+ * plus what its slope would need again within a boot delay) has stayed lower
+ * for delay_off, to the most servers it called for meanwhile (per-server
+ * delay-off timers, as AutoScale's), and not within a boot delay of a wake.
  */
 #ifndef DM_POWER_POLICY_H
 #define DM_POWER_POLICY_H
