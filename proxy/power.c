@@ -688,22 +688,17 @@ act(struct dm_powermgr *pm, struct pm_pool *p, unsigned want, uint64_t now, bool
     }
 }
 
-static void
-count(struct dm_powermgr *pm, struct pm_pool *p, unsigned *active, unsigned *booting,
-      unsigned *draining)
+/* Whether the pool has a server active or booting that the policy counts (not held). */
+static bool
+any_coming(const struct dm_powermgr *pm, const struct pm_pool *p)
 {
-    *active = *booting = *draining = 0;
     for (size_t i = 0; i < pm->nservers; i++) {
-        struct pm_server *s = pm->servers[i];
-        if (s->pool == p) {
-            struct dm_pm_server v = machine_view(s);
-            unsigned a, b, d;
-            dm_pm_count(&v, 1, &a, &b, &d);
-            *active += a;
-            *booting += b;
-            *draining += d;
+        const struct pm_server *s = pm->servers[i];
+        if (s->pool == p && !s->held && (s->state == DM_PM_ACTIVE || s->state == DM_PM_BOOTING)) {
+            return true;
         }
     }
+    return false;
 }
 
 /* ---- the tick ---- */
@@ -840,9 +835,7 @@ tick_cb(uv_timer_t *t)
             continue;
         }
         /* Scale to zero: a held request and nothing coming wakes one now. */
-        unsigned active, booting, draining;
-        count(pm, p, &active, &booting, &draining);
-        if (active + booting == 0 && held_requests(pm, p) > 0) {
+        if (!any_coming(pm, p) && held_requests(pm, p) > 0) {
             struct dm_sbuf did = { 0 };
             act(pm, p, 1, now, true, &did);
             decision(pm, p, "%llu requests held with no server awake:%s",
