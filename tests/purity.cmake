@@ -18,7 +18,7 @@ set(allowed
     # numbers to and from text in memory (no I/O; the C locale, never set by dimmer)
     strtod snprintf vsnprintf
     # arithmetic (libm)
-    exp exp2 log log2 pow sqrt floor ceil round lround llround fabs fmin fmax ldexp frexp
+    exp exp2 log log1p log2 pow cos sin sqrt floor ceil round lround llround fabs fmin fmax ldexp frexp
     # what the compiler itself calls
     __stack_chk_fail __assert_fail abort
     # clang turns memcmp() == 0 into bcmp()
