@@ -177,6 +177,26 @@ dm_balancer_conn_state_size(const struct dm_balancer *b, size_t nobjects)
     return b->ops->conn_state_size != NULL ? b->ops->conn_state_size(nobjects) : 0;
 }
 
+/*
+ * The balancer's pick, passing over a server in its slow start that already
+ * has as many requests as its ramp allows (dm_host_ramp_full), as long as
+ * another server can take the request: the ramp shapes where load goes, it
+ * never refuses a request. tried is in->tried, writable (one bit per
+ * server); it is as it was on return. At most 16 ramps are passed over.
+ */
+int dm_balancer_pick_past_ramps(struct dm_balancer *b, const struct dm_pick *in, uint8_t *tried);
+
+/*
+ * Whether a client connection bound to s (affinity: connection) keeps
+ * sending its requests there at now_us: s is usable, not at the limit of its
+ * slow-start ramp, and not full (as many requests in flight on its host as
+ * its capacity). Otherwise the request is balanced anew and binds the
+ * connection where it goes, so that clients bound during a burst to the few
+ * servers that were up spread out once more are. The proxy's request path
+ * and the simulator both ask this.
+ */
+bool dm_server_keeps_affinity(const struct dm_server *s, uint64_t now_us);
+
 /* Frees the balancer; NULL is a no-op. */
 static inline void
 dm_balancer_destroy(struct dm_balancer *b)

@@ -113,6 +113,7 @@ struct dm_conf_power {
     uint64_t boot_timeout_ms;       /* default 60000: booting longer is failed */
     uint64_t drain_timeout_ms;      /* default 30000 */
     uint64_t delay_off_ms;          /* default 30000 */
+    uint64_t history_ms;            /* boot-aware's memory of steps, default 3600000 */
     double margin;                  /* default 0.25 */
     uint64_t slow_start_ms;         /* default 10000, 0 = off */
     uint64_t command_timeout_ms;    /* default 10000 */

@@ -38,6 +38,7 @@ dm_conf_power_defaults(struct dm_conf_power *pw)
         .boot_timeout_ms = 60000,
         .drain_timeout_ms = 30000,
         .delay_off_ms = d.delay_off_us / 1000,
+        .history_ms = d.history_us / 1000,
         .margin = d.margin,
         .slow_start_ms = 10000,
         .command_timeout_ms = 10000,
@@ -125,6 +126,7 @@ enum {
     PW_BOOT_TIMEOUT,
     PW_DRAIN_TIMEOUT,
     PW_DELAY_OFF,
+    PW_HISTORY,
     PW_MARGIN,
     PW_SLOW_START,
     PW_COMMAND_TIMEOUT,
@@ -154,6 +156,7 @@ static const char *const pool_power_keys[PW_N] = {
     [PW_BOOT_TIMEOUT] = "boot_timeout",
     [PW_DRAIN_TIMEOUT] = "drain_timeout",
     [PW_DELAY_OFF] = "delay_off",
+    [PW_HISTORY] = "history",
     [PW_MARGIN] = "margin",
     [PW_SLOW_START] = "slow_start",
     [PW_COMMAND_TIMEOUT] = "command_timeout",
@@ -245,6 +248,7 @@ dm_conf_load_pool_power(struct dm_conf_loader *ld, struct dm_conf_pool *p, const
     get_ms(ld, v, PW_BOOT_TIMEOUT, false, &pw->boot_timeout_ms);
     get_ms(ld, v, PW_DRAIN_TIMEOUT, false, &pw->drain_timeout_ms);
     get_ms(ld, v, PW_DELAY_OFF, true, &pw->delay_off_ms);
+    get_ms(ld, v, PW_HISTORY, true, &pw->history_ms);
     get_num(ld, v, PW_MARGIN, 0, &pw->margin);
     get_ms(ld, v, PW_SLOW_START, true, &pw->slow_start_ms);
     get_ms(ld, v, PW_COMMAND_TIMEOUT, false, &pw->command_timeout_ms);

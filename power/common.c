@@ -16,6 +16,7 @@ dm_power_params_default(struct dm_power_params *p)
     p->step_w = 5;
     p->tcp_max = 200;
     p->full_w = 70;
+    p->idle_w = 40;
     /* Table 5: alpha : beta = 3 : 2, sensitive : normal : insensitive = 10 : 5 : 1. */
     p->tiers[0] = (struct dm_power_weights){ 0.15, 0.10, -0.01, -0.015 };
     p->tiers[1] = (struct dm_power_weights){ 0.075, 0.05, -0.05, -0.075 };
@@ -27,6 +28,7 @@ dm_power_params_default(struct dm_power_params *p)
     p->boot_us = 7000000;
     p->delay_off_us = 30000000;
     p->margin = 0.25;
+    p->history_us = 3600000000;
 }
 
 const char *

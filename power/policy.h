@@ -25,14 +25,14 @@
  * -0.15). Rapid growth and rapid decline are acted on at once, the others at
  * the next control period (target.immediate).
  *
- * boot-aware (ours): the spare capacity the load's slope uses up within one
- * boot delay, plus a margin, is kept awake, the slope fitted (least squares)
- * over the readings of the last boot delay (at least four), so that a burst
- * is not a trend; it scales up at once on any class, on the power now, and
- * down only once the need computed over the last delay_off (its mean power,
- * plus what its slope would need again within a boot delay) has stayed lower
- * for delay_off, to the most servers it called for meanwhile (per-server
- * delay-off timers, as AutoScale's), and not within a boot delay of a wake.
+ * boot-aware (ours, power/boot_aware.c has the whole rule): load in
+ * servers' worth of work (power above idle, or connections over tcp_max),
+ * not watts; it keeps the load's slope over one boot delay (plus a margin)
+ * and room for the largest step a boot delay has brought (remembered with a
+ * half-life), scales up at once on any class, and down only once the lower
+ * need has held for delay_off, to the most servers it called for meanwhile
+ * (per-server delay-off timers, as AutoScale's), and not within a boot
+ * delay of a wake.
  */
 #ifndef DM_POWER_POLICY_H
 #define DM_POWER_POLICY_H
@@ -64,6 +64,7 @@ struct dm_power_params {
     double step_w;                    /* between the multi thresholds (default 5) */
     double tcp_max;                   /* connections per server at full power (default 200) */
     double full_w;                    /* a server's power at full use (default 70) */
+    double idle_w;                    /* a live server's power at no load (default 40) */
     struct dm_power_weights normal;   /* multi's weights (Table 5's middle row) */
     struct dm_power_weights tiers[3]; /* flexible: many, normal, little spare capacity */
     double tier_low_w;   /* average W per server at or below: many spare (default 57.5) */
@@ -73,6 +74,7 @@ struct dm_power_params {
     uint64_t boot_us;      /* boot delay (default 7 s) */
     uint64_t delay_off_us; /* a lower need must last this long (default 30 s) */
     double margin;         /* extra share of the slope's need (default 0.25) */
+    uint64_t history_us;   /* half-life of the largest rise and load it remembers (1 h) */
 };
 
 void dm_power_params_default(struct dm_power_params *p);

@@ -24,6 +24,7 @@
 #include "balancers/hosts.h"
 #include "balancers/servers.h"
 #include "conf/conf.h"
+#include "power/control.h"
 #include "power/machine.h"
 #include "power/policy.h"
 #include "power/report.h"
@@ -103,9 +104,8 @@ struct pm_pool {
     const struct dm_power_ops *ops;
     struct dm_power_params params;
     _Alignas(max_align_t) unsigned char state[POLICY_STATE];
-    double last_tcp;
-    bool have_tcp;
-    uint64_t next_trend_us, last_period_us;
+    struct dm_pm_trend trend;
+    uint64_t next_trend_us;
     struct dm_power_metrics m;
     struct dm_power_target target;
     long pinned;  /* -1: the policy decides */
@@ -591,12 +591,8 @@ measure(struct pm_server *s, uint64_t now)
             w = s->has_measured ? s->measured_w : s->agent_w;
             src = s->has_measured ? "agent-measured" : "agent";
         } else {
-            double cap = s->cf->capacity > 0 ? s->cf->capacity : 1;
-            double u = inflight / cap;
-            double ut = pw->tcp_max > 0 ? s->tcp / pw->tcp_max : 0;
-            u = u > ut ? u : ut;
-            u = u > 1 ? 1 : u;
-            w = sp->idle_w + (sp->full_w - sp->idle_w) * u;
+            w = dm_pm_estimate_w(sp->idle_w, sp->full_w, inflight, s->cf->capacity, s->tcp,
+                                 pw->tcp_max);
             src = "proxy";
         }
         break;
@@ -753,27 +749,23 @@ static void
 pool_trend(struct dm_powermgr *pm, struct pm_pool *p, uint64_t now)
 {
     const struct dm_conf_power *pw = &p->cf->power;
-    struct dm_power_metrics m = { .trend_s = (double)pw->trend_interval_ms / 1000 };
+    struct dm_pm_reading r[DM_PM_PLAN_MAX];
+    size_t n = 0;
     struct dm_sbuf watts = { 0 };
-    for (size_t i = 0; i < pm->nservers; i++) {
+    for (size_t i = 0; i < pm->nservers && n < DM_PM_PLAN_MAX; i++) {
         struct pm_server *s = pm->servers[i];
-        if (s->pool != p || s->held) {
+        if (s->pool != p) {
             continue;
         }
-        m.n_total += s->state != DM_PM_FAILED;
-        m.n_live += s->state == DM_PM_ACTIVE;
-        m.n_booting += s->state == DM_PM_BOOTING;
-        if (s->state == DM_PM_ACTIVE) {
-            m.total_w += s->est_w;
+        r[n++] = (struct dm_pm_reading){
+            .state = s->state, .held = s->held, .w = s->est_w, .tcp = s->tcp
+        };
+        if (s->state == DM_PM_ACTIVE && !s->held) {
             dm_sb_printf(&watts, "%s%s %.1f", watts.len ? ", " : "", s->cf->name, s->est_w);
         }
-        if (s->state == DM_PM_ACTIVE || s->state == DM_PM_DRAINING) {
-            m.tcp += s->tcp;
-        }
     }
-    m.d_tcp = p->have_tcp ? m.tcp - p->last_tcp : 0;
-    p->last_tcp = m.tcp;
-    p->have_tcp = true;
+    struct dm_power_metrics m;
+    dm_pm_metrics(&p->trend, r, n, (double)pw->trend_interval_ms / 1000, &m);
     struct dm_power_target t;
     p->ops->decide(p->state, &p->params, &m, now, &t);
     if (p->pinned >= 0) {
@@ -783,12 +775,7 @@ pool_trend(struct dm_powermgr *pm, struct pm_pool *p, uint64_t now)
     double avg = m.n_live > 0 ? m.total_w / m.n_live : 0;
     p->m = m;
     p->target = t;
-    bool period = now - p->last_period_us >= pw->period_ms * 1000;
-    if (period) {
-        p->last_period_us = now;
-    }
-    unsigned have = m.n_live + m.n_booting;
-    if ((t.immediate || period) && t.servers != have) {
+    if (dm_pm_should_act(&p->trend, &t, &m, pw->period_ms * 1000, now)) {
         struct dm_sbuf did = { 0 };
         act(pm, p, t.servers, now, false, &did);
         decision(
@@ -910,8 +897,9 @@ metrics_recv(uv_udp_t *u, ssize_t n, const uv_buf_t *buf, const struct sockaddr 
 /* ---- configuration ---- */
 
 static void
-params_of(const struct dm_conf_power *pw, struct dm_power_params *pp)
+params_of(const struct dm_conf_pool *cf, struct dm_power_params *pp)
 {
+    const struct dm_conf_power *pw = &cf->power;
     dm_power_params_default(pp);
     pp->t1_w = pw->t1_w;
     pp->step_w = pw->step_w;
@@ -928,7 +916,14 @@ params_of(const struct dm_conf_power *pw, struct dm_power_params *pp)
     pp->min_active = pw->min_active;
     pp->boot_us = pw->boot_ms * 1000;
     pp->delay_off_us = pw->delay_off_ms * 1000;
+    pp->history_us = pw->history_ms * 1000;
     pp->margin = pw->margin;
+    /* The servers' idle power, on average: what boot-aware counts load above. */
+    double idle = 0;
+    for (size_t i = 0; i < cf->nservers; i++) {
+        idle += cf->servers[i].power.idle_w;
+    }
+    pp->idle_w = cf->nservers > 0 ? idle / (double)cf->nservers : pp->idle_w;
 }
 
 static struct pm_pool *
@@ -990,7 +985,7 @@ configure(struct dm_powermgr *pm, struct dm_runtime *rt)
             pm->pools[pm->npools++] = p;
         }
         struct dm_power_params pp;
-        params_of(&cf->power, &pp);
+        params_of(cf, &pp);
         /* A policy's own state carries over a reload when the policy stays. */
         if (p->ops != ops || memcmp(&pp, &p->params, sizeof(pp)) != 0) {
             p->ops = ops;

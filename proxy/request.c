@@ -150,39 +150,6 @@ req_hash_key(struct dm_req *req)
     return dm_hash_bytes(&c->peer.in4.sin_addr, sizeof(c->peer.in4.sin_addr));
 }
 
-static bool
-ramp_full(const struct dm_server *s, uint64_t now_us)
-{
-    return dm_host_ramp_full(s->host, s->capacity, now_us);
-}
-
-/*
- * The balancer's pick, passing over a server in its slow start that has as
- * many requests as its ramp allows, as long as another server can take the
- * request: the ramp shapes where load goes, it never refuses a request.
- */
-static int
-pick_past_ramps(struct dm_req *req, struct dm_rpool *p, struct dm_pick *pick)
-{
-    enum { PASS_MAX = 16 }; /* ramps passed over at most; then the first one is taken */
-    int passed[PASS_MAX];
-    size_t npassed = 0;
-    int idx = dm_balancer_pick(p->bal, pick);
-    while (idx != DM_NO_SERVER && npassed < PASS_MAX && ramp_full(&p->sv->s[idx], pick->now_us)) {
-        passed[npassed++] = idx;
-        req->tried[idx / 8] |= (uint8_t)(1u << (idx % 8));
-        idx = dm_balancer_pick(p->bal, pick);
-    }
-    if (npassed > 0 && (idx == DM_NO_SERVER || npassed == PASS_MAX)) {
-        idx = passed[0]; /* nobody else can: the ramp does not refuse */
-    }
-    /* The passed-over servers were not tried: a retry may still choose them. */
-    for (size_t i = 0; i < npassed; i++) {
-        req->tried[passed[i] / 8] &= (uint8_t) ~(1u << (passed[i] % 8));
-    }
-    return idx;
-}
-
 void
 dm_req_pick_and_connect(struct dm_req *req)
 {
@@ -198,11 +165,10 @@ dm_req_pick_and_connect(struct dm_req *req)
     bool affinity = p->cf->affinity_connection;
     if (affinity && c->bound >= 0 && c->bound_pool == req->pool &&
         !dm_pick_tried(&pick, (size_t)c->bound) &&
-        dm_server_is_usable(&p->sv->s[c->bound], pick.now_us) &&
-        !ramp_full(&p->sv->s[c->bound], pick.now_us)) {
+        dm_server_keeps_affinity(&p->sv->s[c->bound], pick.now_us)) {
         idx = c->bound; /* affinity: connection */
     } else {
-        idx = pick_past_ramps(req, p, &pick);
+        idx = dm_balancer_pick_past_ramps(p->bal, &pick, req->tried);
         if (idx == DM_NO_SERVER && req->attempts == 0 && dm_client_hold(c)) {
             return; /* scale to zero: held until a server wakes (or 503) */
         }

@@ -317,6 +317,12 @@ tick_cb(uv_timer_t *t)
     if (++w->ticks % 2 == 0 && w->aging != NULL) {
         dm_learn_age(w); /* every 100 ms */
     }
+    /* Held requests (scale to zero) try again every 100 ms as well as on
+     * every command: a server also becomes usable with no command at all,
+     * when its health check rises or a passive down period ends. */
+    if (w->ticks % 2 == 0 && w->tq[DM_T_HOLD].head != NULL) {
+        dm_clients_hold_retry(w);
+    }
     /* After a burst, hand the memory of its requests back once the worker
      * has been quiet for a moment: idle connections should cost only their
      * own few hundred bytes, not the peak's buffers. */

@@ -1276,20 +1276,21 @@ test_power_keys_are_read(void **state)
     close(fd);
     char yaml[4096];
     snprintf(yaml, sizeof(yaml),
-             LISTEN "power:\n  metrics: 127.0.0.1:0\n  key_file: %s\n  report_max_age: 2s\n"
-                    "  admin_token_file: %s\n" POWER_POOL(
-                        "      policy: multi\n      period: 3s\n      trend_interval: 500ms\n"
-                        "      min_active: 0\n      min_change_interval: 4s\n      t1: 55\n"
-                        "      step: 4\n      tcp_max: 150\n      full_w: 90\n"
-                        "      weights: {multi: [0.3, 0.2, -0.2, -0.3], little_spare: "
-                        "[0.02, 0.01, -0.2, -0.3]}\n      tier_low: 50\n      tier_high: 80\n"
-                        "      boot_time: 2s\n      boot_timeout: 9s\n      drain_timeout: 8s\n"
-                        "      delay_off: 7s\n      margin: 0.5\n      slow_start: 0\n"
-                        "      hold_timeout: 6s\n      hold_queue: 5\n      wake: first\n"
-                        "      sleep: last\n      tcp: agent\n",
-                        "        power:\n          idle_w: 30\n          mac: 02:00:00:00:00:0A\n"
-                        "          wol_to: 127.0.0.1:4009\n          control: 127.0.0.1:9101\n"
-                        "          agent: web-a\n          keep_on: yes\n"),
+             LISTEN
+             "power:\n  metrics: 127.0.0.1:0\n  key_file: %s\n  report_max_age: 2s\n"
+             "  admin_token_file: %s\n" POWER_POOL(
+                 "      policy: multi\n      period: 3s\n      trend_interval: 500ms\n"
+                 "      min_active: 0\n      min_change_interval: 4s\n      t1: 55\n"
+                 "      step: 4\n      tcp_max: 150\n      full_w: 90\n"
+                 "      weights: {multi: [0.3, 0.2, -0.2, -0.3], little_spare: "
+                 "[0.02, 0.01, -0.2, -0.3]}\n      tier_low: 50\n      tier_high: 80\n"
+                 "      boot_time: 2s\n      boot_timeout: 9s\n      drain_timeout: 8s\n"
+                 "      delay_off: 7s\n      history: 10m\n      margin: 0.5\n      slow_start: 0\n"
+                 "      hold_timeout: 6s\n      hold_queue: 5\n      wake: first\n"
+                 "      sleep: last\n      tcp: agent\n",
+                 "        power:\n          idle_w: 30\n          mac: 02:00:00:00:00:0A\n"
+                 "          wol_to: 127.0.0.1:4009\n          control: 127.0.0.1:9101\n"
+                 "          agent: web-a\n          keep_on: yes\n"),
              key, key);
     struct dm_conf *c = load_ok(yaml);
     unlink(key);
@@ -1313,6 +1314,7 @@ test_power_keys_are_read(void **state)
     assert_int_equal(pw->boot_timeout_ms, 9000);
     assert_int_equal(pw->drain_timeout_ms, 8000);
     assert_int_equal(pw->delay_off_ms, 7000);
+    assert_int_equal(pw->history_ms, 600000);
     assert_true(pw->margin == 0.5);
     assert_int_equal(pw->slow_start_ms, 0);
     assert_int_equal(pw->hold_timeout_ms, 6000);

@@ -210,36 +210,105 @@ test_boot_aware_does_not_flap(void **st)
     assert_true(peak_boot >= peak_multi);
 }
 
+/* One boot-aware reading of n live (of 15) at idle power with tcp connections. */
+static struct dm_power_target
+ba_reading(void *state, unsigned n, double tcp, double d_tcp, uint64_t sec)
+{
+    struct dm_power_metrics m = metrics(15, n, n * P.idle_w, d_tcp);
+    m.tcp = tcp;
+    return decide(&dm_power_boot_aware, state, &m, sec * 1000000);
+}
+
+/*
+ * Load above idle, not watts: 10 live servers at 460 W carry 2 servers' worth
+ * of work (60 W above idle, over 30 W from idle to full), which u1 = (60 - 40)
+ * / 30 = 2/3 turns into 3 servers; single's 460 / 60 keeps 8. Down only once
+ * the lower need has lasted delay_off (30 s), then at once.
+ */
 static void
-test_boot_aware_wakes_ahead_and_sleeps_late(void **st)
+test_boot_aware_counts_load_not_idle(void **st)
 {
     (void)st;
     unsigned char state[1024];
     dm_power_boot_aware.init(state, &P);
-    /* Steady 200 W on 4: 4 needed. */
-    struct dm_power_metrics m = metrics(15, 4, 200, 0);
-    struct dm_power_target t = decide(&dm_power_boot_aware, state, &m, 0);
-    assert_int_equal(t.servers, 4);
-    /* +20 connections a second: 20 x 0.35 W x 7 s x 1.25 = 61.25 W more within a
-     * boot delay: 5 servers at once, though single would still say 4. */
-    m.d_tcp = 20;
-    t = decide(&dm_power_boot_aware, state, &m, 1000000);
-    assert_int_equal(t.servers, 5);
-    assert_true(t.immediate);
-    assert_int_equal(decide(&dm_power_single, NULL, &m, 0).servers, 4);
-    /* The load falls back to 100 W: nothing sleeps before delay_off (30 s). */
-    m = metrics(15, 5, 100, 0);
-    for (uint64_t s = 2; s < 32; s++) {
-        assert_int_equal(decide(&dm_power_boot_aware, state, &m, s * 1000000).servers, 5);
+    struct dm_power_metrics m = metrics(15, 10, 460, 0);
+    assert_int_equal(decide(&dm_power_single, NULL, &m, 0).servers, 8);
+    for (uint64_t s = 1; s < 31; s++) {
+        assert_int_equal(decide(&dm_power_boot_aware, state, &m, s * 1000000).servers, 10);
     }
-    /* Then down to the most that any reading of that delay_off needed (at
-     * 2 s the window still held 200 W: 4), each surplus server's own timer
-     * run out; the next delay_off, to what 100 W needs (2). */
-    assert_int_equal(decide(&dm_power_boot_aware, state, &m, 32 * 1000000).servers, 4);
-    m.n_live = 4;
-    assert_int_equal(decide(&dm_power_boot_aware, state, &m, 33 * 1000000).servers, 4);
-    assert_int_equal(decide(&dm_power_boot_aware, state, &m, 61 * 1000000).servers, 4);
-    assert_int_equal(decide(&dm_power_boot_aware, state, &m, 62 * 1000000).servers, 2);
+    struct dm_power_target t = decide(&dm_power_boot_aware, state, &m, 31 * 1000000);
+    assert_int_equal(t.servers, 3);
+    assert_true(t.immediate);
+}
+
+/*
+ * Wakes ahead on a slope: connections rise 40 a second from 200 on 2 live
+ * servers. At 3 s the load is 320 / 200 = 1.6 servers' worth (3 servers at
+ * u1); the slope would add 40 x 7 s x 1.25 / 200 = 1.75 within a boot delay,
+ * but no more than the largest rise a boot delay has brought so far, 0.6:
+ * (1.6 + 0.6) / (2/3) = 3.3, so 4 servers, at once.
+ */
+static void
+test_boot_aware_wakes_ahead(void **st)
+{
+    (void)st;
+    unsigned char state[1024];
+    dm_power_boot_aware.init(state, &P);
+    for (uint64_t s = 0; s < 3; s++) {
+        ba_reading(state, 2, 200 + 40.0 * s, s ? 40 : 0, s);
+    }
+    struct dm_power_target t = ba_reading(state, 2, 320, 40, 3);
+    assert_int_equal(t.servers, 4);
+    assert_true(t.immediate);
+    /* Flat again: no slope, the load alone (and the room of that 0.6 rise). */
+    for (uint64_t s = 4; s < 7; s++) {
+        ba_reading(state, 4, 320, 0, s);
+    }
+    t = ba_reading(state, 4, 320, 0, 7);
+    assert_int_equal(t.servers, 4);
+}
+
+/*
+ * Room for a step: from 1 server's worth to 4 in one reading, then back
+ * after 19 s. On the step it wakes for the load and the slope's spare,
+ * capped by the rise just seen: (4 + 3) / (2/3) = 10.5, so 11. Long after
+ * delay_off it keeps the room that step needs again, min(1 + 3, 4) = 4
+ * servers' worth at u1 = 6 servers, where the load alone needs 2; with a
+ * short memory (history 10 s) the room fades and it comes down to 2.
+ */
+static void
+test_boot_aware_keeps_room_for_steps(void **st)
+{
+    (void)st;
+    for (int k = 0; k < 2; k++) {
+        struct dm_power_params saved = P;
+        if (k == 1) {
+            P.history_us = 10000000;
+        }
+        unsigned char state[1024];
+        dm_power_boot_aware.init(state, &P);
+        unsigned n = 2;
+        double tcp = 200;
+        for (uint64_t s = 1; s < 200; s++) {
+            double want = s >= 2 && s < 21 ? 800 : 200;
+            double d = s > 1 ? want - tcp : 0;
+            tcp = want;
+            n = ba_reading(state, n, tcp, d, s).servers;
+            if (s == 2) {
+                assert_int_equal(n, 11);
+            }
+            if (s >= 2 && s < 21) {
+                assert_true(n >= 6); /* never below what 4 servers' worth needs */
+            }
+            if (k == 0 && s >= 100) {
+                assert_int_equal(n, 6); /* the room stays */
+            }
+        }
+        if (k == 1) {
+            assert_int_equal(n, 2); /* the memory has faded: the load alone */
+        }
+        P = saved;
+    }
 }
 
 static void
@@ -270,7 +339,9 @@ main(void)
         cmocka_unit_test_setup(test_multi_thresholds_and_immediate_control, setup),
         cmocka_unit_test_setup(test_flexible_tier_changes_the_class, setup),
         cmocka_unit_test_setup(test_boot_aware_does_not_flap, setup),
-        cmocka_unit_test_setup(test_boot_aware_wakes_ahead_and_sleeps_late, setup),
+        cmocka_unit_test_setup(test_boot_aware_counts_load_not_idle, setup),
+        cmocka_unit_test_setup(test_boot_aware_wakes_ahead, setup),
+        cmocka_unit_test_setup(test_boot_aware_keeps_room_for_steps, setup),
         cmocka_unit_test_setup(test_registry, setup),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,48 @@
+#include "power/control.h"
+
+double
+dm_pm_estimate_w(double idle_w, double full_w, double inflight, double capacity, double tcp,
+                 double tcp_max)
+{
+    double cap = capacity > 0 ? capacity : 1;
+    double u = inflight / cap;
+    double ut = tcp_max > 0 ? tcp / tcp_max : 0;
+    u = u > ut ? u : ut;
+    u = u < 0 ? 0 : u > 1 ? 1 : u;
+    return idle_w + (full_w - idle_w) * u;
+}
+
+void
+dm_pm_metrics(struct dm_pm_trend *tr, const struct dm_pm_reading *r, size_t n, double trend_s,
+              struct dm_power_metrics *m)
+{
+    *m = (struct dm_power_metrics){ .trend_s = trend_s };
+    for (size_t i = 0; i < n; i++) {
+        if (r[i].held) {
+            continue;
+        }
+        m->n_total += r[i].state != DM_PM_FAILED;
+        m->n_live += r[i].state == DM_PM_ACTIVE;
+        m->n_booting += r[i].state == DM_PM_BOOTING;
+        if (r[i].state == DM_PM_ACTIVE) {
+            m->total_w += r[i].w;
+        }
+        if (r[i].state == DM_PM_ACTIVE || r[i].state == DM_PM_DRAINING) {
+            m->tcp += r[i].tcp;
+        }
+    }
+    m->d_tcp = tr->have_tcp ? m->tcp - tr->last_tcp : 0;
+    tr->last_tcp = m->tcp;
+    tr->have_tcp = true;
+}
+
+bool
+dm_pm_should_act(struct dm_pm_trend *tr, const struct dm_power_target *t,
+                 const struct dm_power_metrics *m, uint64_t period_us, uint64_t now_us)
+{
+    bool period = now_us - tr->last_period_us >= period_us;
+    if (period) {
+        tr->last_period_us = now_us;
+    }
+    return (t->immediate || period) && t->servers != m->n_live + m->n_booting;
+}

@@ -1,0 +1,59 @@
+/*
+ * The power manager's arithmetic, pure (part of dm_power), shared by the
+ * proxy's manager (proxy/power.c) and the simulator (bench/sim/exp_power.c)
+ * so that both run the same control loop: the proxy's power estimate of a
+ * server without a fresh agent report, a pool's metrics for the policy from
+ * its servers' readings, and when a policy's target is acted on.
+ */
+#ifndef DM_POWER_CONTROL_H
+#define DM_POWER_CONTROL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "power/machine.h"
+#include "power/policy.h"
+
+/*
+ * idle + (full - idle) x u, with u = max(inflight / capacity, tcp / tcp_max)
+ * clamped to [0, 1]: the proxy's own estimate from its counters (a capacity
+ * of 0 is taken as 1; a tcp_max of 0 ignores tcp).
+ */
+double dm_pm_estimate_w(double idle_w, double full_w, double inflight, double capacity, double tcp,
+                        double tcp_max);
+
+/* One server of a pool as the manager measured it this tick. */
+struct dm_pm_reading {
+    enum dm_pm_state state;
+    bool held; /* the operator's: not counted */
+    double w;  /* its estimated power */
+    double tcp;
+};
+
+/* A pool's memory between trend readings. All zero: nothing read yet. */
+struct dm_pm_trend {
+    double last_tcp;
+    bool have_tcp;
+    uint64_t last_period_us;
+};
+
+/*
+ * The metrics of a pool of n servers for the policy, read every trend_s
+ * seconds: servers not failed, live (active), booting, the power of the live
+ * ones, the TCP count of the active and draining ones (a draining server's
+ * clients are still the load), and dTCP since the last reading (0 at the
+ * first), which tr remembers.
+ */
+void dm_pm_metrics(struct dm_pm_trend *tr, const struct dm_pm_reading *r, size_t n, double trend_s,
+                   struct dm_power_metrics *m);
+
+/*
+ * Whether the manager acts on the policy's target t now: at once when the
+ * policy says so, else at a control period boundary (every period_us, which
+ * tr keeps), and only when t differs from the servers live or booting.
+ */
+bool dm_pm_should_act(struct dm_pm_trend *tr, const struct dm_power_target *t,
+                      const struct dm_power_metrics *m, uint64_t period_us, uint64_t now_us);
+
+#endif
