@@ -15,6 +15,7 @@
 
 static const struct dm_sim_exp *const experiments[] = {
     &dm_sim_exp_power,
+    &dm_sim_exp_age,
     NULL,
 };
 

@@ -65,6 +65,40 @@ dm_sim_srv_busy(const struct dm_sim *sim, const struct dm_sim_srv *srv)
     return srv->_busy + (dt > 0 ? dm_sim_srv_util(srv) * dt : 0);
 }
 
+/* The virtual time at sim->now, without moving the server's own. */
+static double
+virtual_now(const struct dm_sim *sim, const struct dm_sim_srv *srv)
+{
+    double dt = sim->now - srv->_v_at;
+    return srv->_v + (dt > 0 ? rate(srv) * dt : 0);
+}
+
+double
+dm_sim_srv_left(const struct dm_sim *sim, const struct dm_sim_srv *srv,
+                const struct dm_sim_job *job)
+{
+    if (job->_waiting) {
+        return job->size;
+    }
+    double left = job->_tag - virtual_now(sim, srv);
+    return left > 0 ? left : 0;
+}
+
+double
+dm_sim_srv_backlog(const struct dm_sim *sim, const struct dm_sim_srv *srv)
+{
+    double v = virtual_now(sim, srv);
+    double sum = 0;
+    for (size_t i = 0; i < srv->_nsvc; i++) {
+        double left = srv->_svc[i]->_tag - v;
+        sum += left > 0 ? left : 0;
+    }
+    for (size_t i = 0; i < srv->_nwait; i++) {
+        sum += srv->_wait[(srv->_whead + i) % srv->_capwait]->size;
+    }
+    return sum;
+}
+
 bool
 dm_sim_srv_failed(const struct dm_sim_srv *srv)
 {

@@ -87,6 +87,16 @@ double dm_sim_srv_busy(const struct dm_sim *sim, const struct dm_sim_srv *srv);
 /* Utilisation now, min(n, slots) / slots. */
 double dm_sim_srv_util(const struct dm_sim_srv *srv);
 
+/*
+ * Work still to do at sim->now of job, which is on srv: its size less the
+ * work it has received (all of it while it waits). O(1).
+ */
+double dm_sim_srv_left(const struct dm_sim *sim, const struct dm_sim_srv *srv,
+                       const struct dm_sim_job *job);
+
+/* Unfinished work on srv at sim->now: dm_sim_srv_left summed over its jobs. O(n). */
+double dm_sim_srv_backlog(const struct dm_sim *sim, const struct dm_sim_srv *srv);
+
 bool dm_sim_srv_failed(const struct dm_sim_srv *srv);
 
 #endif
