@@ -17,10 +17,11 @@
  * burst is not a trend, and counted only while the last readings still
  * rise; and room for a step no slope foresees: the largest rise of the
  * demand (connections) within a boot delay, up to the largest demand seen,
- * both remembered with a half-life of history_us. Each of these is capped
- * by the largest load remembered, so a step back to a known level wakes
- * what that level needed, not what its slope would carry on to. It scales
- * up at once, whatever the class.
+ * both remembered with a half-life of history_us. While the demand is
+ * within the margin of the largest seen before the last boot delay (a known
+ * level), the slope's spare stops at the largest load remembered, so a step
+ * back to a known level wakes what that level needed, not what its slope
+ * would carry on to. It scales up at once, whatever the class.
  *
  * Down only to the most servers that the need over the last delay_off (mean
  * load, slope and room) called for during that delay_off (each surplus
@@ -50,6 +51,7 @@ struct state {
     /* The largest rise of the load within a boot delay, and the largest
      * load, both remembered with a half-life of history_us. */
     double burst, peak;
+    double peak_old; /* the largest demand before the last boot delay */
     uint64_t memo_us;
 };
 
@@ -160,6 +162,14 @@ decide(void *state, const struct dm_power_params *p, const struct dm_power_metri
                       ? exp2(-(double)(now_us - s->memo_us) / (double)p->history_us)
                       : 0;
     double peak_before = s->peak * keep;
+    double peak_old = s->peak_old * keep;
+    for (unsigned i = 0; i < s->n; i++) {
+        unsigned k = (s->head + SAMPLES - 1 - i) % SAMPLES;
+        if (now_us - s->t_us[k] > up_window && s->demand[k] > peak_old) {
+            peak_old = s->demand[k];
+        }
+    }
+    s->peak_old = peak_old;
     s->memo_us = now_us;
     s->burst = s->burst * keep > demand_now - low ? s->burst * keep : demand_now - low;
     s->peak = peak_before > demand_now ? peak_before : demand_now;
@@ -173,13 +183,14 @@ decide(void *state, const struct dm_power_params *p, const struct dm_power_metri
     spare = s->burst > 0 && spare > s->burst ? s->burst : spare;
     double spare_down = slope_down > 0 ? slope_down * per_conn * boot_s * (1 + p->margin) : 0;
     /* Up on what is there now or lately, whichever is more, plus the spare;
-     * while the demand is below a peak remembered, not past that peak (a
-     * step back to a known level needs what that level needed), nor past
-     * what is there now. */
+     * while the demand is within a peak remembered from before this boot
+     * delay (and its margin, as the memory fades), not past the peak (a step
+     * back to a known level needs what that level needed), nor past what is
+     * there now. */
     double base = load_now > mean_load ? load_now : mean_load;
     double up_load = base + spare;
     double cap = base > peak_before ? base : peak_before;
-    if (demand_now < peak_before && up_load > cap) {
+    if (demand_now <= peak_old * (1 + p->margin) && up_load > cap) {
         up_load = cap;
     }
     enum dm_power_class cls = dm_power_classify(&p->normal, p->tcp_max, m->n_live, m->d_tcp);
