@@ -188,14 +188,17 @@ int dm_balancer_pick_past_ramps(struct dm_balancer *b, const struct dm_pick *in,
 
 /*
  * Whether a client connection bound to s (affinity: connection) keeps
- * sending its requests there at now_us: s is usable, not at the limit of its
- * slow-start ramp, and not full (as many requests in flight on its host as
- * its capacity). Otherwise the request is balanced anew and binds the
- * connection where it goes, so that clients bound during a burst to the few
- * servers that were up spread out once more are. The proxy's request path
- * and the simulator both ask this.
+ * sending its requests there at now_us: s is usable and not at the limit of
+ * its slow-start ramp, and, with spill_when_full, not full (as many requests
+ * in flight on its host as its capacity). Otherwise the request is balanced
+ * anew and binds the connection where it goes, so that clients bound during
+ * a burst to the few servers that were up spread out once more are. The
+ * proxy passes spill_when_full unless the pool's policy binds connections
+ * itself (DM_BAL_BINDS_CONNECTIONS: its accounting is per connection, as
+ * AGE's potential load). The proxy's request path and the simulator both
+ * ask this.
  */
-bool dm_server_keeps_affinity(const struct dm_server *s, uint64_t now_us);
+bool dm_server_keeps_affinity(const struct dm_server *s, uint64_t now_us, bool spill_when_full);
 
 /* Frees the balancer; NULL is a no-op. */
 static inline void

@@ -36,10 +36,10 @@ dm_balancer_pick_past_ramps(struct dm_balancer *b, const struct dm_pick *in, uin
 }
 
 bool
-dm_server_keeps_affinity(const struct dm_server *s, uint64_t now_us)
+dm_server_keeps_affinity(const struct dm_server *s, uint64_t now_us, bool spill_when_full)
 {
     if (!dm_server_is_usable(s, now_us) || ramp_full(s, now_us)) {
         return false;
     }
-    return dm_counter_get(&s->host->inflight) < s->capacity;
+    return !spill_when_full || dm_counter_get(&s->host->inflight) < s->capacity;
 }

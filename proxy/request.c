@@ -165,7 +165,8 @@ dm_req_pick_and_connect(struct dm_req *req)
     bool affinity = p->cf->affinity_connection;
     if (affinity && c->bound >= 0 && c->bound_pool == req->pool &&
         !dm_pick_tried(&pick, (size_t)c->bound) &&
-        dm_server_keeps_affinity(&p->sv->s[c->bound], pick.now_us)) {
+        dm_server_keeps_affinity(&p->sv->s[c->bound], pick.now_us,
+                                 !(p->bal->ops->needs & DM_BAL_BINDS_CONNECTIONS))) {
         idx = c->bound; /* affinity: connection */
     } else {
         idx = dm_balancer_pick_past_ramps(p->bal, &pick, req->tried);

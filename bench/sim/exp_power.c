@@ -334,7 +334,8 @@ route(struct pw_conn *c, bool *picked)
     uint64_t now = dm_sim_now_us(&run->sim);
     *picked = false;
     if ((run->p->mech & M_AFFINITY) && c->bound >= 0) {
-        if (dm_server_keeps_affinity(&run->sv->s[c->bound], now)) {
+        if (dm_server_keeps_affinity(&run->sv->s[c->bound], now,
+                                     !(run->bal->ops->needs & DM_BAL_BINDS_CONNECTIONS))) {
             return c->bound;
         }
     }
