@@ -1252,13 +1252,17 @@ parse(int argc, char **argv, struct opts *o)
             ok = o->nperiods > 0;
             for (int k = 0; ok && k < o->nperiods; k++) {
                 ok = o->periods[k] >= 0.1 && o->periods[k] <= 600;
+                if (!ok) {
+                    fprintf(stderr, "dimmer-sim power: --periods: each in [0.1, 600] s, not %g\n",
+                            o->periods[k]);
+                }
             }
         } else if (strcmp(a, "--policies") == 0) {
             ok = parse_list_names(v, o->policies, MAX_POLICIES, &o->npolicies, policies);
             if (!ok) {
                 fprintf(stderr,
                         "dimmer-sim power: --policies: a list of always-on, single, "
-                        "dual, multi, flexible, boot-aware, not '%s'\n",
+                        "dual, multi, flexible, boot-aware, oracle, not '%s'\n",
                         v);
             }
         } else if (strcmp(a, "--mech") == 0) {

@@ -352,8 +352,8 @@ dm_sim_opt_double(const char *exp, const char *opt, const char *val, double lo, 
     errno = 0;
     double v = val != NULL ? strtod(val, &end) : 0;
     if (val == NULL || end == val || *end != '\0' || errno != 0 || !(v >= lo && v <= hi)) {
-        fprintf(stderr, "dimmer-sim %s: %s: want a number in [%g, %g], not '%s'\n", exp, opt, lo,
-                hi, val != NULL ? val : "(nothing)");
+        fprintf(stderr, "dimmer-sim%s%s: %s: want a number in [%g, %g], not '%s'\n",
+                *exp ? " " : "", exp, opt, lo, hi, val != NULL ? val : "(nothing)");
         return false;
     }
     *out = v;
