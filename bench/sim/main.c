@@ -14,6 +14,7 @@
 #include "bench/sim/exp.h"
 
 static const struct dm_sim_exp *const experiments[] = {
+    &dm_sim_exp_hetero,
     NULL,
 };
 
