@@ -16,6 +16,7 @@
 static const struct dm_sim_exp *const experiments[] = {
     &dm_sim_exp_power,
     &dm_sim_exp_age,
+    &dm_sim_exp_hetero,
     &dm_sim_exp_alloc,
     NULL,
 };
