@@ -20,7 +20,7 @@ foreach(run a b)
     endif()
 endforeach()
 # Every experiment's tables are there (one file per table at least).
-foreach(stem power_exp1_5s power_exp2_5s power_exp2_1s power_mechanisms age alloc_fig6 alloc_fig11)
+foreach(stem power_exp1_5s power_exp2_5s power_exp2_1s power_mechanisms age hetero alloc_fig6 alloc_fig11)
     if(NOT EXISTS ${OUT}/a/${stem}.csv)
         message(FATAL_ERROR "no ${stem}.csv from dimmer-sim --quick all")
     endif()
