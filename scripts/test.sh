@@ -2,8 +2,9 @@
 # The whole test suite: cmocka unit tests and loopback integration tests, once
 # in the normal build and once under AddressSanitizer + UndefinedBehaviorSanitizer.
 # In between, a Release build (-O3, what packagers build) and its unit tests, so
-# that a warning or a bug that only the optimiser shows fails here too (cheap,
-# so before the long sanitizer run).
+# that a warning or a bug that only the optimiser shows fails here too, and the
+# same with clang, whose warnings differ from gcc's (cheap, so before the long
+# sanitizer run).
 set -eu
 cd "$(dirname "$0")/.."
 sh scripts/deps.sh python3 curl
@@ -11,5 +12,8 @@ sh scripts/build.sh build -DCMAKE_BUILD_TYPE=RelWithDebInfo
 (cd build && ctest --output-on-failure -j2)
 sh scripts/build.sh build-release -DCMAKE_BUILD_TYPE=Release
 (cd build-release && ctest --output-on-failure -j2 -L unit)
+sh scripts/deps.sh clang
+CC=clang sh scripts/build.sh build-clang -DCMAKE_BUILD_TYPE=Release
+(cd build-clang && ctest --output-on-failure -j2 -L unit)
 sh scripts/build.sh build-asan -DCMAKE_BUILD_TYPE=Debug -DDM_SANITIZE=ON
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j2)
