@@ -92,6 +92,7 @@ struct dm_upstream {
     struct dm_http_parser parser;
     struct dm_buf *in;
     uint64_t deadline_ms; /* loop time of the current timeout, UINT64_MAX = none */
+    uint64_t connect_us;  /* when its connect began (uv_hrtime), for the host's connect_us */
     uint32_t head_start;
     uint32_t writes;
     struct dm_upstream *cork_next;   /* the worker's list of corked connections */
