@@ -540,7 +540,9 @@ dm_sessions_join(struct dm_sessions *t, const struct dm_sessions_ask *ask,
         free(m);
         return -ENOMEM;
     }
-    memcpy(g->id, ask->group, len);
+    if (len > 0) {
+        memcpy(g->id, ask->group, len);
+    }
     g->id_len = len;
     g->hash = h;
     g->frame_load = ask->frame_load;

@@ -44,7 +44,9 @@
  *                server table (the load table) and a balancer; the servers
  *                point to hosts (balancers/hosts.h) that live for the
  *                process, so health and power state survive a reload; route.c
- *                routing; log.c the error log
+ *                routing; log.c the error log; session.c the session
+ *                placers of balance: session pools (shared by the workers,
+ *                one lock each, taken only when a session starts or ends)
  * client.c, request.c and upstream.c serve one exchange between them and
  * call each other; below them, learn.c, accesslog.c and buf.c call none of
  * the three.
