@@ -540,7 +540,8 @@ parse_pair(const char *opt, const char *val, double *lo, double *hi)
 static int
 parse(int argc, char **argv, struct params *prm, double *fmax_rates, unsigned *seeds, bool *figs)
 {
-    for (int i = 1; i < argc; i++) {
+    /* Every option takes a value: two arguments a step. */
+    for (int i = 1; i < argc; i += 2) {
         const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         bool ok = true;
         if (v == NULL) {
@@ -606,7 +607,6 @@ parse(int argc, char **argv, struct params *prm, double *fmax_rates, unsigned *s
         if (!ok) {
             return 2;
         }
-        i++;
     }
     return 0;
 }
