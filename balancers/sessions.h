@@ -111,7 +111,11 @@ struct dm_sessions_member; /* one client: the ticket that join hands out and lea
 struct dm_sessions *dm_sessions_create(const struct dm_sessions_conf *cf,
                                        const struct dm_sessions_server *sv, size_t n);
 
-/* Frees the table and every member still in it; NULL is a no-op. */
+/*
+ * Frees the table and the groups and members it lists; NULL is a no-op.
+ * Meant for when every ticket is back: one still out is invalid after it
+ * (and one of a refused group, which the table no longer lists, leaks).
+ */
 void dm_sessions_destroy(struct dm_sessions *t);
 
 /*

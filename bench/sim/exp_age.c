@@ -280,8 +280,9 @@ reserve(struct world *w, struct conn *c, struct req *r, bool first)
     ev.conn = c->state;
     ev.object = r->key;
     ev.work = (uint64_t)work;
+    /* Out here: ev.objects points to it until the hook below has run. */
+    struct dm_bal_object objs[DM_CATALOG_PAGE_MAX];
     if (first && w->cat != NULL) {
-        struct dm_bal_object objs[DM_CATALOG_PAGE_MAX];
         size_t n =
             dm_catalog_lookup(w->cat, r->key, objs, DM_CATALOG_PAGE_MAX, cost, DFLT_OBJECT, NULL);
         conn_state_close(w, c);
