@@ -383,6 +383,52 @@ dm_alloc_place(struct dm_alloc *a, size_t gi, size_t tier)
 }
 
 int
+dm_alloc_place_on(struct dm_alloc *a, size_t gi, size_t tier, int s)
+{
+    int rc = check_slot(a, gi, tier);
+    if (rc != 0) {
+        return rc;
+    }
+    if (s < 0 || (size_t)s >= a->problem->nservers) {
+        return -EINVAL;
+    }
+    compute_ok(a, gi);
+    if (!fits(a, gi, tier, s)) {
+        return -ENOSPC;
+    }
+    put(a, gi, tier, s);
+    return s;
+}
+
+int
+dm_alloc_put(struct dm_alloc *a, size_t gi, size_t tier, int s)
+{
+    int rc = check_slot(a, gi, tier);
+    if (rc != 0) {
+        return rc;
+    }
+    if (s < 0 || (size_t)s >= a->problem->nservers) {
+        return -EINVAL;
+    }
+    compute_ok(a, gi);
+    put(a, gi, tier, s);
+    return s;
+}
+
+int
+dm_alloc_regroup(struct dm_alloc *a, size_t gi)
+{
+    const struct dm_alloc_problem *p = a->problem;
+    if (p == NULL || gi >= p->ngroups || gi >= a->max_groups ||
+        !group_is_valid(p, &p->groups[gi])) {
+        return -EINVAL;
+    }
+    compute_ok(a, gi);
+    int s = a->server[gi];
+    return s == DM_ALLOC_NONE || ok_on(a, gi, s) ? 0 : -ERANGE;
+}
+
+int
 dm_alloc_place_random(struct dm_alloc *a, size_t gi, size_t tier, struct dm_rng *rng)
 {
     int rc = check_slot(a, gi, tier);

@@ -23,7 +23,13 @@
  *
  * Every function here keeps C2-C4 for every placed group: a group is never
  * put, moved or raised where one of them would fail. What cannot be placed
- * is left on no server (DM_ALLOC_NONE) and counted, never forced.
+ * is left on no server (DM_ALLOC_NONE) and counted, never forced. The one
+ * exception is dm_alloc_put(), which records a placement that exists
+ * already (a running session carried over a reload) whatever they say.
+ *
+ * A delay that is NaN forbids its server to its group: C3 never holds with
+ * it, whatever dmax_ms (a caller's way of saying "not this server", e.g. one
+ * that is down, or one already tried).
  *
  * The procedures (allocation essay at the top of alloc.c):
  *   dm_alloc_place()   the greedy rule for one group: the least loaded
@@ -173,6 +179,34 @@ bool dm_alloc_can_place(const struct dm_alloc *a, size_t gi, size_t tier, int s)
  * or empty slot or tier, -EEXIST when gi is already placed.
  */
 int dm_alloc_place(struct dm_alloc *a, size_t gi, size_t tier);
+
+/*
+ * Puts unplaced group gi at rate tier `tier` (<= its request) on server s
+ * when dm_alloc_can_place() holds there. Returns s, -ENOSPC when it does not
+ * fit on s (gi stays unplaced), -EINVAL for a bad slot, tier or server,
+ * -EEXIST when gi is already placed.
+ */
+int dm_alloc_place_on(struct dm_alloc *a, size_t gi, size_t tier, int s);
+
+/*
+ * Records that unplaced group gi is on server s at rate tier `tier`, without
+ * checking C2-C4: for a placement that exists outside the allocation and
+ * cannot be undone (a session already running there, when the problem is
+ * rebuilt with new capacities or delays). A server pushed over its capacity
+ * takes no new group until enough load leaves it. Returns s, -EINVAL or
+ * -EEXIST as dm_alloc_place_on().
+ */
+int dm_alloc_put(struct dm_alloc *a, size_t gi, size_t tier, int s);
+
+/*
+ * The caller has changed the clients of group gi (nclients, delay_ms), not
+ * its load (frame_load, rates, request): refreshes what the allocation knows
+ * of its delays. For a placed group, returns 0 when C3 and C4 still hold on
+ * its server, -ERANGE when they do not; either way gi stays where it is, so
+ * on -ERANGE the caller puts the old clients back and calls this again
+ * (which then returns 0). 0 for an unplaced group, -EINVAL for a bad slot.
+ */
+int dm_alloc_regroup(struct dm_alloc *a, size_t gi);
 
 /* As dm_alloc_place(), but on a server drawn uniformly among those where gi fits. */
 int dm_alloc_place_random(struct dm_alloc *a, size_t gi, size_t tier, struct dm_rng *rng);

@@ -90,6 +90,11 @@ enum dm_bal_needs {
      * request (affinity: connection), since the policy's decision is about
      * the connection as a whole. */
     DM_BAL_BINDS_CONNECTIONS = 1u << 3,
+    /* Upgrade requests (WebSocket and other tunnels) are long-lived sessions,
+     * placed whole by the pool's session placer (proxy/session.c, after the
+     * pool's `session` block: groups, games, delays, balancers/sessions.h)
+     * and not by pick, which serves the pool's other requests. */
+    DM_BAL_NEEDS_SESSIONS = 1u << 4,
 };
 
 struct dm_balancer_ops {

@@ -19,6 +19,28 @@ dm_host_init(struct dm_host *h)
     atomic_init(&h->close_idle_epoch, 0);
     atomic_init(&h->ramp_from_us, 0);
     atomic_init(&h->ramp_until_us, 0);
+    atomic_init(&h->connect_us, 0);
+}
+
+bool
+dm_host_is_usable(const struct dm_host *h, uint64_t now_us)
+{
+    if (atomic_load_explicit(&h->down, memory_order_relaxed)) {
+        return false;
+    }
+    if (atomic_load_explicit(&h->power, memory_order_relaxed) != DM_POWER_AWAKE) {
+        return false;
+    }
+    return atomic_load_explicit(&h->down_until_us, memory_order_relaxed) <= now_us;
+}
+
+void
+dm_host_connect_sample(struct dm_host *h, uint64_t sample_us)
+{
+    uint64_t avg = atomic_load_explicit(&h->connect_us, memory_order_relaxed);
+    /* The first sample is the average; +1 keeps a 0 us connect from meaning "none". */
+    uint64_t next = avg == 0 ? sample_us + 1 : avg - avg / 8 + (sample_us + 1) / 8;
+    atomic_store_explicit(&h->connect_us, next > 0 ? next : 1, memory_order_relaxed);
 }
 
 bool

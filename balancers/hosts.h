@@ -84,6 +84,15 @@ struct dm_host {
      * control thread only, before it publishes the epoch.
      */
     atomic_uint_fast64_t close_idle_epoch;
+    /*
+     * How long a connect to the host takes, as the proxy sees it: a moving
+     * average (1/8 of each new sample) of the successful connects of every
+     * worker, in microseconds; 0 until the first. The session placer takes
+     * it as a client's delay to the host when its network gives none
+     * (proxy/session.c). Written without a lock: two workers' samples at
+     * once may lose one, which an average can afford.
+     */
+    atomic_uint_fast64_t connect_us;
 };
 
 /*
@@ -97,6 +106,16 @@ void dm_host_init(struct dm_host *h);
  * requests in flight as the ramp allows it (at least one) for capacity.
  */
 bool dm_host_ramp_full(const struct dm_host *h, unsigned capacity, uint64_t now_us);
+
+/*
+ * True when a request may be sent to h at now_us: not marked down by the
+ * health checks, not inside a passive down period, awake (what
+ * dm_server_is_usable() asks of a server's host). Any thread.
+ */
+bool dm_host_is_usable(const struct dm_host *h, uint64_t now_us);
+
+/* Adds a connect time of sample_us to h's average (connect_us). Any thread. */
+void dm_host_connect_sample(struct dm_host *h, uint64_t sample_us);
 
 /* The table of every host the process has seen. */
 struct dm_hosts {

@@ -10,6 +10,7 @@ const struct dm_balancer_ops *const dm_balancer_registry[] = {
     &dm_bal_p2c_shadow, /* p2c_shadow.c */
     &dm_bal_hybrid,     /* hybrid.c */
     &dm_bal_age,        /* age.c */
+    &dm_bal_session,    /* session.c */
     NULL,
 };
 

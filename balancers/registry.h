@@ -28,4 +28,7 @@ extern const struct dm_balancer_ops dm_bal_p2c_shadow;
 extern const struct dm_balancer_ops dm_bal_hybrid;
 extern const struct dm_balancer_ops dm_bal_age; /* "age": aged potential load (age.c) */
 
+/* "session": Upgrade sessions placed by the session allocator, the rest leastconn (session.c). */
+extern const struct dm_balancer_ops dm_bal_session;
+
 #endif

@@ -5,14 +5,7 @@
 bool
 dm_server_is_usable(const struct dm_server *s, uint64_t now_us)
 {
-    const struct dm_host *h = s->host;
-    if (atomic_load_explicit(&h->down, memory_order_relaxed)) {
-        return false;
-    }
-    if (atomic_load_explicit(&h->power, memory_order_relaxed) != DM_POWER_AWAKE) {
-        return false;
-    }
-    return atomic_load_explicit(&h->down_until_us, memory_order_relaxed) <= now_us;
+    return dm_host_is_usable(s->host, now_us);
 }
 
 struct dm_servers *

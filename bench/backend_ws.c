@@ -45,11 +45,17 @@ dm_backend_ws_upgrade(struct dm_backend_conn *c, const char *head, size_t hlen)
     }
     unsigned char accept[64];
     EVP_EncodeBlock(accept, md, (int)mdlen);
-    char line[256];
+    /* The rate tier a session proxy chose (dimmer's session.tier_header by
+     * default), echoed so that a test sees what the backend was told. */
+    struct dm_backend_span tier = { 0 };
+    bool has_tier = dm_backend_head_header(head, hlen, "X-Rate-Tier", &tier) && tier.len <= 32;
+    char line[384];
     int n = snprintf(line, sizeof line,
                      "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
-                     "Connection: Upgrade\r\nSec-WebSocket-Accept: %s\r\nX-Backend: %s\r\n\r\n",
-                     (const char *)accept, c->be->name);
+                     "Connection: Upgrade\r\nSec-WebSocket-Accept: %s\r\nX-Backend: %s\r\n"
+                     "%s%.*s%s\r\n",
+                     (const char *)accept, c->be->name, has_tier ? "X-Rate-Tier-Seen: " : "",
+                     has_tier ? (int)tier.len : 0, has_tier ? tier.p : "", has_tier ? "\r\n" : "");
     c->r.ws_upgrade = true;
     dm_backend_send_copy(c, line, (size_t)n);
 }

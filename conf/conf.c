@@ -256,6 +256,7 @@ dm_conf_destroy(struct dm_conf *c)
         free(p->health.path);
         free(p->hash.name);
         free(p->power.policy);
+        dm_conf_session_fini(&p->session);
     }
     free(c->pools);
     for (size_t i = 0; i < c->nroutes; i++) {

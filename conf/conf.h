@@ -47,8 +47,9 @@ struct dm_conf_server_power {
 struct dm_conf_server {
     char *name;
     struct dm_conf_addr addr;
-    unsigned weight;   /* default 1 */
-    unsigned capacity; /* default 100 */
+    unsigned weight;         /* default 1 */
+    unsigned capacity;       /* default 100 */
+    double session_capacity; /* balance session: FMAX, the session load it carries; 40000 */
     struct dm_conf_server_power power;
 };
 
@@ -126,6 +127,51 @@ struct dm_conf_power {
     enum dm_power_tcp_source tcp_source;
 };
 
+/* An address prefix: "10.1.0.0/16", "192.0.2.7" (/32), "2001:db8::/32", "::1" (/128). */
+struct dm_conf_prefix {
+    int family;       /* AF_INET or AF_INET6 */
+    unsigned bits;    /* 0..32 or 0..128 */
+    uint8_t addr[16]; /* network order (AF_INET: the first 4); the bits past `bits` are 0 */
+};
+
+#define DM_CONF_RATES_MAX 16 /* rates in one game's list (balancers/sessions.h) */
+
+/* A game of a session pool (DESIGN.md "Session allocation"). */
+struct dm_conf_game {
+    char *name;
+    double frame_load; /* load of one frame of its session, >= 0 */
+    double *rates;     /* its frame rates, strictly increasing, > 0 */
+    size_t nrates;     /* 1..DM_CONF_RATES_MAX */
+    size_t rate;       /* index of the rate asked when a request names none; default the last */
+};
+
+/* Clients from prefix, and their delays to the pool's servers. */
+struct dm_conf_network {
+    struct dm_conf_prefix prefix;
+    double *delay_ms; /* one per server of the pool, or -1 when not given (then measured) */
+};
+
+/* session: how balance: session places sessions (conf/README.md "session"). */
+struct dm_conf_session {
+    enum dm_hash_key group_key; /* DM_HASH_HEADER (default) or DM_HASH_COOKIE */
+    char *group_name;           /* default "X-Session-Group" */
+    char *game_header;          /* default "X-Game" */
+    char *rate_header;          /* the asked rate; default "X-Frame-Rate" */
+    char *tier_header;          /* the rate given, to the server; default "X-Rate-Tier" */
+    struct dm_conf_game *games;
+    size_t ngames;
+    size_t default_game;        /* index; default 0, the first */
+    double dmax_ms, dvmax_ms;   /* C3, C4; HUGE_VAL (the default): no limit */
+    uint64_t window_ms;         /* batch window; default 0: placed at once */
+    double alpha;               /* rates lowered when demand >= alpha x capacity; default 1 */
+    uint64_t anneal_iterations; /* per annealing of a batch pass; default 4000 */
+    double anneal_t0;           /* starting temperature; default 0.05 */
+    unsigned max_sessions;      /* groups at once; default 10000 */
+    unsigned max_members;       /* clients of one group; default 64 */
+    struct dm_conf_network *networks;
+    size_t nnetworks;
+};
+
 struct dm_conf_pool {
     char *name;
     char *balance;  /* policy name, default "roundrobin"; checked against the registry */
@@ -141,6 +187,7 @@ struct dm_conf_pool {
      * balance age, request for the others. */
     bool affinity_connection;
     struct dm_conf_power power;
+    struct dm_conf_session session; /* read whatever the policy; used by balance: session */
 };
 
 /* The object catalog (AGE): pages and their embedded objects. */
@@ -266,5 +313,18 @@ int dm_conf_parse_duration_ms(const char *text, uint64_t *out);
 
 /* "512", "16k", "1m", "2g" (binary units, case-insensitive). 0 or -EINVAL (also on overflow). */
 int dm_conf_parse_size(const char *text, uint64_t *out);
+
+/*
+ * "10.1.0.0/16", "192.0.2.7" (/32), "2001:db8::/32", "::1" (/128), numeric
+ * only. 0, or -EINVAL with *why (NULL allowed) set to a short static reason:
+ * not an address, bits out of range, or address bits set past the prefix.
+ */
+int dm_conf_parse_prefix(const char *text, struct dm_conf_prefix *out, const char **why);
+
+/*
+ * Whether address sa (AF_INET or AF_INET6; an IPv4-mapped IPv6 address
+ * counts as its IPv4 address) is inside prefix p. Any thread.
+ */
+bool dm_conf_prefix_match(const struct dm_conf_prefix *p, const struct sockaddr *sa);
 
 #endif

@@ -245,6 +245,26 @@ void dm_conf_load_pools(struct dm_conf_loader *ld, const yaml_node_t *n);
 /* Index of the pool named by n, or -1 after reporting (with the nearest name, or the list). */
 long dm_conf_find_pool(struct dm_conf_loader *ld, const yaml_node_t *n);
 
+/* A token of RFC 9110 section 5.6.2: what a header or cookie name may be made of. */
+bool dm_conf_is_token(const char *s);
+
+/* ---- session.c: the session block of balance: session ---- */
+
+/* The defaults of a pool's session block (s zeroed before); false when out of memory. */
+struct dm_conf_session;
+bool dm_conf_session_defaults(struct dm_conf_session *s);
+
+/* Frees what a session block holds; s is left all zero. */
+void dm_conf_session_fini(struct dm_conf_session *s);
+
+/* A pool's `session` block into p->session; after its servers, which its delays name. */
+void dm_conf_load_pool_session(struct dm_conf_loader *ld, struct dm_conf_pool *p,
+                               const yaml_node_t *n);
+
+/* A pool whose policy places sessions needs at least one game: reported at the pool. */
+void dm_conf_check_pool_session(struct dm_conf_loader *ld, const struct dm_conf_pool *p,
+                                const yaml_node_t *pool);
+
 /* ---- power.c: power management ---- */
 
 /* The defaults of a pool's power block and of a server's. */

@@ -326,3 +326,77 @@ dm_conf_suggest(const char *word, const char *const *cands, size_t n)
     }
     return best;
 }
+
+int
+dm_conf_parse_prefix(const char *text, struct dm_conf_prefix *out, const char **why)
+{
+    const char *dummy;
+    char host[INET6_ADDRSTRLEN + 1];
+    const char *slash = strchr(text, '/');
+    size_t hlen = slash != NULL ? (size_t)(slash - text) : strlen(text);
+    struct dm_conf_prefix p = { 0 };
+
+    why = why != NULL ? why : &dummy;
+    *out = (struct dm_conf_prefix){ 0 };
+    if (hlen == 0 || hlen >= sizeof(host)) {
+        *why = "not an IPv4 or IPv6 address";
+        return -EINVAL;
+    }
+    memcpy(host, text, hlen);
+    host[hlen] = '\0';
+    if (inet_pton(AF_INET, host, p.addr) == 1) {
+        p.family = AF_INET;
+    } else if (inet_pton(AF_INET6, host, p.addr) == 1) {
+        p.family = AF_INET6;
+    } else {
+        *why = "not an IPv4 or IPv6 address";
+        return -EINVAL;
+    }
+    unsigned max = p.family == AF_INET ? 32 : 128;
+    p.bits = max;
+    if (slash != NULL) {
+        const char *s = slash + 1;
+        uint64_t bits;
+        if (parse_digits(&s, &bits) < 0 || *s != '\0' || bits > max) {
+            *why = p.family == AF_INET ? "bits must be 0 to 32" : "bits must be 0 to 128";
+            return -EINVAL;
+        }
+        p.bits = (unsigned)bits;
+    }
+    for (unsigned i = p.bits; i < max; i++) {
+        if (p.addr[i / 8] & (0x80u >> (i % 8))) {
+            *why = "address bits set past the prefix length";
+            return -EINVAL;
+        }
+    }
+    *out = p;
+    return 0;
+}
+
+bool
+dm_conf_prefix_match(const struct dm_conf_prefix *p, const struct sockaddr *sa)
+{
+    static const uint8_t mapped[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
+    const uint8_t *a;
+    int family = sa->sa_family;
+
+    if (family == AF_INET) {
+        a = (const uint8_t *)&((const struct sockaddr_in *)sa)->sin_addr;
+    } else if (family == AF_INET6) {
+        a = (const uint8_t *)&((const struct sockaddr_in6 *)sa)->sin6_addr;
+        if (p->family == AF_INET && memcmp(a, mapped, sizeof(mapped)) == 0) {
+            a += sizeof(mapped); /* ::ffff:192.0.2.7 is 192.0.2.7 */
+            family = AF_INET;
+        }
+    } else {
+        return false;
+    }
+    if (family != p->family) {
+        return false;
+    }
+    unsigned full = p->bits / 8, rest = p->bits % 8;
+    if (memcmp(a, p->addr, full) != 0) {
+        return false;
+    }
+    return rest == 0 || ((a[full] ^ p->addr[full]) & (uint8_t)(0xff00u >> rest)) == 0;
+}

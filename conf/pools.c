@@ -11,9 +11,8 @@
 #include "balancers/balancer.h"
 #include "conf/conf.h"
 
-/* A token of RFC 9110 section 5.6.2: what a header or cookie name may be made of. */
-static bool
-is_token(const char *s)
+bool
+dm_conf_is_token(const char *s)
 {
     if (*s == '\0') {
         return false;
@@ -84,10 +83,14 @@ load_passive(struct dm_conf_loader *ld, struct dm_conf_passive *ps, const yaml_n
     }
 }
 
-enum { SRV_NAME, SRV_ADDRESS, SRV_WEIGHT, SRV_CAPACITY, SRV_POWER, SRV_N };
+enum { SRV_NAME, SRV_ADDRESS, SRV_WEIGHT, SRV_CAPACITY, SRV_SESSION_CAPACITY, SRV_POWER, SRV_N };
 static const char *const server_keys[SRV_N] = {
-    [SRV_NAME] = "name",         [SRV_ADDRESS] = "address", [SRV_WEIGHT] = "weight",
-    [SRV_CAPACITY] = "capacity", [SRV_POWER] = "power",
+    [SRV_NAME] = "name",
+    [SRV_ADDRESS] = "address",
+    [SRV_WEIGHT] = "weight",
+    [SRV_CAPACITY] = "capacity",
+    [SRV_SESSION_CAPACITY] = "session_capacity",
+    [SRV_POWER] = "power",
 };
 
 static void
@@ -100,6 +103,7 @@ load_server(struct dm_conf_loader *ld, struct dm_conf_pool *p, yaml_node_item_t 
 
     s->weight = 1;
     s->capacity = 100;
+    s->session_capacity = 40000; /* the paper's FMAX */
     dm_conf_server_power_defaults(&s->power);
     if (!dm_conf_walk(ld, n, false, server_keys, SRV_N, v)) {
         return;
@@ -132,6 +136,10 @@ load_server(struct dm_conf_loader *ld, struct dm_conf_pool *p, yaml_node_item_t 
     }
     if (v[SRV_CAPACITY] != NULL) {
         (void)dm_conf_get_unsigned(ld, v[SRV_CAPACITY], "capacity", 1, 1000000, &s->capacity);
+    }
+    if (v[SRV_SESSION_CAPACITY] != NULL) {
+        (void)dm_conf_get_double(ld, v[SRV_SESSION_CAPACITY], "session_capacity", 0.0,
+                                 &s->session_capacity);
     }
     if (v[SRV_POWER] != NULL) {
         dm_conf_load_server_power(ld, p, s, v[SRV_POWER]);
@@ -235,7 +243,7 @@ load_hash(struct dm_conf_loader *ld, struct dm_conf_pool *p, const yaml_node_t *
         if (s == NULL) {
             return;
         }
-        if (!is_token(s)) {
+        if (!dm_conf_is_token(s)) {
             dm_conf_fail_at(ld, v[HASH_NAME],
                             "bad %s name %s (letters, digits and !#$%%&'*+-.^_`|~ only)",
                             hash_key_names[h->key], dm_conf_quote(s, strlen(s), buf, sizeof(buf)));
@@ -282,6 +290,7 @@ enum {
     POOL_AGE,
     POOL_AFFINITY,
     POOL_POWER,
+    POOL_SESSION,
     POOL_N
 };
 static const char *const pool_keys[POOL_N] = {
@@ -289,7 +298,7 @@ static const char *const pool_keys[POOL_N] = {
     [POOL_SERVERS] = "servers", [POOL_HEALTH] = "health_check",
     [POOL_PASSIVE] = "passive", [POOL_HASH] = "hash",
     [POOL_AGE] = "age",         [POOL_AFFINITY] = "affinity",
-    [POOL_POWER] = "power",
+    [POOL_POWER] = "power",     [POOL_SESSION] = "session",
 };
 
 static const char *const affinity_names[] = { "connection", "request" };
@@ -311,7 +320,8 @@ dm_conf_pool_defaults(struct dm_conf_pool *p)
     /* Right for the default policy; load_pool sets it again once balance is known. */
     p->affinity_connection = false;
     dm_conf_power_defaults(&p->power);
-    return p->balance != NULL && p->health.path != NULL;
+    bool session = dm_conf_session_defaults(&p->session);
+    return p->balance != NULL && p->health.path != NULL && session;
 }
 
 static void
@@ -353,6 +363,11 @@ load_pool(struct dm_conf_loader *ld, struct dm_conf_pool *p, const yaml_node_t *
     if (v[POOL_AGE] != NULL) {
         load_age(ld, &p->age, v[POOL_AGE]);
     }
+    /* After the servers: a network's delays name them. */
+    if (v[POOL_SESSION] != NULL) {
+        dm_conf_load_pool_session(ld, p, v[POOL_SESSION]);
+    }
+    dm_conf_check_pool_session(ld, p, n);
     /*
      * A policy that decides for a whole connection (AGE charges a page's
      * potential load to the server of its first request) keeps the rest of

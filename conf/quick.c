@@ -86,6 +86,7 @@ dm_conf_from_args(const char *listen, const char *backends, struct dm_conf_error
         if (rc == 0) {
             sv->weight = 1;
             sv->capacity = 100;
+            sv->session_capacity = 40000;
             sv->name = dm_conf_format("s%zu", p->nservers + 1);
             p->nservers++;
             if (sv->name == NULL) {

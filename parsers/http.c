@@ -2,6 +2,7 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 /* llhttp callbacks. A span split across two execute calls arrives in two
  * pieces that are adjacent in the caller's contiguous buffer: extend it. */
@@ -790,6 +791,10 @@ dm_http_write_request(char *out, size_t cap, const struct dm_http_msg *msg,
         if (dm_span_ieq(f->name, "x-forwarded-proto")) {
             continue;
         }
+        if (fw->set_name != NULL && f->name.len == strlen(fw->set_name) &&
+            strncasecmp(f->name.p, fw->set_name, f->name.len) == 0) {
+            continue;
+        }
         if (dm_span_ieq(f->name, "host")) {
             host = true;
         }
@@ -838,6 +843,12 @@ dm_http_write_request(char *out, size_t cap, const struct dm_http_msg *msg,
     if (!via && fw->via != NULL) {
         puts_(&o, "Via: ");
         puts_(&o, fw->via);
+        puts_(&o, "\r\n");
+    }
+    if (fw->set_name != NULL && fw->set_value != NULL) {
+        puts_(&o, fw->set_name);
+        puts_(&o, ": ");
+        puts_(&o, fw->set_value);
         puts_(&o, "\r\n");
     }
     if (info->upgrade) {

@@ -18,6 +18,7 @@
 #include "proxy/log.h"
 #include "proxy/power.h"
 #include "proxy/sbuf.h"
+#include "proxy/session.h"
 #include "proxy/worker.h"
 
 /* Close callback for a handle that was malloc'ed on its own. */
@@ -120,7 +121,8 @@ host_json(struct dm_sbuf *b, const struct dm_host *h, uint64_t now_us)
  * JSON of every pool and server of the current runtime. Per server: its
  * host's state (host: the address as its host first saw it written; state,
  * power, down_for_ms, fails, server_connections, bound_clients: shared by
- * every pool naming the address), then the pool's own load counters.
+ * every pool naming the address), then the pool's own load counters. A
+ * session pool has its placer's state besides (proxy/session.h).
  */
 static void
 stats_json(struct dm_sbuf *b, const struct dm_admin *a)
@@ -166,7 +168,13 @@ stats_json(struct dm_sbuf *b, const struct dm_admin *a)
                          (long long)atomic_load_explicit(&s->inflight_work, memory_order_relaxed),
                          (long long)atomic_load_explicit(&s->potential, memory_order_relaxed));
         }
-        dm_sb_printf(b, "]}");
+        dm_sb_printf(b, "]");
+        if (p->placer != NULL) {
+            /* The session allocator's state: per server its groups, sessions and load. */
+            dm_sb_printf(b, ",\"session\":");
+            dm_placer_stats_json(p->placer, b);
+        }
+        dm_sb_printf(b, "}");
     }
     dm_sb_printf(b, "]");
     if (a->hosts != NULL) {

@@ -176,6 +176,41 @@ dm_clients_hold_retry(struct dm_worker *w)
     }
 }
 
+bool
+dm_client_session_wait(struct dm_client *c)
+{
+    struct dm_req *req = c->req;
+    const struct dm_conf *cf = c->rt->conf;
+    uint64_t now = uv_now(&c->w->loop);
+    if (req->session_deadline_ms == 0) {
+        req->session_deadline_ms =
+            now + cf->pools[req->pool].session.window_ms + cf->timeouts.connect_ms;
+    }
+    if (now >= req->session_deadline_ms) {
+        return false;
+    }
+    tq_insert(c->w, &c->timer, DM_T_SESSION, req->session_deadline_ms);
+    return true;
+}
+
+void
+dm_clients_session_retry(struct dm_worker *w)
+{
+    /* Taken off whole first: one that still waits goes on the new list. */
+    struct dm_tnode *n = w->tq[DM_T_SESSION].head;
+    w->tq[DM_T_SESSION].head = w->tq[DM_T_SESSION].tail = NULL;
+    while (n != NULL) {
+        struct dm_tnode *next = n->next;
+        n->prev = n->next = NULL;
+        n->kind = DM_T_NONE;
+        struct dm_client *c = (struct dm_client *)((char *)n - offsetof(struct dm_client, timer));
+        if (!c->closing && c->req != NULL && c->state == DM_C_CONNECT) {
+            dm_req_pick_and_connect(c->req);
+        }
+        n = next;
+    }
+}
+
 /* Arms the client's timeout of `kind` for ms from now; 0 leaves it on no list. */
 static void
 client_timer_start(struct dm_client *c, enum dm_tkind kind, uint64_t ms)
@@ -459,6 +494,10 @@ client_timeout(struct dm_client *c, enum dm_tkind kind)
     case DM_T_HOLD:
         hold_release(c);
         dm_client_respond_error(c, 503, "no server woke within power.hold_timeout");
+        break;
+    case DM_T_SESSION:
+        dm_client_respond_error(c, 503,
+                                "session not placed within session.window + timeouts.connect");
         break;
     default:
         dm_client_close(c);

@@ -50,6 +50,15 @@ bool dm_client_hold(struct dm_client *c);
 
 /* Picks a server again for every held request of w (after a power command). */
 void dm_clients_hold_retry(struct dm_worker *w);
+/*
+ * Keeps c's request, a session waiting for its pool's batch pass, in state
+ * CONNECT until dm_clients_session_retry() finds it placed, or until
+ * session.window + timeouts.connect from its first wait have passed (503).
+ * False when that time has passed already: the caller answers it.
+ */
+bool dm_client_session_wait(struct dm_client *c);
+/* Asks the placer again about every waiting session of w (after a batch pass). */
+void dm_clients_session_retry(struct dm_worker *w);
 
 /* Handles every client timeout of w that is due (the worker's tick). */
 void dm_clients_expire(struct dm_worker *w);

@@ -22,7 +22,9 @@
 
 struct dm_buf;
 struct dm_learn;
+struct dm_placer;
 struct dm_req;
+struct dm_sessions_member;
 struct dm_upstream;
 
 enum dm_client_state {
@@ -92,6 +94,7 @@ struct dm_upstream {
     struct dm_http_parser parser;
     struct dm_buf *in;
     uint64_t deadline_ms; /* loop time of the current timeout, UINT64_MAX = none */
+    uint64_t connect_us;  /* when its connect began (uv_hrtime), for the host's connect_us */
     uint32_t head_start;
     uint32_t writes;
     struct dm_upstream *cork_next;   /* the worker's list of corked connections */
@@ -148,6 +151,14 @@ struct dm_req {
     uint64_t hold_deadline_ms; /* loop time a held request gets its 503; 0: never held */
     bool close_client;
     bool dechunk; /* HTTP/1.0 client, chunked response: strip the framing */
+    /* A session (an Upgrade of a session pool): its place in the pool's
+     * placer, given back when the request is freed (its tunnel closed, or it
+     * failed) or placed anew (a retry). */
+    struct dm_placer *placer;
+    struct dm_sessions_member *ticket;
+    double rate;                  /* its rate tier, sent in session.tier_header; < 0: none */
+    bool session_waiting;         /* the ticket waits for a batch pass */
+    uint64_t session_deadline_ms; /* loop time a waiting session gets its 503 */
     uint8_t *tried;
     struct dm_http_field fields[];
 };

@@ -44,7 +44,9 @@
  *                server table (the load table) and a balancer; the servers
  *                point to hosts (balancers/hosts.h) that live for the
  *                process, so health and power state survive a reload; route.c
- *                routing; log.c the error log
+ *                routing; log.c the error log; session.c the session
+ *                placers of balance: session pools (shared by the workers,
+ *                one lock each, taken only when a session starts or ends)
  * client.c, request.c and upstream.c serve one exchange between them and
  * call each other; below them, learn.c, accesslog.c and buf.c call none of
  * the three.
@@ -90,6 +92,9 @@ struct dm_rpool {
     atomic_uint_fast64_t held;
     bool work;    /* the policy needs work or objects: track expected work, learn the catalog */
     bool hashing; /* the policy reads dm_pick.key */
+    /* The policy places sessions (DM_BAL_NEEDS_SESSIONS): the pool's placer,
+     * which belongs to the process's placers (proxy/session.h); else NULL. */
+    struct dm_placer *placer;
 };
 
 struct dm_runtime {
@@ -108,13 +113,19 @@ struct dm_runtime {
  * Builds the runtime of conf (taken) for nworkers; NULL with *err on failure.
  * Each server's host is found or added in hosts (the process's table, which
  * must outlive the runtime): that is how a reload keeps health and power
- * state. hosts NULL: each server has a private host (tests). Control thread.
+ * state. hosts NULL: each server has a private host (tests). A pool whose
+ * policy places sessions gets its placer from placers (made, or
+ * reconfigured for a pool that keeps its name: how a reload keeps running
+ * sessions; done last, once nothing else can fail); placers NULL: none, and
+ * such a pool's Upgrades are picked as its other requests (tests). Control
+ * thread.
  */
 struct dm_catalog;
 struct dm_hosts;
+struct dm_placers;
 struct dm_runtime *dm_runtime_create(struct dm_conf *conf, unsigned nworkers,
                                      struct dm_hosts *hosts, struct dm_catalog *catalog,
-                                     const char **err);
+                                     struct dm_placers *placers, const char **err);
 void dm_runtime_ref(struct dm_runtime *rt);
 void dm_runtime_unref(struct dm_runtime *rt);
 
@@ -173,6 +184,7 @@ enum dm_tkind {
     DM_T_KEEPALIVE, /* timeouts.client_keepalive */
     DM_T_BODY,      /* timeouts.client_body: one window of the request body's minimum rate */
     DM_T_HOLD,      /* power.hold_timeout: a request held while no server is awake */
+    DM_T_SESSION,   /* session.window + timeouts.connect: a session waiting for a batch pass */
     DM_T_REQUEST,   /* timeouts.request: a request's whole exchange (a node in struct dm_req) */
     DM_T_KINDS,
 };

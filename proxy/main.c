@@ -20,9 +20,12 @@
 #include "proxy/internal.h"
 #include "proxy/log.h"
 #include "proxy/power.h"
+#include "proxy/session.h"
 #include "proxy/worker.h"
 
 #define DM_VERSION "0.1.0"
+
+#define DM_SESSIONS_TICK_MS 10 /* how often the session placers' batch windows are looked at */
 
 struct control {
     uv_loop_t *loop;
@@ -37,8 +40,11 @@ struct control {
     struct dm_worker *workers;
     unsigned nworkers;
     struct dm_catalog *catalog;
-    struct dm_hosts *hosts; /* every server address seen, for the life of the process */
-    uv_async_t acked;       /* workers acknowledged a command (worker.h) */
+    struct dm_hosts *hosts;     /* every server address seen, for the life of the process */
+    struct dm_placers *placers; /* every session pool's placer, for the life of the process */
+    uv_timer_t sessions;        /* runs the placers' batch passes */
+    bool sessions_open;
+    uv_async_t acked; /* workers acknowledged a command (worker.h) */
     bool acked_open;
     uv_async_t held; /* a worker held a request: no server awake (dm_hold_notify) */
     bool held_open;
@@ -171,7 +177,8 @@ reload(struct control *ctl)
         dm_log_error("reload: %s (the catalog keeps what it had)", perr);
     }
     const char *why = NULL;
-    struct dm_runtime *rt = dm_runtime_create(conf, ctl->nworkers, ctl->hosts, ctl->catalog, &why);
+    struct dm_runtime *rt =
+        dm_runtime_create(conf, ctl->nworkers, ctl->hosts, ctl->catalog, ctl->placers, &why);
     if (rt == NULL) {
         dm_log_error("reload failed (%s), keeping the running configuration", why);
         return;
@@ -202,6 +209,10 @@ control_close(struct control *ctl)
     dm_health_stop(ctl->health, health_stopped, ctl->servers);
     ctl->health = NULL;
     ctl->servers = NULL;
+    if (ctl->sessions_open) {
+        uv_close((uv_handle_t *)&ctl->sessions, NULL);
+        ctl->sessions_open = false;
+    }
     for (unsigned i = 0; i < ctl->nsignals; i++) {
         uv_close((uv_handle_t *)&ctl->signals[i], NULL);
     }
@@ -225,6 +236,16 @@ on_acked(uv_async_t *a)
 {
     struct control *ctl = a->data;
     dm_admin_acked(ctl->admin);
+}
+
+/* The batch passes of the session placers whose window has ended. */
+static void
+on_sessions_tick(uv_timer_t *t)
+{
+    struct control *ctl = t->data;
+    if (dm_placers_run(ctl->placers, dm_mono_us()) && ctl->workers != NULL) {
+        dm_workers_sessions_decided(ctl->workers, ctl->nworkers);
+    }
 }
 
 static void
@@ -452,7 +473,13 @@ main(int argc, char **argv)
         goto destroy_catalog;
     }
     const char *why = NULL;
-    ctl.rt = dm_runtime_create(conf, nworkers, ctl.hosts, ctl.catalog, &why);
+    /* And one set of session placers: a reload keeps the sessions running. */
+    ctl.placers = dm_placers_create();
+    if (ctl.placers == NULL) {
+        fprintf(stderr, "dimmer: out of memory\n");
+        goto destroy_catalog;
+    }
+    ctl.rt = dm_runtime_create(conf, nworkers, ctl.hosts, ctl.catalog, ctl.placers, &why);
     conf = NULL; /* taken, whether or not the runtime was made */
     if (ctl.rt == NULL) {
         fprintf(stderr, "dimmer: %s\n", why);
@@ -525,6 +552,16 @@ main(int argc, char **argv)
         fprintf(stderr, "dimmer: out of memory\n");
         goto stop_workers;
     }
+    /* Batch windows end on this tick (its period bounds how late); it never
+     * keeps the loop alive. */
+    if ((r = uv_timer_init(ctl.loop, &ctl.sessions)) < 0) {
+        fprintf(stderr, "dimmer: cannot make the control loop: %s\n", uv_strerror(r));
+        goto stop_workers;
+    }
+    ctl.sessions.data = &ctl;
+    ctl.sessions_open = true;
+    uv_timer_start(&ctl.sessions, on_sessions_tick, DM_SESSIONS_TICK_MS, DM_SESSIONS_TICK_MS);
+    uv_unref((uv_handle_t *)&ctl.sessions);
     /* Last, so that whoever waits for the file finds everything listening. */
     if (ports_file != NULL &&
         (r = write_ports_file(ports_file, cf, bound, &admin_bound, &metrics_bound)) < 0) {
@@ -559,7 +596,8 @@ unpublish_runtime:
     dm_runtime_unref(ctl.prev);
     dm_runtime_unref(ctl.rt);
 destroy_catalog:
-    dm_hosts_destroy(ctl.hosts); /* after the last runtime pointing to its hosts */
+    dm_placers_destroy(ctl.placers); /* after the last runtime and session pointing to one */
+    dm_hosts_destroy(ctl.hosts);     /* after the last runtime pointing to its hosts */
     dm_catalog_destroy(ctl.catalog);
 close_access_log:
     if (access_fd > 2) {

@@ -3,7 +3,9 @@
  */
 #include "proxy/request.h"
 
+#include <math.h>
 #include <netinet/in.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,6 +15,7 @@
 #include "proxy/client.h"
 #include "proxy/conn.h"
 #include "proxy/learn.h"
+#include "proxy/session.h"
 #include "proxy/upstream.h"
 
 #define DM_FREE_REQS_MAX 64
@@ -52,6 +55,7 @@ dm_req_get(struct dm_client *c)
     req->tried = (uint8_t *)(req->fields + 2 * (size_t)max_fields);
     memset(req->tried, 0, tried_bytes);
     req->server = DM_NO_SERVER;
+    req->rate = -1;
     req->start_us = uv_hrtime() / 1000;
     c->w->busy++;
     if (c->w->busy > c->w->busy_peak) {
@@ -63,6 +67,9 @@ dm_req_get(struct dm_client *c)
 void
 dm_req_free(struct dm_worker *w, struct dm_req *req)
 {
+    /* A session ends here, its tunnel closed or its request failed. */
+    dm_placer_leave(req->placer, req->ticket);
+    req->ticket = NULL;
     dm_buf_unref(w, req->head_buf);
     dm_buf_unref(w, req->out_head);
     dm_buf_unref(w, req->resp_head);
@@ -103,43 +110,62 @@ req_connect(struct dm_req *req)
     }
 }
 
+/* The value of the request's first field called name (any case); p NULL when none. */
+static struct dm_span
+req_field(const struct dm_req *req, const char *name)
+{
+    const struct dm_http_msg *m = &req->msg;
+    size_t nlen = strlen(name);
+    for (unsigned i = 0; i < m->nfields; i++) {
+        struct dm_span n = m->fields[i].name;
+        if (n.len == nlen && strncasecmp(n.p, name, nlen) == 0) {
+            return m->fields[i].value;
+        }
+    }
+    return (struct dm_span){ NULL, 0 };
+}
+
+/* The value of cookie name in the request's Cookie fields (a=1; b=2); p NULL when none. */
+static struct dm_span
+req_cookie(const struct dm_req *req, const char *name)
+{
+    const struct dm_http_msg *m = &req->msg;
+    size_t nlen = strlen(name);
+    for (unsigned i = 0; i < m->nfields; i++) {
+        if (!dm_span_ieq(m->fields[i].name, "cookie")) {
+            continue;
+        }
+        struct dm_span v = m->fields[i].value;
+        const char *p = v.p;
+        const char *end = v.p + v.len;
+        while (p < end) {
+            while (p < end && (*p == ' ' || *p == ';')) {
+                p++;
+            }
+            const char *semi = memchr(p, ';', (size_t)(end - p));
+            const char *e = semi != NULL ? semi : end;
+            if ((size_t)(e - p) > nlen && memcmp(p, name, nlen) == 0 && p[nlen] == '=') {
+                return (struct dm_span){ p + nlen + 1, (size_t)(e - p - (ptrdiff_t)nlen - 1) };
+            }
+            p = e;
+        }
+    }
+    return (struct dm_span){ NULL, 0 };
+}
+
 /* The key a hashing policy places the request by (conf: pool hash.key). */
 static uint64_t
 req_hash_key(struct dm_req *req)
 {
     const struct dm_conf_hash *h = &req->c->rt->conf->pools[req->pool].hash;
-    const struct dm_http_msg *m = &req->msg;
     if (h->key == DM_HASH_URI) {
         return dm_hash_bytes(req->info.path.p, req->info.path.len);
     }
     if (h->key == DM_HASH_HEADER || h->key == DM_HASH_COOKIE) {
-        size_t nlen = strlen(h->name);
-        for (unsigned i = 0; i < m->nfields; i++) {
-            struct dm_span n = m->fields[i].name;
-            struct dm_span v = m->fields[i].value;
-            if (h->key == DM_HASH_HEADER) {
-                if (n.len == nlen && strncasecmp(n.p, h->name, nlen) == 0) {
-                    return dm_hash_bytes(v.p, v.len);
-                }
-                continue;
-            }
-            if (!dm_span_ieq(n, "cookie")) {
-                continue;
-            }
-            /* Cookie: a=1; b=2 */
-            const char *p = v.p;
-            const char *end = v.p + v.len;
-            while (p < end) {
-                while (p < end && (*p == ' ' || *p == ';')) {
-                    p++;
-                }
-                const char *semi = memchr(p, ';', (size_t)(end - p));
-                const char *e = semi != NULL ? semi : end;
-                if ((size_t)(e - p) > nlen && memcmp(p, h->name, nlen) == 0 && p[nlen] == '=') {
-                    return dm_hash_bytes(p + nlen + 1, (size_t)(e - p - (ptrdiff_t)nlen - 1));
-                }
-                p = e;
-            }
+        struct dm_span v =
+            h->key == DM_HASH_HEADER ? req_field(req, h->name) : req_cookie(req, h->name);
+        if (v.p != NULL) {
+            return dm_hash_bytes(v.p, v.len);
         }
         /* No such header or cookie: fall back to the client address. */
     }
@@ -148,6 +174,97 @@ req_hash_key(struct dm_req *req)
         return dm_hash_bytes(&c->peer.in6.sin6_addr, sizeof(c->peer.in6.sin6_addr));
     }
     return dm_hash_bytes(&c->peer.in4.sin_addr, sizeof(c->peer.in4.sin_addr));
+}
+
+/* An asked frame rate: a decimal number >= 0, nothing around it; -1 when it is not one. */
+static double
+req_parse_rate(struct dm_span v)
+{
+    char text[32];
+    if (v.len == 0 || v.len >= sizeof(text)) {
+        return -1;
+    }
+    memcpy(text, v.p, v.len);
+    text[v.len] = '\0';
+    if (strspn(text, "0123456789.") != v.len) {
+        return -1;
+    }
+    char *end;
+    double r = strtod(text, &end);
+    return *end == '\0' && isfinite(r) ? r : -1;
+}
+
+/*
+ * A session pool's Upgrade request is a session: its group, game and asked
+ * rate (session.group, game_header, rate_header) go to the pool's placer,
+ * which places it, or keeps it waiting for a batch pass, or refuses it.
+ * Returns the index of its server in this runtime's pool, or -1 when the
+ * request waits (dm_client_session_wait) or was answered. A retry (the
+ * server refused the connection) gives its place back and is placed anew,
+ * its tried servers left out.
+ */
+static int
+req_session_place(struct dm_req *req, struct dm_rpool *p, uint64_t now_us)
+{
+    struct dm_client *c = req->c;
+    struct dm_placer_answer ans;
+    int rc;
+    if (req->ticket != NULL && req->session_waiting) {
+        rc = dm_placer_status(req->placer, req->ticket, &ans);
+    } else {
+        dm_placer_leave(req->placer, req->ticket);
+        req->ticket = NULL;
+        const struct dm_conf_session *sc = &p->cf->session;
+        struct dm_span group = sc->group_key == DM_HASH_COOKIE ? req_cookie(req, sc->group_name)
+                                                               : req_field(req, sc->group_name);
+        struct dm_span game = req_field(req, sc->game_header);
+        struct dm_span rate = req_field(req, sc->rate_header);
+        double asked = rate.p != NULL ? req_parse_rate(rate) : -1;
+        if (rate.p != NULL && asked < 0) {
+            dm_client_respond_error(c, 400, "bad frame rate (session.rate_header)");
+            return -1;
+        }
+        struct dm_placer_ask ask = {
+            .group = group.len > 0 ? group.p : NULL,
+            .group_len = group.len,
+            .game = game.p,
+            .game_len = game.len,
+            .rate = asked,
+            .client = &c->peer.sa,
+            .tried_sv = p->sv,
+            .tried = req->tried,
+            .now_us = now_us,
+        };
+        req->placer = p->placer;
+        rc = dm_placer_join(p->placer, &ask, &req->ticket, &ans);
+    }
+    if (rc == 1) { /* waiting for the batch pass */
+        req->session_waiting = true;
+        if (dm_client_session_wait(c)) {
+            return -1;
+        }
+        dm_client_respond_error(c, 503,
+                                "session not placed within session.window + timeouts.connect");
+        return -1;
+    }
+    req->session_waiting = false;
+    if (rc < 0) {
+        dm_placer_leave(req->placer, req->ticket);
+        req->ticket = NULL;
+        dm_client_respond_error(c, ans.status, ans.reason);
+        return -1;
+    }
+    for (size_t i = 0; i < p->sv->n; i++) {
+        if (p->sv->s[i].host == ans.host) {
+            req->rate = ans.rate;
+            return (int)i;
+        }
+    }
+    /* The placer has moved on to a newer configuration than this runtime's. */
+    dm_placer_leave(req->placer, req->ticket);
+    req->ticket = NULL;
+    dm_client_respond_error(c, 503, "the session's server is not in this configuration");
+    return -1;
 }
 
 void
@@ -163,10 +280,16 @@ dm_req_pick_and_connect(struct dm_req *req)
     };
     int idx = DM_NO_SERVER;
     bool affinity = p->cf->affinity_connection;
-    if (affinity && c->bound >= 0 && c->bound_pool == req->pool &&
-        !dm_pick_tried(&pick, (size_t)c->bound) &&
-        dm_server_keeps_affinity(&p->sv->s[c->bound], pick.now_us,
-                                 !(p->bal->ops->needs & DM_BAL_BINDS_CONNECTIONS))) {
+    if (p->placer != NULL && req->info.upgrade) {
+        idx = req_session_place(req, p, pick.now_us);
+        if (idx < 0) {
+            return;
+        }
+        dm_counter_add(&p->sv->s[idx].picks, 1);
+    } else if (affinity && c->bound >= 0 && c->bound_pool == req->pool &&
+               !dm_pick_tried(&pick, (size_t)c->bound) &&
+               dm_server_keeps_affinity(&p->sv->s[c->bound], pick.now_us,
+                                        !(p->bal->ops->needs & DM_BAL_BINDS_CONNECTIONS))) {
         idx = c->bound; /* affinity: connection */
     } else {
         idx = dm_balancer_pick_past_ramps(p->bal, &pick, req->tried);
@@ -225,6 +348,13 @@ req_send_head(struct dm_req *req, struct dm_upstream *up)
             .via = "1.1 dimmer",
             .default_host = dm_runtime_server_conf(c->rt, req->pool, req->server)->addr.text,
         };
+        char rate[32];
+        if (req->rate >= 0) {
+            /* The session's rate tier: what it asked for, or as close to it as fits. */
+            snprintf(rate, sizeof(rate), "%.10g", req->rate);
+            fw.set_name = c->rt->conf->pools[req->pool].session.tier_header;
+            fw.set_value = rate;
+        }
         /* Sized to the head (plus what we add), so a request holds little memory. */
         uint32_t cap = req->head_len + 512;
         struct dm_buf *b = dm_buf_get(c->w, cap);

@@ -12,13 +12,14 @@
 #include "balancers/balancer.h"
 #include "balancers/hosts.h"
 #include "proxy/internal.h"
+#include "proxy/session.h"
 
 static _Atomic(struct dm_runtime *) current;
 static atomic_uint_fast64_t generations;
 
 struct dm_runtime *
 dm_runtime_create(struct dm_conf *conf, unsigned nworkers, struct dm_hosts *hosts,
-                  struct dm_catalog *catalog, const char **err)
+                  struct dm_catalog *catalog, struct dm_placers *placers, const char **err)
 {
     struct dm_runtime *rt = calloc(1, sizeof(*rt));
     if (rt == NULL) {
@@ -79,6 +80,15 @@ dm_runtime_create(struct dm_conf *conf, unsigned nworkers, struct dm_hosts *host
             calloc((size_t)nworkers * (pc->nservers > 0 ? pc->nservers : 1), sizeof(*p->idle));
         if (p->idle == NULL) {
             goto fail;
+        }
+    }
+    for (size_t i = 0; i < conf->npools && placers != NULL; i++) {
+        struct dm_rpool *p = &rt->pools[i];
+        if (p->bal->ops->needs & DM_BAL_NEEDS_SESSIONS) {
+            p->placer = dm_placers_configure(placers, p->cf, p->sv);
+            if (p->placer == NULL) {
+                goto fail;
+            }
         }
     }
     return rt;

@@ -619,7 +619,9 @@ up_connect_cb(uv_connect_t *creq, int status)
     }
     /* Open from here until the close callback (struct dm_host, connections). */
     up->counted = true;
-    dm_counter_add(&dm_runtime_host(up->rt, up->pool, up->server)->connections, 1);
+    struct dm_host *host = dm_runtime_host(up->rt, up->pool, up->server);
+    dm_counter_add(&host->connections, 1);
+    dm_host_connect_sample(host, uv_hrtime() / 1000 - up->connect_us);
     uv_tcp_nodelay(&up->tcp, 1);
     up->state = DM_U_HEAD;
     if (req != NULL) {
@@ -670,6 +672,7 @@ dm_upstream_take(struct dm_worker *w, struct dm_runtime *rt, size_t pool, int se
     up->state = DM_U_CONNECTING;
     up->creq.data = up;
     const struct dm_conf_server *sc = &rt->conf->pools[pool].servers[server];
+    up->connect_us = uv_hrtime() / 1000;
     r = uv_tcp_connect(&up->creq, &up->tcp, (const struct sockaddr *)&sc->addr.sa, up_connect_cb);
     if (r < 0) {
         up->req = NULL;

@@ -34,6 +34,7 @@ enum {
     WAKE_RELOAD = 1,
     WAKE_STOP = 2,
     WAKE_COMMAND = 4,
+    WAKE_SESSIONS = 8,
 };
 
 /* Per-worker requests from the control thread, read in the async callback. */
@@ -307,6 +308,9 @@ wake_cb(uv_async_t *a)
     if (flags & WAKE_COMMAND) {
         worker_commands(w);
     }
+    if (flags & WAKE_SESSIONS) {
+        dm_clients_session_retry(w);
+    }
 }
 
 static void
@@ -322,6 +326,11 @@ tick_cb(uv_timer_t *t)
      * when its health check rises or a passive down period ends. */
     if (w->ticks % 2 == 0 && w->tq[DM_T_HOLD].head != NULL) {
         dm_clients_hold_retry(w);
+    }
+    /* Sessions waiting for a batch pass hear of it at once (WAKE_SESSIONS);
+     * this only bounds what a lost wake-up could cost. */
+    if (w->ticks % 4 == 0 && w->tq[DM_T_SESSION].head != NULL) {
+        dm_clients_session_retry(w);
     }
     /* After a burst, hand the memory of its requests back once the worker
      * has been quiet for a moment: idle connections should cost only their
@@ -561,6 +570,15 @@ dm_workers_stop(struct dm_worker *ws, unsigned n, uint64_t shutdown_ms)
     free(ws);
     free(wake_of);
     wake_of = NULL;
+}
+
+void
+dm_workers_sessions_decided(struct dm_worker *ws, unsigned n)
+{
+    for (unsigned i = 0; i < n; i++) {
+        atomic_fetch_or(&wake_of[i].flags, WAKE_SESSIONS);
+        uv_async_send(&ws[i].wake);
+    }
 }
 
 void

@@ -51,6 +51,13 @@ struct dm_worker *dm_workers_start(unsigned n, struct dm_runtime *rt, int access
 void dm_workers_reload(struct dm_worker *w, unsigned n);
 
 /*
+ * Tells every worker that a batch pass of a session placer decided
+ * sessions (proxy/session.h): each asks again about its waiting ones.
+ * Control thread.
+ */
+void dm_workers_sessions_decided(struct dm_worker *w, unsigned n);
+
+/*
  * Commands to every worker about a host, from the control thread (the only
  * one that may send them). Each returns its epoch, a number that grows with
  * every command. A worker acknowledges an epoch once it has carried out every

@@ -700,6 +700,93 @@ test_bad_empty_and_oversized_inputs(void **state)
     dm_alloc_fini(&a);
 }
 
+/*
+ * place_on puts a group on one chosen server only where C2-C4 hold; put
+ * records it there whatever they say; a NaN delay forbids its server.
+ */
+static void
+test_place_on_put_and_nan_delays(void **state)
+{
+    (void)state;
+    static const double rates[] = { 10, 20 };
+    double delay[2] = { 10, NAN }; /* server 1: "not this server" */
+    struct dm_alloc_server sv[2] = { { .capacity = 100 }, { .capacity = 100 } };
+    struct dm_alloc_group g[2] = {
+        { .frame_load = 3,
+          .rates = rates,
+          .nrates = 2,
+          .want = 1,
+          .nclients = 1,
+          .delay_ms = delay },
+        { .frame_load = 3,
+          .rates = rates,
+          .nrates = 2,
+          .want = 1,
+          .nclients = 1,
+          .delay_ms = delay },
+    };
+    struct dm_alloc_problem p = { sv, 2, g, 2, HUGE_VAL, HUGE_VAL };
+    struct dm_alloc a;
+    assert_int_equal(dm_alloc_init(&a, &p, 0), 0);
+    /* NaN fails C3 even with no dmax at all. */
+    assert_false(dm_alloc_can_place(&a, 0, 1, 1));
+    assert_int_equal(dm_alloc_place_on(&a, 0, 1, 1), -ENOSPC);
+    assert_int_equal(a.server[0], DM_ALLOC_NONE);
+    assert_int_equal(dm_alloc_place_on(&a, 0, 1, 2), -EINVAL);
+    assert_int_equal(dm_alloc_place_on(&a, 0, 2, 0), -EINVAL); /* above its request */
+    assert_int_equal(dm_alloc_place_on(&a, 0, 1, 0), 0);
+    assert_int_equal(dm_alloc_place_on(&a, 0, 1, 0), -EEXIST);
+    assert_true(fabs(a.load[0] - 60) < TOL);
+    /* 60 + 60 > 100: group 1 does not fit on server 0 at its request... */
+    assert_int_equal(dm_alloc_place_on(&a, 1, 1, 0), -ENOSPC);
+    /* ...and put records it there anyway, over capacity and past the NaN. */
+    assert_int_equal(dm_alloc_put(&a, 1, 1, 1), 1);
+    dm_alloc_remove(&a, 1);
+    assert_int_equal(dm_alloc_put(&a, 1, 1, 0), 0);
+    assert_true(fabs(a.load[0] - 120) < TOL);
+    assert_int_equal(dm_alloc_put(&a, 1, 1, 0), -EEXIST);
+    /* What put recorded counts: once group 0 is off, 60 are left for it. */
+    dm_alloc_remove(&a, 0);
+    assert_false(dm_alloc_can_place(&a, 0, 1, 0));
+    assert_true(dm_alloc_can_place(&a, 0, 0, 0));
+    dm_alloc_fini(&a);
+}
+
+/* regroup: a placed group that gains a client keeps its server only within C3-C4. */
+static void
+test_regroup_checks_new_clients_on_the_groups_server(void **state)
+{
+    (void)state;
+    static const double rates[] = { 10 };
+    /* Two clients' rows over two servers: the second is far from server 0. */
+    double delay[4] = { 10, 50, 90, 60 };
+    struct dm_alloc_server sv[2] = { { .capacity = 100 }, { .capacity = 100 } };
+    struct dm_alloc_group g = {
+        .frame_load = 1, .rates = rates, .nrates = 1, .nclients = 1, .delay_ms = delay
+    };
+    struct dm_alloc_problem p = { sv, 2, &g, 1, 100, 50 };
+    struct dm_alloc a;
+    assert_int_equal(dm_alloc_init(&a, &p, 0), 0);
+    assert_int_equal(dm_alloc_place(&a, 0, 0), 0); /* both empty: the lowest index */
+    assert_int_equal(dm_alloc_regroup(&a, 0), 0);
+    g.nclients = 2; /* 10 and 90 on server 0: spread 80 > dvmax 50 */
+    assert_int_equal(dm_alloc_regroup(&a, 0), -ERANGE);
+    assert_int_equal(a.server[0], 0);
+    g.nclients = 1;
+    assert_int_equal(dm_alloc_regroup(&a, 0), 0);
+    /* On server 1 the spread is 10: the same client may join there. */
+    dm_alloc_remove(&a, 0);
+    assert_int_equal(dm_alloc_place_on(&a, 0, 0, 1), 1);
+    g.nclients = 2;
+    assert_int_equal(dm_alloc_regroup(&a, 0), 0);
+    assert_true(fabs(a.load[1] - 10) < TOL); /* the load did not change */
+    /* Unplaced and bad slots. */
+    dm_alloc_remove(&a, 0);
+    assert_int_equal(dm_alloc_regroup(&a, 0), 0);
+    assert_int_equal(dm_alloc_regroup(&a, 1), -EINVAL);
+    dm_alloc_fini(&a);
+}
+
 int
 main(void)
 {
@@ -714,6 +801,8 @@ main(void)
         cmocka_unit_test(test_incremental_placement_keeps_constraints),
         cmocka_unit_test(test_random_placement_uses_only_feasible_servers),
         cmocka_unit_test(test_bad_empty_and_oversized_inputs),
+        cmocka_unit_test(test_place_on_put_and_nan_delays),
+        cmocka_unit_test(test_regroup_checks_new_clients_on_the_groups_server),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

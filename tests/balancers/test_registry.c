@@ -39,8 +39,8 @@ test_registry_names_are_unique_and_tables_complete(void **state)
         assert_ptr_equal(dm_balancer_find(ops->name), ops);
         /* Only known needs; per-connection state comes with a page's objects
          * (the proxy builds it on a connection's first request). */
-        const unsigned known =
-            DM_BAL_NEEDS_KEY | DM_BAL_NEEDS_WORK | DM_BAL_NEEDS_OBJECTS | DM_BAL_BINDS_CONNECTIONS;
+        const unsigned known = DM_BAL_NEEDS_KEY | DM_BAL_NEEDS_WORK | DM_BAL_NEEDS_OBJECTS |
+                               DM_BAL_BINDS_CONNECTIONS | DM_BAL_NEEDS_SESSIONS;
         assert_int_equal(ops->needs & ~known, 0);
         if (ops->conn_state_size != NULL || ops->on_tick != NULL) {
             assert_true(ops->needs & DM_BAL_NEEDS_OBJECTS);

@@ -1399,6 +1399,242 @@ test_power_errors(void **state)
         "pool \"other\": a power-managed pool's servers must be its own");
 }
 
+/* ---- session ---- */
+
+/* Lines 1 to 7: a session pool "g" of servers a and b, the session block follows. */
+#define POOL_G                                                                                     \
+    "pools:\n"                                                                                     \
+    "  g:\n"                                                                                       \
+    "    balance: session\n"                                                                       \
+    "    servers:\n"                                                                               \
+    "      - {name: a, address: \"127.0.0.1:9001\"}\n"                                             \
+    "      - {name: b, address: \"127.0.0.1:9002\"}\n"
+#define GAMES                                                                                      \
+    "      games:\n"                                                                               \
+    "        chess: {frame_load: 15, rates: [15, 20, 25, 30]}\n"
+
+static void
+test_session_keys_are_read(void **state)
+{
+    (void)state;
+    struct dm_conf *c =
+        load_ok(LISTEN "pools:\n"
+                       "  g:\n"
+                       "    balance: session\n"
+                       "    servers:\n"
+                       "      - {name: a, address: \"127.0.0.1:9001\", "
+                       "session_capacity: 1000.5}\n"
+                       "      - {name: b, address: \"127.0.0.1:9002\"}\n"
+                       "    session:\n"
+                       "      group: {key: cookie, name: table}\n"
+                       "      game_header: X-Title\n"
+                       "      rate_header: X-Fps\n"
+                       "      tier_header: X-Fps-Given\n"
+                       "      default_game: racer\n"
+                       "      dmax: 150ms\n"
+                       "      dvmax: 100\n"
+                       "      window: 250ms\n"
+                       "      alpha: 0.9\n"
+                       "      anneal: {iterations: 100, t0: 0.5}\n"
+                       "      max_sessions: 50\n"
+                       "      max_members: 4\n"
+                       "      games:\n"
+                       "        chess: {frame_load: 15, rates: [15, 20, 25, 30], rate: 25}\n"
+                       "        racer: {frame_load: 60.5, rates: [30, 45]}\n"
+                       "      networks:\n"
+                       "        - {prefix: 10.1.0.0/16, delays: {a: 20ms, b: 80}}\n"
+                       "        - {prefix: \"2001:db8::/32\", delays: {b: 5}}\n"
+                       "        - {prefix: 192.0.2.7}\n");
+    const struct dm_conf_pool *p = &c->pools[0];
+    const struct dm_conf_session *s = &p->session;
+    assert_true(p->servers[0].session_capacity == 1000.5);
+    assert_true(p->servers[1].session_capacity == 40000);
+    assert_false(p->affinity_connection);
+    assert_int_equal(s->group_key, DM_HASH_COOKIE);
+    assert_string_equal(s->group_name, "table");
+    assert_string_equal(s->game_header, "X-Title");
+    assert_string_equal(s->rate_header, "X-Fps");
+    assert_string_equal(s->tier_header, "X-Fps-Given");
+    assert_int_equal(s->ngames, 2);
+    assert_int_equal(s->default_game, 1);
+    assert_string_equal(s->games[0].name, "chess");
+    assert_true(s->games[0].frame_load == 15);
+    assert_int_equal(s->games[0].nrates, 4);
+    assert_true(s->games[0].rates[3] == 30);
+    assert_int_equal(s->games[0].rate, 2);
+    assert_true(s->games[1].frame_load == 60.5);
+    assert_int_equal(s->games[1].rate, 1); /* the highest, by default */
+    assert_true(s->dmax_ms == 150 && s->dvmax_ms == 100);
+    assert_int_equal(s->window_ms, 250);
+    assert_true(s->alpha == 0.9);
+    assert_int_equal(s->anneal_iterations, 100);
+    assert_true(s->anneal_t0 == 0.5);
+    assert_int_equal(s->max_sessions, 50);
+    assert_int_equal(s->max_members, 4);
+    assert_int_equal(s->nnetworks, 3);
+    assert_int_equal(s->networks[0].prefix.family, AF_INET);
+    assert_int_equal(s->networks[0].prefix.bits, 16);
+    assert_true(s->networks[0].delay_ms[0] == 20 && s->networks[0].delay_ms[1] == 80);
+    assert_int_equal(s->networks[1].prefix.family, AF_INET6);
+    assert_true(s->networks[1].delay_ms[0] == -1 && s->networks[1].delay_ms[1] == 5);
+    assert_int_equal(s->networks[2].prefix.bits, 32);
+    assert_true(s->networks[2].delay_ms[0] == -1);
+    dm_conf_destroy(c);
+
+    /* The defaults, and a session block on another policy is read but unused. */
+    c = load_ok(LISTEN POOL_G "    session:\n" GAMES);
+    s = &c->pools[0].session;
+    assert_int_equal(s->group_key, DM_HASH_HEADER);
+    assert_string_equal(s->group_name, "X-Session-Group");
+    assert_string_equal(s->game_header, "X-Game");
+    assert_string_equal(s->rate_header, "X-Frame-Rate");
+    assert_string_equal(s->tier_header, "X-Rate-Tier");
+    assert_int_equal(s->default_game, 0);
+    assert_int_equal(s->games[0].rate, 3);
+    assert_true(isinf(s->dmax_ms) && isinf(s->dvmax_ms));
+    assert_int_equal(s->window_ms, 0);
+    assert_true(s->alpha == 1 && s->anneal_t0 == 0.05);
+    assert_int_equal(s->anneal_iterations, 4000);
+    assert_int_equal(s->max_sessions, 10000);
+    assert_int_equal(s->max_members, 64);
+    assert_int_equal(s->nnetworks, 0);
+    dm_conf_destroy(c);
+    c = load_ok(LISTEN POOL_WEB "    session: {group: {key: header, name: X-Room}}\n");
+    assert_string_equal(c->pools[0].session.group_name, "X-Room");
+    dm_conf_destroy(c);
+}
+
+static void
+test_session_errors(void **state)
+{
+    (void)state;
+    expect_error(LISTEN POOL_G,
+                 "t.yaml:4:5: pool \"g\": balance session needs session.games (at least one game)");
+    expect_error(LISTEN POOL_G "    session: {}\n",
+                 "t.yaml:4:5: pool \"g\": balance session needs session.games (at least one game)");
+    expect_error(LISTEN POOL_G "    session:\n" GAMES "      default_game: go\n",
+                 "t.yaml:11:21: unknown game \"go\" (games: chess)");
+    expect_error(LISTEN POOL_G "    session:\n      games:\n        go: {rates: [1]}\n",
+                 "t.yaml:10:13: game \"go\": missing required key \"frame_load\"");
+    expect_error(LISTEN POOL_G "    session:\n      games:\n        go: {frame_load: 1}\n",
+                 "t.yaml:10:13: game \"go\": missing required key \"rates\"");
+    expect_error(LISTEN POOL_G
+                 "    session:\n      games:\n        go: {frame_load: 1, rates: [30, 25]}\n",
+                 "t.yaml:10:41: rates must be increasing, got 25 after 30");
+    expect_error(LISTEN POOL_G
+                 "    session:\n      games:\n        go: {frame_load: 1, rates: [0, 25]}\n",
+                 "t.yaml:10:37: a rate must be above 0");
+    expect_error(LISTEN POOL_G
+                 "    session:\n      games:\n        go: {frame_load: 1, rates: []}\n",
+                 "t.yaml:10:36: game \"go\": expected 1 to 16 rates, got 0");
+    expect_error(
+        LISTEN POOL_G
+        "    session:\n      games:\n        go: {frame_load: 1, rates: [1, 2], rate: 3}\n",
+        "t.yaml:10:50: game \"go\": rate 3 is not one of its rates");
+    expect_error(LISTEN POOL_G
+                 "    session:\n      games:\n        go: {frame_load: -1, rates: [1]}\n",
+                 "t.yaml:10:26: frame_load must be at least 0, got -1");
+    expect_error(LISTEN POOL_G "    session:\n" GAMES "      group: {key: client}\n",
+                 "t.yaml:11:20: unknown group key \"client\" (known: header, cookie)");
+    expect_error(
+        LISTEN POOL_G "    session:\n" GAMES "      group: {key: cookie, name: 'a=b'}\n",
+        "t.yaml:11:34: bad cookie name \"a=b\" (letters, digits and !#$%&'*+-.^_`|~ only)");
+    expect_error(
+        LISTEN POOL_G "    session:\n" GAMES "      tier_header: 'X Tier'\n",
+        "t.yaml:11:20: bad header name \"X Tier\" (letters, digits and !#$%&'*+-.^_`|~ only)");
+    expect_error(LISTEN POOL_G "    session:\n" GAMES "      dvmax: 1.5s\n",
+                 "t.yaml:11:14: bad duration \"1.5s\" (use ms, s, m, h)");
+    expect_error(LISTEN POOL_G "    session:\n" GAMES "      window: soon\n",
+                 "t.yaml:11:15: bad duration \"soon\" (use ms, s, m, h)");
+    expect_error(LISTEN POOL_G "    session:\n" GAMES "      max_members: 0\n",
+                 "t.yaml:11:20: max_members must be between 1 and 65535, got 0");
+    expect_error(LISTEN POOL_G "    session:\n" GAMES "      anneal: {iterations: -1}\n",
+                 "t.yaml:11:28: iterations must be between 0 and 10000000, got -1");
+    expect_error(LISTEN POOL_G "    session:\n" GAMES "      dmaxx: 1\n",
+                 "t.yaml:11:7: unknown key \"dmaxx\" (did you mean \"dmax\"?)");
+    expect_error(LISTEN POOL_G "    session:\n" GAMES
+                               "      networks:\n        - {prefix: 10.0.0.0/33}\n",
+                 "t.yaml:12:20: bad prefix \"10.0.0.0/33\" (bits must be 0 to 32)");
+    expect_error(LISTEN POOL_G "    session:\n" GAMES
+                               "      networks:\n        - {prefix: 10.0.0.1/8}\n",
+                 "t.yaml:12:20: bad prefix \"10.0.0.1/8\" (address bits set past the prefix "
+                 "length)");
+    expect_error(LISTEN POOL_G "    session:\n" GAMES "      networks:\n        - {prefix: lan}\n",
+                 "t.yaml:12:20: bad prefix \"lan\" (not an IPv4 or IPv6 address)");
+    expect_error(LISTEN POOL_G "    session:\n" GAMES
+                               "      networks:\n        - {prefix: \"::/129\"}\n",
+                 "t.yaml:12:20: bad prefix \"::/129\" (bits must be 0 to 128)");
+    expect_error(LISTEN POOL_G "    session:\n" GAMES
+                               "      networks:\n        - {delays: {a: 1}}\n",
+                 "t.yaml:12:11: network 1: missing required key \"prefix\"");
+    expect_error(LISTEN POOL_G "    session:\n" GAMES "      networks:\n"
+                               "        - {prefix: 10.0.0.0/8}\n        - {prefix: 10.0.0.0/8}\n",
+                 "t.yaml:13:20: duplicate prefix \"10.0.0.0/8\" (first at line 12)");
+    expect_error(LISTEN POOL_G "    session:\n" GAMES
+                               "      networks:\n        - {prefix: 10.0.0.0/8, delays: {c: 1}}\n",
+                 "t.yaml:12:41: unknown server \"c\" in pool \"g\" (servers: a, b)");
+    expect_error(LISTEN POOL_G "    session:\n" GAMES
+                               "      networks:\n        - {prefix: 10.0.0.0/8, delays: {a: x}}\n",
+                 "t.yaml:12:44: bad duration \"x\" (use ms, s, m, h)");
+    expect_error(LISTEN POOL_G "    session:\n" GAMES "      networks: {prefix: 10.0.0.0/8}\n",
+                 "t.yaml:11:17: expected a list of networks, got a mapping");
+    expect_error(LISTEN "pools:\n  g:\n    servers:\n"
+                        "      - {name: a, address: \"127.0.0.1:9001\", session_capacity: -5}\n",
+                 "t.yaml:5:64: session_capacity must be at least 0, got -5");
+}
+
+static void
+test_prefixes_parse_and_match(void **state)
+{
+    (void)state;
+    struct dm_conf_prefix p;
+    const char *why = NULL;
+    struct sockaddr_in a4 = { .sin_family = AF_INET };
+    struct sockaddr_in6 a6 = { .sin6_family = AF_INET6 };
+
+    assert_int_equal(dm_conf_parse_prefix("10.1.0.0/16", &p, &why), 0);
+    assert_int_equal(inet_pton(AF_INET, "10.1.200.3", &a4.sin_addr), 1);
+    assert_true(dm_conf_prefix_match(&p, (struct sockaddr *)&a4));
+    assert_int_equal(inet_pton(AF_INET, "10.2.0.1", &a4.sin_addr), 1);
+    assert_false(dm_conf_prefix_match(&p, (struct sockaddr *)&a4));
+    /* An IPv4-mapped IPv6 address is its IPv4 address; another IPv6 one is not. */
+    assert_int_equal(inet_pton(AF_INET6, "::ffff:10.1.9.9", &a6.sin6_addr), 1);
+    assert_true(dm_conf_prefix_match(&p, (struct sockaddr *)&a6));
+    assert_int_equal(inet_pton(AF_INET6, "::a01:909", &a6.sin6_addr), 1);
+    assert_false(dm_conf_prefix_match(&p, (struct sockaddr *)&a6));
+    /* Bits that do not fall on a byte. */
+    assert_int_equal(dm_conf_parse_prefix("127.0.0.0/31", &p, NULL), 0);
+    assert_int_equal(inet_pton(AF_INET, "127.0.0.1", &a4.sin_addr), 1);
+    assert_true(dm_conf_prefix_match(&p, (struct sockaddr *)&a4));
+    assert_int_equal(inet_pton(AF_INET, "127.0.0.2", &a4.sin_addr), 1);
+    assert_false(dm_conf_prefix_match(&p, (struct sockaddr *)&a4));
+    /* /0 matches every address of its family, /32 one. */
+    assert_int_equal(dm_conf_parse_prefix("0.0.0.0/0", &p, NULL), 0);
+    assert_true(dm_conf_prefix_match(&p, (struct sockaddr *)&a4));
+    assert_false(dm_conf_prefix_match(&p, (struct sockaddr *)&a6));
+    assert_int_equal(dm_conf_parse_prefix("127.0.0.2", &p, NULL), 0);
+    assert_int_equal(p.bits, 32);
+    assert_true(dm_conf_prefix_match(&p, (struct sockaddr *)&a4));
+    assert_int_equal(dm_conf_parse_prefix("2001:db8::/33", &p, NULL), 0);
+    assert_int_equal(inet_pton(AF_INET6, "2001:db8:7fff::1", &a6.sin6_addr), 1);
+    assert_true(dm_conf_prefix_match(&p, (struct sockaddr *)&a6));
+    assert_int_equal(inet_pton(AF_INET6, "2001:db8:8000::1", &a6.sin6_addr), 1);
+    assert_false(dm_conf_prefix_match(&p, (struct sockaddr *)&a6));
+    assert_false(dm_conf_prefix_match(&p, (struct sockaddr *)&a4));
+    struct sockaddr un = { .sa_family = AF_UNIX };
+    assert_false(dm_conf_prefix_match(&p, &un));
+    static const char *const bad[] = {
+        "",        "/8",         "10.0.0.0/",   "10.0.0.0/x",   "10.0.0.0/8/8", "10.0.0.0/08x",
+        "::1/129", "1.2.3.4/33", "10.0.0.1/31", "host.example", "[::1]/128"
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        why = NULL;
+        assert_int_equal(dm_conf_parse_prefix(bad[i], &p, &why), -EINVAL);
+        assert_non_null(why);
+        assert_int_equal(p.family, 0);
+    }
+}
+
 int
 main(void)
 {
@@ -1442,6 +1678,9 @@ main(void)
         cmocka_unit_test(test_from_args_reports_each_bad_flag),
         cmocka_unit_test(test_power_keys_are_read),
         cmocka_unit_test(test_power_errors),
+        cmocka_unit_test(test_session_keys_are_read),
+        cmocka_unit_test(test_session_errors),
+        cmocka_unit_test(test_prefixes_parse_and_match),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -154,6 +154,44 @@ test_config_with_errors_reports_them_or_fails_cleanly(void **state)
     assert_true(runs > 10);
 }
 
+/* The session block: games, rate lists, networks and their delays, and one error. */
+static void
+test_session_block_survives_each_failed_allocation(void **state)
+{
+    (void)state;
+    static const char ok[] = "listen: 127.0.0.1:80\n"
+                             "pools:\n"
+                             "  g:\n"
+                             "    balance: session\n"
+                             "    servers:\n"
+                             "      - {name: a, address: \"127.0.0.1:9001\"}\n"
+                             "      - {name: b, address: \"127.0.0.1:9002\"}\n"
+                             "    session:\n"
+                             "      group: {key: cookie, name: table}\n"
+                             "      default_game: racer\n"
+                             "      games:\n"
+                             "        chess: {frame_load: 15, rates: [15, 20, 25, 30]}\n"
+                             "        racer: {frame_load: 60, rates: [30, 45]}\n"
+                             "      networks:\n"
+                             "        - {prefix: 10.1.0.0/16, delays: {a: 20ms, b: 80}}\n"
+                             "        - {prefix: 10.2.0.0/16, delays: {b: 5}}\n";
+    assert_true(load_until_success(ok, sizeof ok - 1, "session.yaml", true) > 10);
+    static const char bad[] = "listen: 127.0.0.1:80\n"
+                              "pools:\n"
+                              "  g:\n"
+                              "    balance: session\n"
+                              "    servers:\n"
+                              "      - {name: a, address: \"127.0.0.1:9001\"}\n"
+                              "    session:\n"
+                              "      default_game: go\n"
+                              "      games:\n"
+                              "        chess: {frame_load: 15, rates: [15, 10]}\n"
+                              "      networks:\n"
+                              "        - {prefix: 10.1.0.0/16, delays: {c: 20ms}}\n"
+                              "        - {prefix: 10.1.0.0/16}\n";
+    assert_true(load_until_success(bad, sizeof bad - 1, "session.yaml", false) > 10);
+}
+
 static void
 test_quick_start_survives_each_failed_allocation(void **state)
 {
@@ -189,6 +227,7 @@ main(void)
         cmocka_unit_test(test_bundled_config_load_survives_each_failed_allocation),
         cmocka_unit_test(test_config_with_errors_reports_them_or_fails_cleanly),
         cmocka_unit_test(test_quick_start_survives_each_failed_allocation),
+        cmocka_unit_test(test_session_block_survives_each_failed_allocation),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

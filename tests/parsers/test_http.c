@@ -84,11 +84,12 @@ struct run {
 
 struct opts {
     bool response;
-    unsigned max_fields;     /* 0: MAX_FIELDS */
-    bool no_body;            /* response to a HEAD request */
-    bool eof;                /* signal EOF after the last byte */
-    unsigned client_version; /* responses; 0: 11 */
-    bool close;              /* responses */
+    unsigned max_fields;              /* 0: MAX_FIELDS */
+    bool no_body;                     /* response to a HEAD request */
+    bool eof;                         /* signal EOF after the last byte */
+    unsigned client_version;          /* responses; 0: 11 */
+    bool close;                       /* responses */
+    const struct dm_http_forward *fw; /* requests; NULL: forward */
 };
 
 struct feeder {
@@ -138,7 +139,7 @@ rewrite(struct feeder *f, char *out, size_t cap, const char *head, size_t head_l
 {
     const struct opts *o = f->o;
     if (!o->response) {
-        return dm_http_write_request(out, cap, &f->msg, info, &forward);
+        return dm_http_write_request(out, cap, &f->msg, info, o->fw != NULL ? o->fw : &forward);
     }
     return dm_http_write_response(out, cap, head, head_len, &f->msg, info,
                                   o->client_version != 0 ? o->client_version : 11, o->close);
@@ -1424,6 +1425,30 @@ test_rewrite_request_replaces_x_forwarded_proto(void **state)
                      "\r\n");
 }
 
+/* A field the proxy sets (a session's rate tier) replaces the client's, in any case. */
+static void
+test_rewrite_request_sets_the_proxys_field(void **state)
+{
+    (void)state;
+    struct dm_http_forward fw = forward;
+    fw.set_name = "X-Rate-Tier";
+    fw.set_value = "25";
+    const struct opts o = { .fw = &fw };
+    assert_rewritten(LIT("GET /ws HTTP/1.1\r\nx-rate-tier: 60\r\nHost: a\r\nConnection: Upgrade\r\n"
+                         "Upgrade: websocket\r\nX-RATE-TIER: 90\r\nX-Rate-Tiers: 1\r\n\r\n"),
+                     &o,
+                     "GET /ws HTTP/1.1\r\n"
+                     "Host: a\r\n"
+                     "Upgrade: websocket\r\n"
+                     "X-Rate-Tiers: 1\r\n"
+                     "X-Forwarded-For: 10.0.0.9\r\n"
+                     "X-Forwarded-Proto: http\r\n"
+                     "Via: 1.1 dimmer\r\n"
+                     "X-Rate-Tier: 25\r\n"
+                     "Connection: upgrade\r\n"
+                     "\r\n");
+}
+
 static void
 test_rewrite_request_appends_to_via(void **state)
 {
@@ -1771,6 +1796,7 @@ main(void)
         cmocka_unit_test(test_rewrite_request_appends_client_to_x_forwarded_for),
         cmocka_unit_test(test_rewrite_request_replaces_x_forwarded_proto),
         cmocka_unit_test(test_rewrite_request_appends_to_via),
+        cmocka_unit_test(test_rewrite_request_sets_the_proxys_field),
         cmocka_unit_test(test_rewrite_http10_request_gets_default_host_and_http11),
         cmocka_unit_test(test_rewrite_upgrade_request_keeps_upgrade),
         cmocka_unit_test(test_rewrite_request_with_too_small_cap_returns_zero),

@@ -47,7 +47,7 @@ runtime(const char *yaml, struct dm_hosts *hosts)
     dm_conf_errors_fini(&err);
     assert_non_null(conf);
     const char *why = NULL;
-    struct dm_runtime *rt = dm_runtime_create(conf, 2, hosts, NULL, &why);
+    struct dm_runtime *rt = dm_runtime_create(conf, 2, hosts, NULL, NULL, &why);
     assert_non_null(rt);
     return rt;
 }

@@ -131,7 +131,7 @@ test_workers_share_the_port_of_a_port_0_listener(void **state)
     assert_non_null(conf);
     conf->pools[0].passive.max_fails = 0; /* 502 every time, never "down" and 503 */
     dm_log_set_level(DM_LOG_ERROR);
-    struct dm_runtime *rt = dm_runtime_create(conf, 3, NULL, NULL, &why);
+    struct dm_runtime *rt = dm_runtime_create(conf, 3, NULL, NULL, NULL, &why);
     assert_non_null(rt);
     dm_runtime_publish(rt);
     struct dm_worker *ws = dm_workers_start(3, rt, -1, 0, bound, &r);

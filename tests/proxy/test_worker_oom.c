@@ -46,7 +46,7 @@ test_workers_start_survives_every_failed_allocation(void **state)
     assert_int_equal(uv_loop_close(&first), 0);
     struct dm_conf *conf = dm_conf_from_args("127.0.0.1:0", "127.0.0.1:9", &err);
     assert_non_null(conf);
-    struct dm_runtime *rt = dm_runtime_create(conf, 2, NULL, NULL, &why);
+    struct dm_runtime *rt = dm_runtime_create(conf, 2, NULL, NULL, NULL, &why);
     assert_non_null(rt);
     int log_fd = dup(2); /* an access log, so that its buffers are allocated too */
     assert_true(log_fd >= 0);
