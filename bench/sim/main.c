@@ -14,11 +14,7 @@
 #include "bench/sim/exp.h"
 
 static const struct dm_sim_exp *const experiments[] = {
-    &dm_sim_exp_power,
-    &dm_sim_exp_age,
-    &dm_sim_exp_hetero,
-    &dm_sim_exp_alloc,
-    NULL,
+    &dm_sim_exp_power, &dm_sim_exp_age, &dm_sim_exp_hetero, &dm_sim_exp_alloc, NULL,
 };
 
 static void
