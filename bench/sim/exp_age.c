@@ -74,6 +74,7 @@ struct policy {
     char label[64];
     const struct dm_balancer_ops *ops;
     bool weighted;     /* weight = capacity (WRR, WLC, ...); else weight 1 */
+    bool by_conns;     /* s->conns counts open connections, not requests (lc-conn, wlc-conn) */
     double age_weight; /* age:W; < 0: --age-weight */
 };
 
@@ -357,13 +358,18 @@ send_request(struct world *w, struct conn *c, uint64_t key, uint64_t bytes, bool
     }
     r->server = idx;
     struct dm_server *s = &w->sv->s[idx];
-    dm_counter_add(&s->conns, 1);
+    if (!w->pol->by_conns) {
+        dm_counter_add(&s->conns, 1);
+    }
     dm_counter_add(&s->inflight, 1);
     dm_counter_add(&s->host->inflight, 1);
     reserve(w, c, r, first);
     if (w->bind && c->bound < 0) {
         c->bound = idx;
         dm_counter_add(&s->host->bound, 1);
+        if (w->pol->by_conns) {
+            dm_counter_add(&s->conns, 1); /* the connection is open on it until its close */
+        }
     }
     r->job.size = (double)bytes + w->o->cost;
     r->job.owner = r;
@@ -408,6 +414,9 @@ conn_close(struct world *w, struct conn *c)
     conn_state_close(w, c);
     if (c->bound >= 0) {
         dm_counter_sub(&w->sv->s[c->bound].host->bound, 1);
+        if (w->pol->by_conns) {
+            dm_counter_sub(&w->sv->s[c->bound].conns, 1);
+        }
         c->bound = -1;
     }
     struct user *u = c->u;
@@ -462,7 +471,9 @@ done_cb(struct dm_sim *sim, struct dm_sim_srv *srv, struct dm_sim_job *job)
     };
     dm_balancer_on_response(w->bal, &ev);
     work_done(w, r);
-    dm_counter_sub(&s->conns, 1);
+    if (!w->pol->by_conns) {
+        dm_counter_sub(&s->conns, 1);
+    }
     dm_counter_sub(&s->inflight, 1);
     dm_counter_sub(&s->host->inflight, 1);
     const struct dm_surge_page *pg = &w->site->s.pages[c->page];
@@ -608,7 +619,8 @@ run_one(struct run *run)
     w->user_seed = mix(run->seed, 0x05e7);
     const struct dm_balancer_ops *ops = run->pol->ops;
     w->work = (ops->needs & (DM_BAL_NEEDS_WORK | DM_BAL_NEEDS_OBJECTS)) != 0;
-    w->bind = o->affinity == AFF_ALL || (ops->needs & DM_BAL_BINDS_CONNECTIONS) != 0;
+    w->bind = o->affinity == AFF_ALL || (ops->needs & DM_BAL_BINDS_CONNECTIONS) != 0 ||
+              run->pol->by_conns; /* a connection is on one server: what it counts */
     double unit = o->speed * o->nservers / cap_sum(o); /* bytes/s per unit of capacity */
     w->sv = dm_servers_create(o->nservers);
     if (w->sv == NULL) {
@@ -743,6 +755,8 @@ static const char usage[] =
     "  --users LIST       instead: closed populations of SURGE users (never leave)\n"
     "  --policies LIST    columns (default rr,wrr,lc,wlc,age,age:0.01,p2c-shadow,hybrid):\n"
     "                     rr and lc with weights 1, wrr and wlc with weight = capacity,\n"
+    "                     lc-conn and wlc-conn the same counting open connections (as\n"
+    "                     LVS and haproxy count them), not requests in flight (dimmer),\n"
     "                     age with --age-weight, age:W with weight W, or any dimmer\n"
     "                     policy name (weight = capacity). AGE vs WLC: the first age one\n"
     "  --age-weight W     AGE's weight of potential load (default 0.1, dimmer's default)\n"
@@ -798,6 +812,11 @@ parse_policies(const char *val, struct opts *o)
             pl->ops = &dm_bal_leastconn;
             pl->weighted = name[0] == 'w';
             snprintf(pl->label, sizeof(pl->label), "%s", pl->weighted ? "WLC" : "LC");
+        } else if (strcmp(name, "lc-conn") == 0 || strcmp(name, "wlc-conn") == 0) {
+            pl->ops = &dm_bal_leastconn;
+            pl->weighted = name[0] == 'w';
+            pl->by_conns = true;
+            snprintf(pl->label, sizeof(pl->label), "%s", pl->weighted ? "WLC(conn)" : "LC(conn)");
         } else if (strncmp(name, "age:", 4) == 0) {
             char *end;
             errno = 0;
