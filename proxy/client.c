@@ -891,23 +891,23 @@ client_read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
     dm_client_process(c);
 }
 
-void
+int
 dm_client_accept(struct dm_worker *w, uv_stream_t *listener)
 {
     struct dm_client *c = calloc(1, sizeof(*c));
     if (c == NULL) {
-        return;
+        return -ENOMEM;
     }
     c->w = w;
     if (uv_tcp_init(&w->loop, &c->tcp) < 0) {
         free(c); /* never initialized: no close */
-        return;
+        return -ENOMEM;
     }
     c->tcp.data = c;
     if (uv_accept(listener, (uv_stream_t *)&c->tcp) != 0) {
         /* Not counted nor listed yet: only the handle is to close and free. */
         uv_close((uv_handle_t *)&c->tcp, client_free_cb);
-        return;
+        return 0;
     }
     c->rt = w->rt;
     dm_runtime_ref(c->rt);
@@ -925,6 +925,7 @@ dm_client_accept(struct dm_worker *w, uv_stream_t *listener)
     c->bound = -1;
     client_timer_start(c, DM_T_HEADER, c->rt->conf->timeouts.client_header_ms);
     dm_client_read_start(c);
+    return 0;
 }
 
 void
