@@ -16,6 +16,7 @@
 #include "proxy/conn.h"
 #include "proxy/learn.h"
 #include "proxy/log.h"
+#include "proxy/peers.h"
 #include "proxy/request.h"
 #include "proxy/route.h"
 #include "proxy/upstream.h"
@@ -330,6 +331,10 @@ dm_client_close(struct dm_client *c)
         c->next->prev = c->prev;
     }
     w->nclients--;
+    if (c->peer_counted) {
+        dm_peers_release(&c->peer.sa);
+        c->peer_counted = false;
+    }
     dm_client_timer_stop(c);
     uv_close((uv_handle_t *)&c->tcp, client_free_cb);
 }
@@ -914,6 +919,14 @@ dm_client_accept(struct dm_worker *w, uv_stream_t *listener)
     uv_tcp_nodelay(&c->tcp, 1);
     int len = sizeof(c->peer);
     uv_tcp_getpeername(&c->tcp, &c->peer.sa, &len);
+    unsigned per_client = c->rt->conf->limits.max_conns_per_client;
+    if (per_client > 0 && !dm_peers_take(&c->peer.sa, per_client, &c->peer_counted)) {
+        /* Closed at once, unread and unanswered, as HAProxy's "tcp-request
+         * connection reject" does: not counted in nclients, not listed. */
+        dm_counter_add(&w->refused_per_client, 1);
+        uv_close((uv_handle_t *)&c->tcp, client_free_cb);
+        return 0;
+    }
     dm_http_parser_init(&c->parser, true);
     c->next = w->clients;
     if (w->clients != NULL) {

@@ -234,11 +234,12 @@ struct dm_worker {
     size_t busy_peak; /* most requests at once since the last trim */
     uint64_t idle_since_ms;
     bool stopping;
-    bool accept_paused;                 /* at max_conns with a connection left waiting */
-    bool accept_draining;               /* pending ones taken: unpaused after one more poll */
-    uint64_t paused_since_ms;           /* uv_now() when accept_paused was set */
-    atomic_uint_fast64_t accept_pauses; /* times accept_paused was set (GET /stats) */
-    atomic_bool paused_now;             /* accept_paused, for GET /stats */
+    bool accept_paused;                      /* at max_conns with a connection left waiting */
+    bool accept_draining;                    /* pending ones taken: unpaused after one more poll */
+    uint64_t paused_since_ms;                /* uv_now() when accept_paused was set */
+    atomic_uint_fast64_t accept_pauses;      /* times accept_paused was set (GET /stats) */
+    atomic_bool paused_now;                  /* accept_paused, for GET /stats */
+    atomic_uint_fast64_t refused_per_client; /* closed at max_conns_per_client */
     int log_fd;
     char *log_buf;
     size_t log_len;

@@ -1,7 +1,8 @@
 """
 The connection limits as a client sees them: at limits.max_conns a worker
 stops accepting and new connections wait in the kernel's listen queue (no
-reset), and are served once a slot frees.
+reset), and are served once a slot frees; at limits.max_conns_per_client a
+client address's next connection is closed at once, unanswered.
 """
 import os
 import select
@@ -53,7 +54,8 @@ class MaxConnsTest(H.DimmerTest):
         self.b1 = self.start_backend("b1")
 
     def limits(self):
-        return self.d.admin_stats()["limits"]
+        lim = self.d.admin_stats()["limits"]
+        return {k: lim[k] for k in ("accept_pauses", "paused_workers")}
 
     def held(self, n):
         conns = []
@@ -115,6 +117,64 @@ class MaxConnsTest(H.DimmerTest):
         H.wait_until(lambda: "accepting resumed" in self.d.proc.stderr(), 5, "the resume logged")
         self.assertEqual(self.d.proc.stderr().count("accepting paused"), 1)
         self.assertEqual(self.limits()["accept_pauses"], 1)
+
+
+class PerClientTest(H.DimmerTest):
+    def setUp(self):
+        super().setUp()
+        self.b1 = self.start_backend("b1")
+
+    def refused(self):
+        return self.d.admin_stats()["limits"]["refused"]["max_conns_per_client"]
+
+    def test_address_at_its_cap_gets_new_connections_closed(self):
+        # Two workers: the cap is per address across the process, whichever
+        # worker's listener a connection lands on.
+        self.d = self.start_dimmer({"web": self.pool(self.b1, passive=NO_PASSIVE)},
+                                   workers=2, limits={"max_conns_per_client": 2})
+        held = []
+        try:
+            for _ in range(2):
+                c = H.Conn(self.d.port)
+                held.append(c)
+                self.assertEqual(c.request("GET", "/bytes/2").status, 200)
+            self.assertEqual(self.refused(), 0)
+            for i in range(3):
+                with H.Conn(self.d.port) as extra:
+                    try:
+                        extra.send(H.build_request("GET", "/bytes/2"))
+                    except OSError:
+                        pass
+                    self.assertTrue(extra.closed_by_peer(3), "connection %d over the cap kept" % i)
+                    self.assertEqual(extra.buf, b"")
+            self.assertEqual(self.refused(), 3)
+            # The held ones keep working; closing one makes room for one.
+            self.assertEqual(held[0].request("GET", "/bytes/3").body, H.pattern(3))
+            held.pop().close()
+
+            def served_on_new_connection():
+                try:
+                    with H.Conn(self.d.port, timeout=2) as c:
+                        return c.request("GET", "/bytes/2", timeout=2).status == 200
+                except (OSError, H.Closed):
+                    return False
+
+            # The close reaches dimmer a moment after the client's close() returns.
+            H.wait_until(served_on_new_connection, 5, "room for a new connection")
+        finally:
+            for c in held:
+                c.close()
+
+    def test_no_cap_by_default(self):
+        self.d = self.start_dimmer({"web": self.pool(self.b1, passive=NO_PASSIVE)})
+        conns = [H.Conn(self.d.port) for _ in range(20)]
+        try:
+            for c in conns:
+                self.assertEqual(c.request("GET", "/bytes/1").status, 200)
+        finally:
+            for c in conns:
+                c.close()
+        self.assertEqual(self.refused(), 0)
 
 
 if __name__ == "__main__":
