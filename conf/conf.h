@@ -222,11 +222,12 @@ struct dm_conf_timeouts {
 };
 
 struct dm_conf_limits {
-    size_t header_bytes;    /* default 16384: request or response head */
-    unsigned header_count;  /* default 100 */
-    uint64_t body_bytes;    /* default 0 = unlimited: request body */
-    uint64_t body_min_rate; /* default 500: request body bytes/s, averaged per client_body */
-    unsigned max_conns;     /* default 10000 per worker */
+    size_t header_bytes;           /* default 16384: request or response head */
+    unsigned header_count;         /* default 100 */
+    uint64_t body_bytes;           /* default 0 = unlimited: request body */
+    uint64_t body_min_rate;        /* default 500: request body bytes/s, averaged per client_body */
+    unsigned max_conns;            /* default 10000 per worker */
+    unsigned max_conns_per_client; /* default 0 = none: per client address, whole process */
 };
 
 struct dm_conf {

@@ -191,12 +191,13 @@ enum {
     LIM_BODY_BYTES,
     LIM_BODY_MIN_RATE,
     LIM_MAX_CONNS,
+    LIM_MAX_CONNS_PER_CLIENT,
     LIM_N
 };
 static const char *const limit_keys[LIM_N] = {
     [LIM_HEADER_BYTES] = "header_bytes", [LIM_HEADER_COUNT] = "header_count",
     [LIM_BODY_BYTES] = "body_bytes",     [LIM_BODY_MIN_RATE] = "body_min_rate",
-    [LIM_MAX_CONNS] = "max_conns",
+    [LIM_MAX_CONNS] = "max_conns",       [LIM_MAX_CONNS_PER_CLIENT] = "max_conns_per_client",
 };
 
 static void
@@ -227,6 +228,10 @@ load_limits(struct dm_conf_loader *ld, const yaml_node_t *n)
     }
     if (v[LIM_MAX_CONNS] != NULL) {
         (void)dm_conf_get_unsigned(ld, v[LIM_MAX_CONNS], "max_conns", 1, 10000000, &l->max_conns);
+    }
+    if (v[LIM_MAX_CONNS_PER_CLIENT] != NULL) {
+        (void)dm_conf_get_unsigned(ld, v[LIM_MAX_CONNS_PER_CLIENT], "max_conns_per_client", 0,
+                                   10000000, &l->max_conns_per_client);
     }
 }
 

@@ -16,6 +16,7 @@
 #include "proxy/conn.h"
 #include "proxy/learn.h"
 #include "proxy/log.h"
+#include "proxy/peers.h"
 #include "proxy/request.h"
 #include "proxy/route.h"
 #include "proxy/upstream.h"
@@ -330,6 +331,10 @@ dm_client_close(struct dm_client *c)
         c->next->prev = c->prev;
     }
     w->nclients--;
+    if (c->peer_counted) {
+        dm_peers_release(&c->peer.sa);
+        c->peer_counted = false;
+    }
     dm_client_timer_stop(c);
     uv_close((uv_handle_t *)&c->tcp, client_free_cb);
 }
@@ -891,29 +896,37 @@ client_read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
     dm_client_process(c);
 }
 
-void
+int
 dm_client_accept(struct dm_worker *w, uv_stream_t *listener)
 {
     struct dm_client *c = calloc(1, sizeof(*c));
     if (c == NULL) {
-        return;
+        return -ENOMEM;
     }
     c->w = w;
     if (uv_tcp_init(&w->loop, &c->tcp) < 0) {
         free(c); /* never initialized: no close */
-        return;
+        return -ENOMEM;
     }
     c->tcp.data = c;
     if (uv_accept(listener, (uv_stream_t *)&c->tcp) != 0) {
         /* Not counted nor listed yet: only the handle is to close and free. */
         uv_close((uv_handle_t *)&c->tcp, client_free_cb);
-        return;
+        return 0;
     }
     c->rt = w->rt;
     dm_runtime_ref(c->rt);
     uv_tcp_nodelay(&c->tcp, 1);
     int len = sizeof(c->peer);
     uv_tcp_getpeername(&c->tcp, &c->peer.sa, &len);
+    unsigned per_client = c->rt->conf->limits.max_conns_per_client;
+    if (per_client > 0 && !dm_peers_take(&c->peer.sa, per_client, &c->peer_counted)) {
+        /* Closed at once, unread and unanswered, as HAProxy's "tcp-request
+         * connection reject" does: not counted in nclients, not listed. */
+        dm_counter_add(&w->refused_per_client, 1);
+        uv_close((uv_handle_t *)&c->tcp, client_free_cb);
+        return 0;
+    }
     dm_http_parser_init(&c->parser, true);
     c->next = w->clients;
     if (w->clients != NULL) {
@@ -925,6 +938,7 @@ dm_client_accept(struct dm_worker *w, uv_stream_t *listener)
     c->bound = -1;
     client_timer_start(c, DM_T_HEADER, c->rt->conf->timeouts.client_header_ms);
     dm_client_read_start(c);
+    return 0;
 }
 
 void

@@ -27,10 +27,12 @@ struct dm_worker;
 
 /*
  * Accepts one connection from listener and starts reading it, under the
- * worker's current runtime (a reference of its own). Out of memory or a
- * failed accept drops the connection.
+ * worker's current runtime (a reference of its own). A failed accept drops
+ * the connection. Returns 0 once the connection is off the listener, or
+ * -ENOMEM when nothing could be allocated: it then stays pending in libuv,
+ * which stops polling the listener until the next call.
  */
-void dm_client_accept(struct dm_worker *w, uv_stream_t *listener);
+int dm_client_accept(struct dm_worker *w, uv_stream_t *listener);
 
 /* Graceful stop: closes idle connections, the others after their response. */
 void dm_clients_drain(struct dm_worker *w);

@@ -60,9 +60,10 @@ struct dm_client {
     uint32_t head_start;             /* offset in `in` where the current head starts */
     uint8_t state;                   /* enum dm_client_state */
     bool reading;
-    bool paused;      /* reading stopped by back-pressure */
-    bool eof;         /* the client sent FIN */
-    bool close_after; /* close when the writes in flight are done */
+    bool paused;       /* reading stopped by back-pressure */
+    bool eof;          /* the client sent FIN */
+    bool close_after;  /* close when the writes in flight are done */
+    bool peer_counted; /* counted in proxy/peers.h (max_conns_per_client) */
     bool closing;
     bool served;   /* at least one request was served (header vs keep-alive timeout) */
     bool any_host; /* its page is known under the empty host (a host-less preload) */

@@ -217,7 +217,9 @@ struct dm_worker {
     struct dm_upstream *corked;  /* server connections with writes to flush */
     unsigned ticks;
     uv_tcp_t *listeners;
+    bool *held; /* per listener: a connection left pending at max_conns (libuv holds its fd) */
     size_t nlisteners;
+    size_t held_next;      /* the listener to resume first, so none starves */
     struct dm_runtime *rt; /* the runtime this worker last saw */
     struct dm_rng rng;
     struct dm_buf *free_bufs; /* read buffers (rt->buf_cap) */
@@ -232,7 +234,12 @@ struct dm_worker {
     size_t busy_peak; /* most requests at once since the last trim */
     uint64_t idle_since_ms;
     bool stopping;
-    bool warned_full; /* max_conns warning logged */
+    bool accept_paused;                      /* at max_conns with a connection left waiting */
+    bool accept_draining;                    /* pending ones taken: unpaused after one more poll */
+    uint64_t paused_since_ms;                /* uv_now() when accept_paused was set */
+    atomic_uint_fast64_t accept_pauses;      /* times accept_paused was set (GET /stats) */
+    atomic_bool paused_now;                  /* accept_paused, for GET /stats */
+    atomic_uint_fast64_t refused_per_client; /* closed at max_conns_per_client */
     int log_fd;
     char *log_buf;
     size_t log_len;

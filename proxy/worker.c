@@ -19,13 +19,6 @@
 #include "proxy/log.h"
 #include "proxy/upstream.h"
 
-/* Close callback for a handle that was malloc'ed on its own. */
-static void
-free_handle(uv_handle_t *h)
-{
-    free(h);
-}
-
 #define DM_TRIM_PEAK     64 /* requests at once that make a trim worth it */
 #define DM_TRIM_QUIET_MS 500
 #define DM_TICK_MS       50 /* resolution of client timeouts */
@@ -55,11 +48,16 @@ static struct wake_flags *wake_of;
 static atomic_uint_fast64_t cmd_epoch;
 static uv_async_t *ack_notify; /* on the control loop, or NULL */
 
-/* The end of each loop iteration: corked server writes, then the access log. */
+static void resume_accepting(struct dm_worker *w);
+
+/* The end of each loop iteration: paused accepting, corked server writes, the access log. */
 static void
 flush_cb(uv_check_t *h)
 {
     struct dm_worker *w = h->data;
+    if (w->accept_paused && w->nclients < w->rt->conf->limits.max_conns) {
+        resume_accepting(w);
+    }
     dm_upstreams_flush(w);
     if (w->log_len > 0) {
         dm_accesslog_flush(w);
@@ -143,6 +141,20 @@ worker_listen_addr(const struct dm_conf_addr *a, unsigned i, const struct sockad
     return sa;
 }
 
+/*
+ * At limits.max_conns a worker stops accepting, as HAProxy and nginx do,
+ * rather than accept and reset: the connection that woke the listener is
+ * left pending, and libuv keeps its fd and stops polling the listener until
+ * uv_accept() is called (libuv src/unix/stream.c: uv__server_io stops the
+ * io watcher while accepted_fd is set, and uv_accept restarts it). Later
+ * connections wait in the kernel's listen queue, their handshake complete.
+ * Once a client connection closes, resume_accepting() (from the check
+ * handle, so never inside the data path's own callbacks) takes the pending
+ * connections while there is room. A pause, and its log line, lasts from
+ * the first connection left waiting to the first moment the worker has a
+ * free slot and nothing waiting, so a worker churning at its limit logs
+ * one pause, not one per connection.
+ */
 static void
 on_connection(uv_stream_t *listener, int status)
 {
@@ -150,26 +162,59 @@ on_connection(uv_stream_t *listener, int status)
     if (status < 0 || w->stopping) {
         return;
     }
-    if (w->nclients >= w->rt->conf->limits.max_conns) {
-        /* At the limit: take the connection off the queue and close it at once,
-         * rather than leave the listener readable and spin. */
-        uv_tcp_t *t = malloc(sizeof(*t));
-        if (t != NULL && uv_tcp_init(&w->loop, t) < 0) {
-            free(t); /* never initialized: no close */
-            t = NULL;
+    size_t l = (size_t)((uv_tcp_t *)listener - w->listeners);
+    if (w->nclients >= w->rt->conf->limits.max_conns || dm_client_accept(w, listener) < 0) {
+        /* Out of memory pauses too: a later close, or the tick, tries again. */
+        w->held[l] = true;
+        w->accept_draining = false;
+        if (!w->accept_paused) {
+            w->accept_paused = true;
+            w->paused_since_ms = uv_now(&w->loop);
+            dm_counter_add(&w->accept_pauses, 1);
+            atomic_store_explicit(&w->paused_now, true, memory_order_relaxed);
+            dm_log_warn("worker %u: limits.max_conns (%u) reached: accepting paused, new "
+                        "connections wait in the listen queue",
+                        w->id, w->rt->conf->limits.max_conns);
         }
-        if (t != NULL) {
-            if (uv_accept(listener, (uv_stream_t *)t) == 0 && !w->warned_full) {
-                dm_log_warn("worker %u: limits.max_conns (%u) reached: refusing connections", w->id,
-                            w->rt->conf->limits.max_conns);
-                w->warned_full = true;
-            }
-            uv_close((uv_handle_t *)t, free_handle);
-        }
+    }
+}
+
+/* Takes the connections left pending while there is room (see on_connection). */
+static void
+resume_accepting(struct dm_worker *w)
+{
+    if (!w->accept_paused || w->stopping) {
         return;
     }
-    w->warned_full = false;
-    dm_client_accept(w, listener);
+    unsigned max = w->rt->conf->limits.max_conns;
+    for (size_t k = 0; k < w->nlisteners && w->nclients < max; k++) {
+        size_t l = (w->held_next + k) % w->nlisteners;
+        if (!w->held[l]) {
+            continue;
+        }
+        if (dm_client_accept(w, (uv_stream_t *)&w->listeners[l]) < 0) {
+            return; /* still pending: the next close or tick tries again */
+        }
+        w->held[l] = false;
+        w->held_next = (l + 1) % w->nlisteners;
+    }
+    for (size_t l = 0; l < w->nlisteners; l++) {
+        if (w->held[l]) {
+            return;
+        }
+    }
+    /* Every listener polls again, but its queue may hold more than there is
+     * room for: the pause ends only once a whole iteration (one poll of the
+     * listeners) went by without one pending again. */
+    if (!w->accept_draining) {
+        w->accept_draining = true;
+        return;
+    }
+    w->accept_draining = false;
+    w->accept_paused = false;
+    atomic_store_explicit(&w->paused_now, false, memory_order_relaxed);
+    dm_log_info("worker %u: below limits.max_conns (%u) again: accepting resumed after %llu ms",
+                w->id, max, (unsigned long long)(uv_now(&w->loop) - w->paused_since_ms));
 }
 
 /* ---- the worker loop ---- */
@@ -404,7 +449,12 @@ worker_init(struct dm_worker *w, unsigned i, struct dm_runtime *rt, int access_l
         goto close_ack;
     }
     w->listeners = calloc(rt->conf->nlisteners, sizeof(*w->listeners));
-    if (w->listeners == NULL && rt->conf->nlisteners > 0) {
+    w->held = calloc(rt->conf->nlisteners, sizeof(*w->held));
+    if ((w->listeners == NULL || w->held == NULL) && rt->conf->nlisteners > 0) {
+        free(w->listeners);
+        w->listeners = NULL;
+        free(w->held);
+        w->held = NULL;
         r = UV_ENOMEM;
         goto fini_accesslog;
     }
@@ -478,6 +528,7 @@ worker_abandon(struct dm_worker *w)
     uv_run(&w->loop, UV_RUN_DEFAULT);
     uv_loop_close(&w->loop);
     free(w->listeners);
+    free(w->held);
     dm_accesslog_fini(w);
     dm_runtime_unref(w->rt);
 }
@@ -501,6 +552,7 @@ workers_join(struct dm_worker *ws, unsigned n, uint64_t shutdown_ms)
         dm_accesslog_fini(w);
         dm_buf_trim(w);
         free(w->listeners);
+        free(w->held);
         dm_runtime_unref(w->rt);
     }
 }

@@ -149,6 +149,7 @@ test_bundled_example_loads(void **state)
     assert_int_equal(c->limits.header_count, 100);
     assert_int_equal(c->limits.body_bytes, UINT64_C(1) << 30);
     assert_int_equal(c->limits.max_conns, 10000);
+    assert_int_equal(c->limits.max_conns_per_client, 0);
     assert_int_equal(c->timeouts.client_body_ms, 10000);
     assert_int_equal(c->limits.body_min_rate, 500);
     assert_null(c->access_log);
@@ -268,7 +269,7 @@ test_every_key_is_read(void **state)
                 "timeouts: {connect: 1500, client_header: 1m, client_keepalive: 1h,"
                 " server_response: 250ms, request: 30s, shutdown: 0, client_body: 3s}\n"
                 "limits: {header_bytes: 8k, header_count: 50, body_bytes: 2M,"
-                " max_conns: 7, body_min_rate: 2k}\n"
+                " max_conns: 7, body_min_rate: 2k, max_conns_per_client: 3}\n"
                 "access_log: {path: /var/log/a.log, format: json}\n"
                 "error_log: /var/log/e.log\n"
                 "pools:\n"
@@ -310,6 +311,7 @@ test_every_key_is_read(void **state)
     assert_int_equal(c->limits.header_count, 50);
     assert_int_equal(c->limits.body_bytes, 2 << 20);
     assert_int_equal(c->limits.max_conns, 7);
+    assert_int_equal(c->limits.max_conns_per_client, 3);
     assert_int_equal(c->timeouts.client_body_ms, 3000);
     assert_int_equal(c->limits.body_min_rate, 2048);
     assert_string_equal(c->access_log, "/var/log/a.log");
@@ -747,6 +749,11 @@ test_bad_values(void **state)
                  "t.yaml:7:21: connect must be more than 0");
     expect_error(LISTEN POOL_WEB "timeouts: {client_body: 1001h}\n",
                  "t.yaml:7:25: client_body must be at most 1000h");
+    expect_error(LISTEN POOL_WEB "limits: {max_conns_per_client: -1}\n",
+                 "t.yaml:7:32: max_conns_per_client must be between 0 and 10000000, got -1");
+    expect_error(LISTEN POOL_WEB "limits: {max_conns_per_client: 10000001}\n",
+                 "t.yaml:7:32: max_conns_per_client must be between 0 and 10000000, got "
+                 "10000001");
     expect_error(LISTEN POOL_WEB "limits: {body_min_rate: 2g}\n",
                  "t.yaml:7:25: body_min_rate must be between 0 and 1g, got \"2g\"");
     expect_error(LISTEN POOL_WEB "limits: {body_bytes: 1t}\n",
