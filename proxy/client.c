@@ -398,7 +398,11 @@ dm_client_respond_error(struct dm_client *c, unsigned status, const char *reason
     struct dm_req *req = c->req;
     char addr[INET6_ADDRSTRLEN];
     dm_accesslog_client_addr(c, addr, sizeof(addr));
-    dm_log_warn("client %s: %u %s", addr, status, reason);
+    if (req != NULL && req->resp_started) {
+        dm_log_warn("client %s: response cut short: %s", addr, reason);
+    } else {
+        dm_log_warn("client %s: %u %s", addr, status, reason);
+    }
     if (req != NULL && req->up != NULL) {
         struct dm_upstream *up = req->up;
         req->up = NULL;

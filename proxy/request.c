@@ -15,6 +15,7 @@
 #include "proxy/client.h"
 #include "proxy/conn.h"
 #include "proxy/learn.h"
+#include "proxy/log.h"
 #include "proxy/session.h"
 #include "proxy/upstream.h"
 
@@ -517,6 +518,11 @@ dm_req_finish(struct dm_req *req)
                         !dm_http_parser_needs_eof(&up->parser) && up->in != NULL &&
                         up->in->off == up->in->len;
         if (up->in != NULL && up->in->off != up->in->len) {
+            /* Bytes past the response are no next response: not reused. */
+            const struct dm_conf_pool *pc = &up->rt->conf->pools[up->pool];
+            dm_log_warn("server %s/%s sent %u bytes past its response: connection not reused",
+                        pc->name, pc->servers[up->server].name,
+                        (unsigned)(up->in->len - up->in->off));
             reusable = false;
         }
         req->up = NULL;

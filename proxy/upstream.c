@@ -251,7 +251,9 @@ up_fail(struct dm_upstream *up, unsigned status, const char *why)
         return;
     }
     struct dm_client *c = req->c;
-    if (!up->got_bytes) {
+    /* No valid response head (nothing, half a status line, a malformed head):
+     * the server failed. Once a head came, a cut body is not counted. */
+    if (up->state != DM_U_BODY && up->state != DM_U_TUNNEL) {
         dm_upstream_failed(up->rt, up->pool, up->server, why);
     }
     req->up = NULL;
@@ -583,8 +585,9 @@ up_read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
             return;
         }
         up_fail(up, 502,
-                nread == UV_EOF ? "server closed the connection mid-response"
-                                : uv_strerror((int)nread));
+                nread != UV_EOF          ? uv_strerror((int)nread)
+                : up->state == DM_U_HEAD ? "server closed the connection mid-head"
+                                         : "server closed the connection mid-response");
         return;
     }
     if (!up->got_bytes) {

@@ -1,0 +1,140 @@
+"""
+A faulty HTTP/1.1 server for dimmer's fault injection tests
+(test_backend_faults.py): python3, standard library only.
+
+    python3 fault_backend.py [--listen 127.0.0.1:0]
+
+Prints "fault-backend listening on HOST:PORT" once it listens. One request per
+connection (a GET without a body); the path chooses the behaviour:
+
+  /fault/die_mid          head with Content-Length: 100000 and 1000 body bytes, hold, close
+  /fault/die_mid_chunked  chunked head and one 1000-byte chunk, hold, close (no last chunk)
+  /fault/silent           reads the request, never answers (until the peer closes)
+  /fault/reset            reads the request, then resets the connection (RST)
+  /fault/half_status      "HTTP/1.1 20", hold, close
+  /fault/malformed        a head with a header line without a colon, then waits for the close
+  /fault/trickle          a whole 200 response (head and body) one byte every 200 ms
+  /fault/trickle_body     the head at once (Content-Length: 50), then the body one byte every 200 ms
+  /fault/overlong         Content-Length: 5 and 30 bytes in one write, then waits for the close
+  anything else           200 "ok" with Connection: close
+
+"hold" waits until GET /release (on this server, from the test) or 10 s. Each
+fault prints "got MODE" on stdout (flushed) once its request is read, and
+"done MODE" once it is over, so that a test waits for events, not for time.
+"""
+import argparse
+import socket
+import struct
+import sys
+import threading
+import time
+
+HOLD_MAX = 10.0
+TRICKLE_S = 0.2
+
+release = threading.Event()
+out_lock = threading.Lock()
+
+
+def say(line):
+    with out_lock:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+
+
+def read_head(s):
+    buf = b""
+    while b"\r\n\r\n" not in buf:
+        data = s.recv(65536)
+        if not data:
+            return None
+        buf += data
+    return buf
+
+
+def wait_close(s, timeout=HOLD_MAX):
+    s.settimeout(timeout)
+    try:
+        while s.recv(65536):
+            pass
+    except OSError:
+        pass
+
+
+def trickle(s, data):
+    for i in range(len(data)):
+        s.sendall(data[i:i + 1])
+        time.sleep(TRICKLE_S)
+
+
+def handle(s):
+    mode = None
+    try:
+        head = read_head(s)
+        if head is None:
+            return
+        path = head.split(b"\r\n", 1)[0].split(b" ")[1].decode("latin-1")
+        if path == "/release":
+            release.set()
+            s.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 8\r\nConnection: close\r\n\r\n"
+                      b"released")
+            return
+        if not path.startswith("/fault/"):
+            s.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+            return
+        mode = path[len("/fault/"):]
+        release.clear()
+        say("got " + mode)
+        if mode == "die_mid":
+            s.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n" + b"x" * 1000)
+            release.wait(HOLD_MAX)
+        elif mode == "die_mid_chunked":
+            s.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+                      b"3e8\r\n" + b"x" * 1000 + b"\r\n")
+            release.wait(HOLD_MAX)
+        elif mode == "silent":
+            wait_close(s)
+        elif mode == "reset":
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        elif mode == "half_status":
+            s.sendall(b"HTTP/1.1 20")
+            release.wait(HOLD_MAX)
+        elif mode == "malformed":
+            s.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nNo colon here\r\n\r\nhello")
+            wait_close(s)
+        elif mode == "trickle":
+            trickle(s, b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n0123456789")
+        elif mode == "trickle_body":
+            s.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 50\r\n\r\n")
+            trickle(s, b"y" * 50)
+        elif mode == "overlong":
+            s.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello"
+                      b"EXTRA-BYTES-PAST-THE-BODY")
+            wait_close(s)
+        else:
+            s.sendall(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+    except OSError:
+        pass  # the peer went away: the fault is over all the same
+    finally:
+        s.close()
+        if mode is not None:
+            say("done " + mode)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--listen", default="127.0.0.1:0")
+    a = ap.parse_args()
+    host, port = a.listen.rsplit(":", 1)
+    ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    ls.bind((host, int(port)))
+    ls.listen(128)
+    say("fault-backend listening on %s:%d" % ls.getsockname())
+    while True:
+        s, _ = ls.accept()
+        threading.Thread(target=handle, args=(s,), daemon=True).start()
+
+
+if __name__ == "__main__":
+    main()
