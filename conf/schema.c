@@ -25,6 +25,7 @@ dm_conf_defaults(struct dm_conf *c)
         .client_keepalive_ms = 60000,
         .client_body_ms = 10000,
         .server_response_ms = 60000,
+        .client_send_ms = 60000,
         .request_ms = 0,
         .shutdown_ms = 10000,
     };
@@ -144,6 +145,7 @@ enum {
     TMO_CLIENT_KEEPALIVE,
     TMO_CLIENT_BODY,
     TMO_SERVER_RESPONSE,
+    TMO_CLIENT_SEND,
     TMO_REQUEST,
     TMO_SHUTDOWN,
     TMO_N
@@ -154,6 +156,7 @@ static const char *const timeout_keys[TMO_N] = {
     [TMO_CLIENT_KEEPALIVE] = "client_keepalive",
     [TMO_CLIENT_BODY] = "client_body",
     [TMO_SERVER_RESPONSE] = "server_response",
+    [TMO_CLIENT_SEND] = "client_send",
     [TMO_REQUEST] = "request",
     [TMO_SHUTDOWN] = "shutdown",
 };
@@ -168,6 +171,7 @@ load_timeouts(struct dm_conf_loader *ld, const yaml_node_t *n)
         [TMO_CLIENT_KEEPALIVE] = &t->client_keepalive_ms,
         [TMO_CLIENT_BODY] = &t->client_body_ms,
         [TMO_SERVER_RESPONSE] = &t->server_response_ms,
+        [TMO_CLIENT_SEND] = &t->client_send_ms,
         [TMO_REQUEST] = &t->request_ms,
         [TMO_SHUTDOWN] = &t->shutdown_ms,
     };

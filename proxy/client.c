@@ -238,6 +238,8 @@ dm_clients_expire(struct dm_worker *w)
             struct dm_client *c =
                 k == DM_T_REQUEST
                     ? ((struct dm_req *)((char *)n - offsetof(struct dm_req, bound)))->c
+                : k == DM_T_SEND
+                    ? (struct dm_client *)((char *)n - offsetof(struct dm_client, send_timer))
                     : (struct dm_client *)((char *)n - offsetof(struct dm_client, timer));
             client_timeout(c, (enum dm_tkind)k);
         }
@@ -336,7 +338,17 @@ dm_client_close(struct dm_client *c)
         c->peer_counted = false;
     }
     dm_client_timer_stop(c);
+    dm_tq_remove(w, &c->send_timer);
     uv_close((uv_handle_t *)&c->tcp, client_free_cb);
+}
+
+/* timeouts.client_send from now on, with `queued` bytes left to take. */
+static void
+client_send_arm(struct dm_client *c, size_t queued)
+{
+    c->send_mark = queued;
+    tq_insert(c->w, &c->send_timer, DM_T_SEND,
+              uv_now(&c->w->loop) + c->rt->conf->timeouts.client_send_ms);
 }
 
 /* Called when writes to the client complete. */
@@ -356,12 +368,19 @@ client_write_done(void *arg, int status)
         dm_client_close(c);
         return;
     }
+    /* The client took bytes: timeouts.client_send starts again, or stops
+     * with nothing left queued. */
+    size_t queued = uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp);
+    if (queued > 0) {
+        client_send_arm(c, queued);
+    } else {
+        dm_tq_remove(c->w, &c->send_timer);
+    }
     /* Back-pressure: the server side paused while this queue was full. */
     struct dm_upstream *up = c->req != NULL ? c->req->up : NULL;
-    if (up != NULL && up->paused &&
-        uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp) < DM_WRITE_HIGH) {
+    if (up != NULL && up->paused && queued < DM_WRITE_HIGH) {
         up->paused = false;
-        dm_upstream_read_start(up);
+        dm_upstream_resume(up);
     }
 }
 
@@ -370,9 +389,17 @@ void
 dm_client_write(struct dm_client *c, uv_buf_t *bufs, unsigned n, struct dm_buf **hold,
                 unsigned nhold)
 {
+    size_t before = uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp);
     int r = dm_buf_write(c->w, (uv_stream_t *)&c->tcp, bufs, n, hold, nhold, client_write_done, c);
     if (r == 0) {
         c->writes++;
+        /* What the socket did not take at once is bounded by timeouts.client_send. */
+        size_t after = uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp);
+        if (c->send_timer.kind != DM_T_NONE) {
+            c->send_mark += after > before ? after - before : 0;
+        } else if (after > 0) {
+            client_send_arm(c, after);
+        }
     } else if (r < 0) {
         c->close_after = true;
         if (c->writes == 0) {
@@ -507,6 +534,38 @@ client_timeout(struct dm_client *c, enum dm_tkind kind)
     case DM_T_SESSION:
         dm_client_respond_error(c, 503,
                                 "session not placed within session.window + timeouts.connect");
+        break;
+    case DM_T_SEND: {
+        /* Bytes are queued for the client: it must take some of them in every
+         * timeouts.client_send (nginx's send_timeout); else the connection
+         * closes, and with it the server connection of its request. */
+        size_t queued = uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp);
+        if (queued == 0) {
+            break;
+        }
+        if (queued < c->send_mark) {
+            client_send_arm(c, queued); /* it took some since the last check */
+            break;
+        }
+        const char *why = "client took nothing for timeouts.client_send";
+        if (req != NULL && req->resp_started) {
+            dm_client_respond_error(c, 0, why); /* logs the cut response, closes */
+            break;
+        }
+        char addr[INET6_ADDRSTRLEN];
+        dm_accesslog_client_addr(c, addr, sizeof(addr));
+        dm_log_warn("client %s: closed: %s (%zu bytes queued)", addr, why, queued);
+        dm_client_close(c);
+        break;
+    }
+    case DM_T_KEEPALIVE:
+        if (c->writes > 0) {
+            /* Not idle while a response is still going out (timeouts.client_send
+             * bounds that): the keep-alive bound starts again. */
+            client_timer_start(c, DM_T_KEEPALIVE, c->rt->conf->timeouts.client_keepalive_ms);
+            break;
+        }
+        dm_client_close(c);
         break;
     default:
         dm_client_close(c);
@@ -849,6 +908,16 @@ dm_client_process(struct dm_client *c)
     }
 }
 
+/* Logs why the client's request in progress ends with the connection. */
+static void
+client_log_abort(struct dm_client *c, const char *why)
+{
+    char addr[INET6_ADDRSTRLEN];
+    dm_accesslog_client_addr(c, addr, sizeof(addr));
+    dm_log_warn("client %s: request aborted: %s (after %llu request body bytes)", addr, why,
+                (unsigned long long)c->req->body_raw);
+}
+
 static void
 client_read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 {
@@ -865,6 +934,9 @@ client_read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         dm_client_read_stop(c);
         c->eof = true;
         if (nread != UV_EOF) {
+            if (c->req != NULL && c->state != DM_C_TUNNEL) {
+                client_log_abort(c, uv_strerror((int)nread));
+            }
             dm_client_close(c);
             return;
         }
@@ -880,6 +952,9 @@ client_read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         case DM_C_BODY:
         case DM_C_TUNNEL:
             /* The request body was cut short, or a tunnel ends: end both sides. */
+            if (c->state == DM_C_BODY && c->req != NULL) {
+                client_log_abort(c, "client closed the connection mid-request body");
+            }
             dm_client_close_when_written(c);
             if (c->req != NULL && c->req->up != NULL) {
                 struct dm_upstream *up = c->req->up;

@@ -42,6 +42,8 @@ struct dm_client {
     struct dm_runtime *rt;         /* reference taken at accept */
     struct dm_client *prev, *next; /* all of the worker's clients */
     struct dm_tnode timer;         /* header, keep-alive or body timeout */
+    struct dm_tnode send_timer;    /* timeouts.client_send, while bytes are queued for it */
+    size_t send_mark;              /* bytes queued at the last check, plus those queued since */
     struct dm_http_parser parser;
     struct dm_buf *in;  /* read buffer; NULL while idle */
     struct dm_req *req; /* request being served; NULL while idle */
@@ -107,6 +109,7 @@ struct dm_upstream {
     bool reused;
     bool got_bytes;
     bool paused;
+    bool deadline_held; /* paused: server_response stopped while the client is not reading */
     bool closing;
     bool counted;   /* connected: in its host's connections until the close callback */
     bool commanded; /* closed by a command: in the worker's commanded_closing until freed */

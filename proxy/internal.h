@@ -175,8 +175,9 @@ struct dm_req_free {
 /*
  * Kinds of timeout; each has its own list per worker, in deadline order.
  * DM_T_NONE is 0 so that a zeroed node is on no list. A client connection is
- * on at most one of the first four; a request with a timeouts.request bound
- * is on the last one besides.
+ * on at most one of the first five, and on DM_T_SEND besides while bytes are
+ * queued for it; a request with a timeouts.request bound is on the last one
+ * besides.
  */
 enum dm_tkind {
     DM_T_NONE = 0,
@@ -185,6 +186,7 @@ enum dm_tkind {
     DM_T_BODY,      /* timeouts.client_body: one window of the request body's minimum rate */
     DM_T_HOLD,      /* power.hold_timeout: a request held while no server is awake */
     DM_T_SESSION,   /* session.window + timeouts.connect: a session waiting for a batch pass */
+    DM_T_SEND,      /* timeouts.client_send: a client taking nothing of what is queued (send_timer) */
     DM_T_REQUEST,   /* timeouts.request: a request's whole exchange (a node in struct dm_req) */
     DM_T_KINDS,
 };

@@ -234,6 +234,16 @@ up_alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 static void up_read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
 
 void
+dm_upstream_resume(struct dm_upstream *up)
+{
+    if (up->deadline_held) {
+        up->deadline_held = false;
+        dm_upstream_deadline(up, up->rt->conf->timeouts.server_response_ms);
+    }
+    dm_upstream_read_start(up);
+}
+
+void
 dm_upstream_read_start(struct dm_upstream *up)
 {
     if (!up->closing) {
@@ -332,6 +342,12 @@ up_forward_slice(struct dm_upstream *up, uint32_t from, uint32_t to)
     if (!c->closing && uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp) >= DM_WRITE_HIGH) {
         up->paused = true;
         uv_read_stop((uv_stream_t *)&up->tcp);
+        /* The server is not silent, the client is not reading: that is for
+         * timeouts.client_send, not server_response, to bound. */
+        if (up->deadline_ms != UINT64_MAX) {
+            up->deadline_ms = UINT64_MAX;
+            up->deadline_held = true;
+        }
     }
 }
 
@@ -709,6 +725,7 @@ dm_upstream_release(struct dm_upstream *up, bool reusable)
     up->in = NULL;
     up->state = DM_U_IDLE;
     up->paused = false;
+    up->deadline_held = false;
     struct dm_upstream **head = idle_head(up);
     up->prev = NULL;
     up->next = *head;

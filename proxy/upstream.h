@@ -78,6 +78,8 @@ void dm_upstream_deadline(struct dm_upstream *up, uint64_t ms);
 
 /* Starts reading responses (or, when idle, noticing the server close). */
 void dm_upstream_read_start(struct dm_upstream *up);
+/* After a pause for back-pressure: reads again, and server_response again if it was held. */
+void dm_upstream_resume(struct dm_upstream *up);
 
 /*
  * Counts a failure of server `server` of pool `pool` of rt and logs why; after

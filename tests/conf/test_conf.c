@@ -142,6 +142,7 @@ test_bundled_example_loads(void **state)
     assert_int_equal(c->timeouts.connect_ms, 2000);
     assert_int_equal(c->timeouts.client_header_ms, 10000);
     assert_int_equal(c->timeouts.client_keepalive_ms, 60000);
+    assert_int_equal(c->timeouts.client_send_ms, 60000);
     assert_int_equal(c->timeouts.server_response_ms, 30000);
     assert_int_equal(c->timeouts.request_ms, 0);
     assert_int_equal(c->timeouts.shutdown_ms, 10000);

@@ -1,0 +1,218 @@
+"""
+Client faults, with real processes on loopback: a client that opens
+thousands of idle connections, one that disappears mid-upload (close or
+reset), and one that asks for a large response and never reads it. For each:
+what releases the connection and the server side, within what bound, what
+the error log says, that a request on another connection is served within
+1 s while the fault runs (no worker stall), and that dimmer's descriptors
+(/proc/PID/fd) come back to their baseline and its RSS stays bounded. The
+expected outcomes are tabled in tests/README.md (Client faults).
+"""
+import os
+import resource
+import socket
+import struct
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(__file__))
+import harness as H  # noqa: E402
+
+STALL_BOUND = 1.0  # a request on another connection while a fault runs
+SLACK = 2.0  # a bound's allowance over its timeout (ASan builds, a loaded machine)
+IDLE_TARGET = 10000  # idle connections, if the descriptor limits allow
+CLIENT_HEADER = 4.0  # timeouts.client_header: what bounds a connection that sends nothing
+CLIENT_SEND = 2.0  # timeouts.client_send
+SERVER_RESPONSE = 1.0  # timeouts.server_response (shorter: it must not be what fires)
+BIG = 64 << 20  # a response far larger than every buffer on the way
+
+
+def fds(pid):
+    return len(os.listdir("/proc/%d/fd" % pid))
+
+
+def rss_kib(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+def raise_nofile(want):
+    """Raises this process's soft RLIMIT_NOFILE toward want (children inherit it)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    cap = want if hard == resource.RLIM_INFINITY else min(want, hard)
+    if soft == resource.RLIM_INFINITY or soft >= cap:
+        return soft
+    resource.setrlimit(resource.RLIMIT_NOFILE, (cap, hard))
+    return cap
+
+
+class ClientFaultTest(H.DimmerTest):
+    def setUp(self):
+        super().setUp()
+        self.b = self.start_backend("b")
+
+    def start(self, **timeouts):
+        t = {"server_response": "%dms" % (SERVER_RESPONSE * 1000),
+             "client_send": "%dms" % (CLIENT_SEND * 1000)}
+        t.update(timeouts)
+        self.d = self.start_dimmer({"web": self.pool(self.b)}, timeouts=t,
+                                   limits={"max_conns": 20000})
+        return self.d
+
+    def served_meanwhile(self):
+        start = time.monotonic()
+        r = H.get(self.d.port, "/bytes/16", timeout=STALL_BOUND + 2)
+        took = time.monotonic() - start
+        self.assertEqual(r.status, 200)
+        self.assertEqual(r.body, H.pattern(16))
+        self.assertLess(took, STALL_BOUND, "a request took %.2fs during a fault" % took)
+
+    def inflight(self):
+        return self.d.servers()["b"]["inflight"]
+
+    def backend_open(self):
+        # The backend's serving connections open now (its /stats is one of them).
+        return self.b.stats()["open"] - 1
+
+    def log_has(self, text, timeout=3.0):
+        H.wait_until(lambda: text in self.d.proc.stderr(), timeout, "a log line with %r" % text)
+
+    def settled(self, pid, base_fds, base_open):
+        """Nothing left: no request in flight, no server connection, fds at baseline."""
+        H.wait_until(lambda: self.inflight() == 0, 3, "/stats inflight 0")
+        H.wait_until(lambda: self.backend_open() <= base_open, 3,
+                     "the server connections to close")
+        H.wait_until(lambda: fds(pid) <= base_fds, 3,
+                     "dimmer's descriptors back to %d (now %d)" % (base_fds, fds(pid)))
+
+    # ---- many idle connections -------------------------------------------
+
+    def test_many_idle_connections(self):
+        limit = raise_nofile(20000)
+        # This process holds the idle sockets, dimmer their other ends; keep
+        # 200 descriptors of room on each side.
+        n = min(IDLE_TARGET, int(limit) - 200)
+        sys.stderr.write("  idle connections: %d (RLIMIT_NOFILE %s)\n" % (n, limit))
+        self.assertGreaterEqual(n, 1000, "RLIMIT_NOFILE too low for the test")
+        d = self.start(client_header="%dms" % (CLIENT_HEADER * 1000),
+                       client_keepalive="%dms" % (CLIENT_HEADER * 1000))
+        pid = d.proc.pid
+        self.served_meanwhile()  # warm up: buffers, a pooled server connection
+        H.wait_until(lambda: self.backend_open() <= 1, 3, "the warm-up to settle")
+        base_fds, base_rss = fds(pid), rss_kib(pid)
+        socks = []
+        try:
+            opened = time.monotonic()
+            for _ in range(n):
+                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                s.settimeout(H.IO_TIMEOUT)
+                s.connect((H.HOST, d.port))
+                socks.append(s)
+            took_open = time.monotonic() - opened
+            H.wait_until(lambda: fds(pid) >= base_fds + n, CLIENT_HEADER,
+                         "dimmer to accept all %d connections" % n)
+            self.assertLess(time.monotonic() - opened, CLIENT_HEADER - 0.5,
+                            "opening took too long to measure before client_header")
+            grown = rss_kib(pid) - base_rss
+            per_conn = grown * 1024.0 / n
+            sys.stderr.write("  opened in %.2fs; RSS %d KiB -> %+d KiB: %.0f bytes per idle "
+                             "connection\n" % (took_open, base_rss, grown, per_conn))
+            self.assertLess(per_conn, 4096, "%.0f bytes of RSS per idle connection" % per_conn)
+            self.served_meanwhile()
+            # timeouts.client_header closes every one (nothing was sent: no answer).
+            H.wait_until(lambda: fds(pid) <= base_fds, opened - time.monotonic() +
+                         CLIENT_HEADER + SLACK + 3, "dimmer's descriptors back to %d (now %d)" %
+                         (base_fds, fds(pid)), interval=0.1)
+            self.assertGreaterEqual(time.monotonic() - opened, CLIENT_HEADER - 0.1)
+            self.served_meanwhile()
+            # Closed from dimmer's side: each socket reads EOF without a byte.
+            for s in socks[:50] + socks[-50:]:
+                s.settimeout(1.0)
+                self.assertEqual(s.recv(100), b"")
+        finally:
+            for s in socks:
+                s.close()
+
+    # ---- gone mid-upload ---------------------------------------------------
+
+    def gone_mid_upload(self, reset):
+        d = self.start()
+        pid = d.proc.pid
+        self.served_meanwhile()
+        H.wait_until(lambda: self.backend_open() <= 1, 3, "the warm-up to settle")
+        # The warm-up's server connection stays pooled: part of the baseline.
+        base_fds, base_rss, base_open = fds(pid), rss_kib(pid), self.backend_open()
+        for i in range(5):
+            c = H.Conn(d.port)
+            c.send(H.build_request("POST", "/sha256", [("Content-Length", str(1 << 20))]))
+            c.send(H.pattern(64 << 10))
+            H.wait_until(lambda: self.inflight() == 1, 3, "the request to reach the server")
+            self.served_meanwhile()
+            if reset:
+                c.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            c.close()
+            start = time.monotonic()
+            H.wait_until(lambda: self.inflight() == 0, 1 + SLACK, "/stats inflight 0")
+            self.assertLess(time.monotonic() - start, 1 + SLACK)
+            self.served_meanwhile()
+        self.settled(pid, base_fds, base_open)
+        grown = rss_kib(pid) - base_rss
+        sys.stderr.write("  RSS %+d KiB after 5 uploads cut short\n" % grown)
+        self.assertLess(grown, 4096)
+        return d.proc.stderr()
+
+    def test_gone_mid_upload_close(self):
+        log = self.gone_mid_upload(reset=False)
+        self.assertEqual(log.count("client closed the connection mid-request body"), 5, log)
+
+    def test_gone_mid_upload_reset(self):
+        log = self.gone_mid_upload(reset=True)
+        self.assertEqual(log.count("connection reset by peer"), 5, log)
+
+    # ---- never reads its response ------------------------------------------
+
+    def test_never_reads_a_large_response(self):
+        d = self.start()
+        pid = d.proc.pid
+        self.served_meanwhile()
+        H.wait_until(lambda: self.backend_open() <= 1, 3, "the warm-up to settle")
+        base_fds, base_rss, base_open = fds(pid), rss_kib(pid), self.backend_open()
+        for i in range(3):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            try:
+                s.settimeout(H.IO_TIMEOUT)
+                s.connect((H.HOST, d.port))
+                start = time.monotonic()
+                s.sendall(H.build_request("GET", "/bytes/%d" % BIG))
+                H.wait_until(lambda: self.inflight() == 1, 3, "the request to reach the server")
+                time.sleep(0.3)  # the buffers on the way fill (nothing to wait for)
+                self.served_meanwhile()
+                # Back-pressure: dimmer holds a bounded part of the response.
+                grown = rss_kib(pid) - base_rss
+                self.assertLess(grown, 8192, "RSS grew by %d KiB with a %d MiB response "
+                                "unread" % (grown, BIG >> 20))
+                H.wait_until(lambda: self.inflight() == 0, CLIENT_SEND + SLACK,
+                             "timeouts.client_send to release the request")
+                took = time.monotonic() - start
+                self.assertGreaterEqual(took, CLIENT_SEND - 0.1,
+                                        "released before timeouts.client_send")
+                self.served_meanwhile()
+                sys.stderr.write("  released after %.2fs; RSS %+d KiB while unread\n" %
+                                 (took, grown))
+            finally:
+                s.close()
+        self.settled(pid, base_fds, base_open)
+        log = d.proc.stderr()
+        self.assertEqual(log.count("response cut short: client took nothing for "
+                                   "timeouts.client_send"), 3, log)
+        # The server was not silent: server_response (shorter) did not fire.
+        self.assertNotIn("server response timed out", log)
+        self.assertEqual(d.servers()["b"]["state"], "up")
+
+
+if __name__ == "__main__":
+    H.main()
