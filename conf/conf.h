@@ -229,6 +229,8 @@ struct dm_conf_limits {
     uint64_t body_min_rate;        /* default 500: request body bytes/s, averaged per client_body */
     unsigned max_conns;            /* default 10000 per worker */
     unsigned max_conns_per_client; /* default 0 = none: per client address, whole process */
+    unsigned rate;                 /* default 0 = none: requests/s per client address */
+    unsigned burst;                /* default rate: the bucket's size when rate > 0 */
 };
 
 struct dm_conf {

@@ -196,12 +196,19 @@ enum {
     LIM_BODY_MIN_RATE,
     LIM_MAX_CONNS,
     LIM_MAX_CONNS_PER_CLIENT,
+    LIM_RATE,
+    LIM_BURST,
     LIM_N
 };
 static const char *const limit_keys[LIM_N] = {
-    [LIM_HEADER_BYTES] = "header_bytes", [LIM_HEADER_COUNT] = "header_count",
-    [LIM_BODY_BYTES] = "body_bytes",     [LIM_BODY_MIN_RATE] = "body_min_rate",
-    [LIM_MAX_CONNS] = "max_conns",       [LIM_MAX_CONNS_PER_CLIENT] = "max_conns_per_client",
+    [LIM_HEADER_BYTES] = "header_bytes",
+    [LIM_HEADER_COUNT] = "header_count",
+    [LIM_BODY_BYTES] = "body_bytes",
+    [LIM_BODY_MIN_RATE] = "body_min_rate",
+    [LIM_MAX_CONNS] = "max_conns",
+    [LIM_MAX_CONNS_PER_CLIENT] = "max_conns_per_client",
+    [LIM_RATE] = "rate",
+    [LIM_BURST] = "burst",
 };
 
 static void
@@ -236,6 +243,15 @@ load_limits(struct dm_conf_loader *ld, const yaml_node_t *n)
     if (v[LIM_MAX_CONNS_PER_CLIENT] != NULL) {
         (void)dm_conf_get_unsigned(ld, v[LIM_MAX_CONNS_PER_CLIENT], "max_conns_per_client", 0,
                                    10000000, &l->max_conns_per_client);
+    }
+    if (v[LIM_RATE] != NULL) {
+        (void)dm_conf_get_unsigned(ld, v[LIM_RATE], "rate", 0, 1000000, &l->rate);
+    }
+    if (v[LIM_BURST] != NULL) {
+        (void)dm_conf_get_unsigned(ld, v[LIM_BURST], "burst", 1, 10000000, &l->burst);
+    }
+    if (l->rate > 0 && l->burst == 0) {
+        l->burst = l->rate; /* one second's worth; nginx's limit_req has no burst by default */
     }
 }
 

@@ -120,7 +120,8 @@ host_json(struct dm_sbuf *b, const struct dm_host *h, uint64_t now_us)
 /*
  * The limits' counters, summed over the workers: accept_pauses (times a
  * worker at limits.max_conns stopped accepting), paused_workers (those
- * paused now) and refused (connections closed at once, by the limit).
+ * paused now) and refused (connections closed at once, by the limit, and
+ * requests answered 429 by limits.rate).
  */
 static void
 limits_json(struct dm_sbuf *b, const struct dm_admin *a)
@@ -128,17 +129,19 @@ limits_json(struct dm_sbuf *b, const struct dm_admin *a)
     uint64_t pauses = 0;
     uint64_t paused = 0;
     uint64_t per_client = 0;
+    uint64_t rate = 0;
     for (unsigned i = 0; a->workers != NULL && i < a->nworkers; i++) {
         const struct dm_worker *w = &a->workers[i];
         pauses += dm_counter_get(&w->accept_pauses);
         paused += atomic_load_explicit(&w->paused_now, memory_order_relaxed) ? 1 : 0;
         per_client += dm_counter_get(&w->refused_per_client);
+        rate += dm_counter_get(&w->refused_rate);
     }
     dm_sb_printf(b,
                  ",\"limits\":{\"accept_pauses\":%llu,\"paused_workers\":%llu,"
-                 "\"refused\":{\"max_conns_per_client\":%llu}}",
+                 "\"refused\":{\"max_conns_per_client\":%llu,\"rate\":%llu}}",
                  (unsigned long long)pauses, (unsigned long long)paused,
-                 (unsigned long long)per_client);
+                 (unsigned long long)per_client, (unsigned long long)rate);
 }
 
 /*

@@ -17,6 +17,7 @@
 #include "proxy/learn.h"
 #include "proxy/log.h"
 #include "proxy/peers.h"
+#include "proxy/rate.h"
 #include "proxy/request.h"
 #include "proxy/route.h"
 #include "proxy/upstream.h"
@@ -35,6 +36,8 @@ status_text(unsigned status)
         return "Request Timeout";
     case 413:
         return "Content Too Large";
+    case 429:
+        return "Too Many Requests";
     case 431:
         return "Request Header Fields Too Large";
     case 500:
@@ -724,7 +727,79 @@ client_recycle_in(struct dm_client *c)
     }
 }
 
-static void
+/*
+ * limits.rate: takes a token from the client address's bucket, and with none
+ * left answers 429 with a Retry-After (whole seconds until a token is back)
+ * and forwards nothing. A bodiless HTTP/1.1 keep-alive request leaves the
+ * connection ready for the next one, as nginx's limit_req does; any other
+ * request (a body left unread, HTTP/1.0, an upgrade) has it closed after the
+ * answer. Returns false when the request may go on, true when it was
+ * answered: then c is idle again (true with c->state DM_C_IDLE) or closing.
+ */
+static bool
+client_over_rate(struct dm_client *c)
+{
+    const struct dm_conf_limits *l = &c->rt->conf->limits;
+    struct dm_req *req = c->req;
+    /* The loop's cached time: no clock read per request. */
+    uint64_t wait_ms = dm_rate_take(&c->peer.sa, l->rate, l->burst, uv_now(&c->w->loop));
+    if (wait_ms == 0) {
+        return false;
+    }
+    dm_counter_add(&c->w->refused_rate, 1);
+    size_t used = 0;
+    bool keep = !req->info.chunked && req->info.content_length == 0 && !req->info.upgrade &&
+                req->info.keep_alive && dm_http_parser_version(&c->parser) >= 11 &&
+                !c->w->stopping && !c->eof &&
+                dm_http_parse(&c->parser, c->in->data + c->in->off, 0, &used) == DM_HTTP_MSG_DONE;
+    struct dm_buf *b = dm_buf_get(c->w, DM_ERRBUF);
+    if (b == NULL) {
+        dm_client_close(c);
+        return true;
+    }
+    static const char body[] = "429 Too Many Requests: over limits.rate for this address\n";
+    int n = snprintf(b->data, b->cap,
+                     "HTTP/1.1 429 Too Many Requests\r\nContent-Type: text/plain\r\n"
+                     "Content-Length: %zu\r\nRetry-After: %u\r\n%s\r\n%s",
+                     sizeof(body) - 1, dm_rate_retry_after_s(wait_ms),
+                     keep ? "" : "Connection: close\r\n",
+                     dm_span_ieq(req->msg.method, "head") ? "" : body);
+    if (n < 0 || (uint32_t)n >= b->cap) {
+        n = 0;
+    }
+    b->len = (uint32_t)n;
+    req->status = 429;
+    req->resp_bytes = (uint64_t)n;
+    req->resp_started = true;
+    dm_accesslog_write(req);
+    uv_buf_t out = uv_buf_init(b->data, b->len);
+    dm_client_timer_stop(c);
+    if (!keep) {
+        dm_client_read_stop(c);
+        c->close_after = true;
+    }
+    dm_client_write(c, &out, 1, &b, 1);
+    dm_buf_unref(c->w, b);
+    if (c->closing) {
+        return true;
+    }
+    if (!keep) {
+        if (c->writes == 0) {
+            dm_client_close(c);
+        }
+        return true;
+    }
+    c->req = NULL;
+    c->parser.msg = NULL;
+    dm_req_free(c->w, req);
+    c->served = true;
+    dm_http_parser_next(&c->parser);
+    c->state = DM_C_IDLE;
+    return true;
+}
+
+/* The head is whole: check it, then route and connect. True when c went back to idle. */
+static bool
 client_head_done(struct dm_client *c)
 {
     struct dm_req *req = c->req;
@@ -733,18 +808,21 @@ client_head_done(struct dm_client *c)
     const char *reason = NULL;
     if (head_len > cf->limits.header_bytes) {
         dm_client_respond_error(c, 431, "request head larger than limits.header_bytes");
-        return;
+        return false;
     }
     int st = dm_http_check_request(c->in->data + c->head_start, head_len, &req->msg,
                                    dm_http_parser_version(&c->parser), &req->info, &reason);
     if (st != 0) {
         dm_client_respond_error(c, (unsigned)st, reason);
-        return;
+        return false;
     }
     if (cf->limits.body_bytes > 0 && req->info.has_length &&
         req->info.content_length > cf->limits.body_bytes) {
         dm_client_respond_error(c, 413, "request body larger than limits.body_bytes");
-        return;
+        return false;
+    }
+    if (cf->limits.rate > 0 && client_over_rate(c)) {
+        return !c->closing && c->state == DM_C_IDLE;
     }
     req->head_buf = c->in;
     req->head_len = head_len;
@@ -765,6 +843,7 @@ client_head_done(struct dm_client *c)
         tq_insert(c->w, &req->bound, DM_T_REQUEST, uv_now(&c->w->loop) + cf->timeouts.request_ms);
     }
     dm_req_pick_and_connect(req);
+    return false;
 }
 
 void
@@ -805,7 +884,9 @@ dm_client_process(struct dm_client *c)
             }
             in->off += (uint32_t)used;
             if (r == DM_HTTP_HEAD_DONE) {
-                client_head_done(c);
+                if (client_head_done(c)) {
+                    continue; /* answered here (429): the next request may be in `in` */
+                }
                 return;
             }
             if (in->len - c->head_start > c->rt->conf->limits.header_bytes) {

@@ -242,6 +242,7 @@ struct dm_worker {
     atomic_uint_fast64_t accept_pauses;      /* times accept_paused was set (GET /stats) */
     atomic_bool paused_now;                  /* accept_paused, for GET /stats */
     atomic_uint_fast64_t refused_per_client; /* closed at max_conns_per_client */
+    atomic_uint_fast64_t refused_rate;       /* requests answered 429 by limits.rate */
     int log_fd;
     char *log_buf;
     size_t log_len;

@@ -151,6 +151,7 @@ test_bundled_example_loads(void **state)
     assert_int_equal(c->limits.body_bytes, UINT64_C(1) << 30);
     assert_int_equal(c->limits.max_conns, 10000);
     assert_int_equal(c->limits.max_conns_per_client, 0);
+    assert_int_equal(c->limits.rate, 0);
     assert_int_equal(c->timeouts.client_body_ms, 10000);
     assert_int_equal(c->limits.body_min_rate, 500);
     assert_null(c->access_log);
@@ -261,6 +262,19 @@ test_defaults_apply_when_keys_are_absent(void **state)
 }
 
 static void
+test_rate_burst_defaults_to_rate(void **state)
+{
+    (void)state;
+    struct dm_conf *c = load_ok(LISTEN POOL_WEB "limits: {rate: 7}\n");
+    assert_int_equal(c->limits.rate, 7);
+    assert_int_equal(c->limits.burst, 7);
+    dm_conf_destroy(c);
+    c = load_ok(LISTEN POOL_WEB "limits: {rate: 7, burst: 1}\n");
+    assert_int_equal(c->limits.burst, 1);
+    dm_conf_destroy(c);
+}
+
+static void
 test_every_key_is_read(void **state)
 {
     struct dm_conf *c =
@@ -270,7 +284,7 @@ test_every_key_is_read(void **state)
                 "timeouts: {connect: 1500, client_header: 1m, client_keepalive: 1h,"
                 " server_response: 250ms, request: 30s, shutdown: 0, client_body: 3s}\n"
                 "limits: {header_bytes: 8k, header_count: 50, body_bytes: 2M,"
-                " max_conns: 7, body_min_rate: 2k, max_conns_per_client: 3}\n"
+                " max_conns: 7, body_min_rate: 2k, max_conns_per_client: 3, rate: 10, burst: 20}\n"
                 "access_log: {path: /var/log/a.log, format: json}\n"
                 "error_log: /var/log/e.log\n"
                 "pools:\n"
@@ -313,6 +327,8 @@ test_every_key_is_read(void **state)
     assert_int_equal(c->limits.body_bytes, 2 << 20);
     assert_int_equal(c->limits.max_conns, 7);
     assert_int_equal(c->limits.max_conns_per_client, 3);
+    assert_int_equal(c->limits.rate, 10);
+    assert_int_equal(c->limits.burst, 20);
     assert_int_equal(c->timeouts.client_body_ms, 3000);
     assert_int_equal(c->limits.body_min_rate, 2048);
     assert_string_equal(c->access_log, "/var/log/a.log");
@@ -755,6 +771,14 @@ test_bad_values(void **state)
     expect_error(LISTEN POOL_WEB "limits: {max_conns_per_client: 10000001}\n",
                  "t.yaml:7:32: max_conns_per_client must be between 0 and 10000000, got "
                  "10000001");
+    expect_error(LISTEN POOL_WEB "limits: {rate: -1}\n",
+                 "t.yaml:7:16: rate must be between 0 and 1000000, got -1");
+    expect_error(LISTEN POOL_WEB "limits: {rate: 1000001}\n",
+                 "t.yaml:7:16: rate must be between 0 and 1000000, got 1000001");
+    expect_error(LISTEN POOL_WEB "limits: {rate: 5, burst: 0}\n",
+                 "t.yaml:7:26: burst must be between 1 and 10000000, got 0");
+    expect_error(LISTEN POOL_WEB "limits: {burst: 10000001}\n",
+                 "t.yaml:7:17: burst must be between 1 and 10000000, got 10000001");
     expect_error(LISTEN POOL_WEB "limits: {body_min_rate: 2g}\n",
                  "t.yaml:7:25: body_min_rate must be between 0 and 1g, got \"2g\"");
     expect_error(LISTEN POOL_WEB "limits: {body_bytes: 1t}\n",
@@ -1668,6 +1692,7 @@ main(void)
         cmocka_unit_test(test_listeners_may_use_port_0),
         cmocka_unit_test(test_unknown_pools_and_policies),
         cmocka_unit_test(test_bad_values),
+        cmocka_unit_test(test_rate_burst_defaults_to_rate),
         cmocka_unit_test(test_integers_out_of_range),
         cmocka_unit_test(test_hash_errors),
         cmocka_unit_test(test_numbers_that_are_not_numbers),

@@ -283,12 +283,14 @@ class Closed(Exception):
 
 
 class Conn:
-    """One client connection to 127.0.0.1:port with a read buffer."""
+    """One client connection to 127.0.0.1:port with a read buffer; source
+    picks the client address (any 127/8 address is loopback too)."""
 
-    def __init__(self, port, timeout=IO_TIMEOUT):
+    def __init__(self, port, timeout=IO_TIMEOUT, source=None):
         self.port = port
         self.timeout = timeout
-        self.sock = socket.create_connection((HOST, port), timeout=timeout)
+        self.sock = socket.create_connection((HOST, port), timeout=timeout,
+                                             source_address=(source, 0) if source else None)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.buf = b""
         self.eof = False

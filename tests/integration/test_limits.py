@@ -2,7 +2,8 @@
 The connection limits as a client sees them: at limits.max_conns a worker
 stops accepting and new connections wait in the kernel's listen queue (no
 reset), and are served once a slot frees; at limits.max_conns_per_client a
-client address's next connection is closed at once, unanswered.
+client address's next connection is closed at once, unanswered; over
+limits.rate a client address's request is answered 429 with Retry-After.
 """
 import os
 import select
@@ -175,6 +176,99 @@ class PerClientTest(H.DimmerTest):
             for c in conns:
                 c.close()
         self.assertEqual(self.refused(), 0)
+        self.assertEqual(self.d.admin_stats()["limits"]["refused"]["rate"], 0)
+
+
+class RateTest(H.DimmerTest):
+    RATE = 5
+
+    def setUp(self):
+        super().setUp()
+        self.b1 = self.start_backend("b1")
+
+    def refused(self):
+        return self.d.admin_stats()["limits"]["refused"]["rate"]
+
+    def until_refused(self, c, start, burst):
+        """Requests on c until one is refused: (its response, the 200s before it).
+        The bucket refills RATE tokens a second, so a slow run may earn a few
+        more 200s than the burst, never more than the time since start allows."""
+        ok = 0
+        while True:
+            r = c.request("GET", "/bytes/2")
+            if r.status != 200:
+                earned = int((time.monotonic() - start) * self.RATE)
+                self.assertGreaterEqual(ok, burst)
+                self.assertLessEqual(ok, burst + earned)
+                return r, ok
+            ok += 1
+            self.assertLess(ok, 100, "never refused")
+
+    def test_address_over_its_rate_gets_429_and_keeps_its_connection(self):
+        # Two workers share one bucket per address.
+        self.d = self.start_dimmer({"web": self.pool(self.b1, passive=NO_PASSIVE)},
+                                   workers=2, limits={"rate": self.RATE, "burst": 5})
+        base = self.b1.requests()
+        base -= self.b1.requests() - base
+        with H.Conn(self.d.port) as c:
+            start = time.monotonic()
+            r, ok = self.until_refused(c, start, 5)
+            refused_at = time.monotonic()
+            self.assertEqual(r.status, 429)
+            self.assertEqual(r.reason, "Too Many Requests")
+            self.assertIn(b"limits.rate", r.body)
+            self.assertIsNone(r.header("connection"))
+            retry = int(r.header("retry-after"))
+            # 5 a second: a token is back within 200 ms, so 1 whole second.
+            self.assertEqual(retry, 1)
+            # The refused request never reached the server.
+            seen = self.b1.requests()
+            seen -= self.b1.requests() - seen  # less the count's own request, if counted
+            self.assertEqual(seen - base, ok)
+            # Another address (any 127/8 is loopback) has its own full bucket.
+            with H.Conn(self.d.port, source="127.0.0.2") as other:
+                self.assertEqual(other.request("GET", "/bytes/3").body, H.pattern(3))
+            self.assertEqual(self.refused(), 1)
+            # Retry-After later, the same connection is served again.
+            time.sleep(max(0.0, refused_at + retry - time.monotonic()))
+            r = c.request("GET", "/bytes/4")
+            self.assertEqual((r.status, r.body), (200, H.pattern(4)))
+        self.assertEqual(self.refused(), 1)
+
+    def test_pipelined_requests_over_the_rate_are_each_answered_in_order(self):
+        self.d = self.start_dimmer({"web": self.pool(self.b1, passive=NO_PASSIVE)},
+                                   limits={"rate": self.RATE, "burst": 2})
+        with H.Conn(self.d.port) as c:
+            start = time.monotonic()
+            c.send(b"".join(H.build_request("GET", "/bytes/%d" % (i + 1)) for i in range(5)))
+            statuses = [c.read_response(timeout=5).status for _ in range(5)]
+            earned = int((time.monotonic() - start) * self.RATE)
+            self.assertEqual(statuses[:2], [200, 200])
+            self.assertLessEqual(statuses.count(200), 2 + earned)
+            self.assertEqual(set(statuses), {200, 429})
+            if earned == 0:
+                self.assertEqual(statuses, [200, 200, 429, 429, 429])
+            # Still usable after the refusals.
+            time.sleep(1.0 / self.RATE)
+            self.assertEqual(c.request("GET", "/bytes/1").status, 200)
+        self.assertEqual(self.refused(), statuses.count(429))
+
+    def test_refused_request_with_a_body_closes_its_connection(self):
+        self.d = self.start_dimmer({"web": self.pool(self.b1, passive=NO_PASSIVE)},
+                                   limits={"rate": self.RATE, "burst": 2})
+        with H.Conn(self.d.port) as c:
+            start = time.monotonic()
+            r, _ = self.until_refused(c, start, 2)
+            self.assertEqual(r.status, 429)
+        # Empty still unless a token came back since (then nothing to check).
+        with H.Conn(self.d.port) as c:
+            r = c.request("POST", "/echo", body=b"x" * 100)
+            if r.status == 429:
+                self.assertEqual(r.header("connection"), "close")
+                self.assertTrue(c.closed_by_peer(3))
+            else:
+                self.assertGreater(time.monotonic() - start, 1.0 / self.RATE)
+        self.assertGreaterEqual(self.refused(), 1)
 
 
 if __name__ == "__main__":
