@@ -102,6 +102,34 @@ slurp(struct agent *a, const char *path)
     return (ssize_t)len;
 }
 
+/*
+ * The established connections of the served ports in one of /proc/net/tcp
+ * and tcp6, read in chunks: the table of a busy server runs to megabytes
+ * (150 bytes a socket, TIME_WAIT ones included), more than any fixed buffer.
+ */
+static uint64_t
+count_tcp(struct agent *a, const char *path)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        return 0;
+    }
+    struct dm_proctcp_stream st;
+    dm_proctcp_init(&st, a->ports, a->nports);
+    for (;;) {
+        ssize_t n = read(fd, a->buf, FILE_MAX);
+        if (n < 0 && errno == EINTR) {
+            continue;
+        }
+        if (n <= 0) {
+            break;
+        }
+        dm_proctcp_feed(&st, a->buf, (size_t)n);
+    }
+    close(fd);
+    return dm_proctcp_finish(&st);
+}
+
 static uint64_t
 wall_ms(void)
 {
@@ -154,10 +182,7 @@ tick(uv_timer_t *t)
     uint64_t tcp = 0;
     const char *files[] = { "/proc/net/tcp", "/proc/net/tcp6" };
     for (size_t i = 0; i < 2; i++) {
-        n = slurp(a, files[i]);
-        if (n > 0) {
-            tcp += dm_proctcp_count(a->buf, (size_t)n, a->ports, a->nports);
-        }
+        tcp += count_tcp(a, files[i]);
     }
     a->r.tcp = tcp;
     uint64_t uj, us = uv_hrtime() / 1000;

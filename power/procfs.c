@@ -150,3 +150,61 @@ dm_proctcp_count(const char *text, size_t len, const uint16_t *ports, size_t npo
     }
     return n;
 }
+
+void
+dm_proctcp_init(struct dm_proctcp_stream *s, const uint16_t *ports, size_t nports)
+{
+    s->ports = ports;
+    s->nports = nports;
+    s->count = 0;
+    s->_len = 0;
+    s->_skip = false;
+}
+
+/* Appends bytes of the current line, or gives it up when it is too long. */
+static void
+keep(struct dm_proctcp_stream *s, const char *p, size_t n)
+{
+    if (s->_skip || s->_len + n > sizeof(s->_line)) {
+        s->_skip = true;
+        s->_len = 0;
+        return;
+    }
+    memcpy(s->_line + s->_len, p, n);
+    s->_len += n;
+}
+
+void
+dm_proctcp_feed(struct dm_proctcp_stream *s, const char *chunk, size_t len)
+{
+    const char *p = chunk, *end = chunk + len;
+    while (p < end) {
+        const char *eol = memchr(p, '\n', (size_t)(end - p));
+        if (eol == NULL) {
+            keep(s, p, (size_t)(end - p));
+            return;
+        }
+        if (s->_len == 0 && !s->_skip) {
+            s->count += dm_proctcp_count(p, (size_t)(eol - p), s->ports, s->nports);
+        } else {
+            keep(s, p, (size_t)(eol - p));
+            if (!s->_skip) {
+                s->count += dm_proctcp_count(s->_line, s->_len, s->ports, s->nports);
+            }
+            s->_len = 0;
+            s->_skip = false;
+        }
+        p = eol + 1;
+    }
+}
+
+uint64_t
+dm_proctcp_finish(struct dm_proctcp_stream *s)
+{
+    if (s->_len > 0 && !s->_skip) {
+        s->count += dm_proctcp_count(s->_line, s->_len, s->ports, s->nports);
+    }
+    s->_len = 0;
+    s->_skip = false;
+    return s->count;
+}

@@ -41,4 +41,27 @@ double dm_power_estimate(const struct dm_power_model *m, const struct dm_cpu_tim
  */
 uint64_t dm_proctcp_count(const char *text, size_t len, const uint16_t *ports, size_t nports);
 
+/*
+ * The same count over a file read in chunks of any size, so that a table of
+ * any length is counted whole (a busy server's /proc/net/tcp runs to many
+ * megabytes): feed each chunk as it is read, then finish. A line is kept
+ * across chunks up to DM_PROCTCP_LINE_MAX bytes; a longer one (no such line
+ * in /proc/net/tcp) is skipped. Caller-owned; zero it (or init) to start.
+ */
+#define DM_PROCTCP_LINE_MAX 512
+
+struct dm_proctcp_stream {
+    const uint16_t *ports;
+    size_t nports;
+    uint64_t count;
+    size_t _len;
+    bool _skip; /* inside a line too long to keep */
+    char _line[DM_PROCTCP_LINE_MAX];
+};
+
+void dm_proctcp_init(struct dm_proctcp_stream *s, const uint16_t *ports, size_t nports);
+void dm_proctcp_feed(struct dm_proctcp_stream *s, const char *chunk, size_t len);
+/* Counts the last line if it had no newline; returns the count. */
+uint64_t dm_proctcp_finish(struct dm_proctcp_stream *s);
+
 #endif

@@ -5,6 +5,8 @@
  */
 #include "dm_test.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "power/procfs.h"
@@ -73,6 +75,65 @@ test_tcp_count(void **st)
     assert_int_equal(dm_proctcp_count(v6, strlen(v6), one, 1), 1); /* tcp6: 32 hex digits */
 }
 
+/*
+ * A table read in chunks counts as the whole: every chunk size from 1 byte,
+ * so every line is split at every place; a table of 40,000 sockets (6 MB,
+ * more than the agent once read at all); a line longer than the kept span is
+ * skipped, and the lines around it count.
+ */
+static void
+test_tcp_stream(void **st)
+{
+    (void)st;
+    const char *head =
+        "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid\n";
+    const char *est = "   1: 0100007F:1F90 0100007F:D431 01 00000000:00000000 00:00000000 0\n";
+    const char *tw = "   4: 0100007F:1F90 0100007F:D433 06 00000000:00000000 03:00000156 0\n";
+    const uint16_t one[] = { 8080 };
+    char small[1024];
+    snprintf(small, sizeof(small), "%s%s%s%s%s", head, est, tw, est, est);
+    size_t len = strlen(small);
+    for (size_t chunk = 1; chunk <= len; chunk++) {
+        struct dm_proctcp_stream s;
+        dm_proctcp_init(&s, one, 1);
+        for (size_t off = 0; off < len; off += chunk) {
+            dm_proctcp_feed(&s, small + off, off + chunk <= len ? chunk : len - off);
+        }
+        assert_int_equal(dm_proctcp_finish(&s), 3);
+    }
+    /* No newline at the end: finish counts the last line. */
+    struct dm_proctcp_stream s;
+    dm_proctcp_init(&s, one, 1);
+    dm_proctcp_feed(&s, est, strlen(est) - 1);
+    assert_int_equal(dm_proctcp_finish(&s), 1);
+    /* 40,000 sockets, 10,000 of them established on the port, fed 64 KiB at a time. */
+    size_t el = strlen(est), n = 40000;
+    char *big = malloc(n * el + 1);
+    assert_non_null(big);
+    for (size_t i = 0; i < n; i++) {
+        memcpy(big + i * el, i % 4 == 0 ? est : tw, el);
+    }
+    dm_proctcp_init(&s, one, 1);
+    for (size_t off = 0; off < n * el; off += 65536) {
+        size_t k = n * el - off < 65536 ? n * el - off : 65536;
+        dm_proctcp_feed(&s, big + off, k);
+    }
+    assert_int_equal(dm_proctcp_finish(&s), 10000);
+    free(big);
+    /* A line too long to keep is skipped, whole, across chunks. */
+    char longl[2 * DM_PROCTCP_LINE_MAX];
+    memset(longl, 'x', sizeof(longl) - 1);
+    longl[sizeof(longl) - 1] = '\n';
+    dm_proctcp_init(&s, one, 1);
+    dm_proctcp_feed(&s, est, 10);
+    dm_proctcp_feed(&s, est + 10, el - 10);
+    for (size_t off = 0; off < sizeof(longl); off += 100) {
+        dm_proctcp_feed(&s, longl + off, off + 100 <= sizeof(longl) ? 100 : sizeof(longl) - off);
+    }
+    dm_proctcp_feed(&s, est, el);
+    assert_int_equal(dm_proctcp_finish(&s), 2);
+}
+
 int
 main(void)
 {
@@ -80,6 +141,7 @@ main(void)
         cmocka_unit_test(test_procstat),
         cmocka_unit_test(test_estimate),
         cmocka_unit_test(test_tcp_count),
+        cmocka_unit_test(test_tcp_stream),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
