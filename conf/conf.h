@@ -217,9 +217,9 @@ struct dm_conf_timeouts {
     uint64_t client_keepalive_ms; /* default 60000: idle between requests */
     uint64_t client_body_ms;      /* default 10000: window of the request body's minimum rate */
     uint64_t server_response_ms;  /* default 60000: server silent while a response is awaited */
-    uint64_t client_send_ms;      /* default 60000: a client taking no byte of what is queued for it */
-    uint64_t request_ms;          /* default 0 = off: bound on one whole exchange */
-    uint64_t shutdown_ms;         /* default 10000: SIGTERM drain bound */
+    uint64_t client_send_ms; /* default 60000: a client taking no byte of what is queued for it */
+    uint64_t request_ms;     /* default 0 = off: bound on one whole exchange */
+    uint64_t shutdown_ms;    /* default 10000: SIGTERM drain bound */
 };
 
 struct dm_conf_limits {
