@@ -186,8 +186,8 @@ enum dm_tkind {
     DM_T_BODY,      /* timeouts.client_body: one window of the request body's minimum rate */
     DM_T_HOLD,      /* power.hold_timeout: a request held while no server is awake */
     DM_T_SESSION,   /* session.window + timeouts.connect: a session waiting for a batch pass */
-    DM_T_SEND,      /* timeouts.client_send: a client taking nothing of what is queued (send_timer) */
-    DM_T_REQUEST,   /* timeouts.request: a request's whole exchange (a node in struct dm_req) */
+    DM_T_SEND,    /* timeouts.client_send: a client taking nothing of what is queued (send_timer) */
+    DM_T_REQUEST, /* timeouts.request: a request's whole exchange (a node in struct dm_req) */
     DM_T_KINDS,
 };
 
