@@ -213,6 +213,42 @@ class ClientFaultTest(H.DimmerTest):
         self.assertNotIn("server response timed out", log)
         self.assertEqual(d.servers()["b"]["state"], "up")
 
+    def test_a_slow_steady_reader_is_not_cut(self):
+        """client_send bounds a client that takes nothing, not a slow one: a reader
+        that takes 512 KiB every 200 ms gets all of a response that outlasts
+        timeouts.client_send several times over."""
+        d = self.start()
+        size = 16 << 20
+        s = socket.create_connection((H.HOST, d.port), timeout=H.IO_TIMEOUT)
+        self.addCleanup(s.close)
+        start = time.monotonic()
+        s.sendall(H.build_request("GET", "/bytes/%d" % size))
+        head = b""
+        while b"\r\n\r\n" not in head:
+            chunk = s.recv(65536)
+            self.assertTrue(chunk, "closed before the head")
+            head += chunk
+        head, body = head.split(b"\r\n\r\n", 1)
+        self.assertIn(b" 200 ", head.split(b"\r\n")[0])
+        length = int([l.split(b":")[1] for l in head.split(b"\r\n")
+                      if l.lower().startswith(b"content-length:")][0])
+        self.assertEqual(length, size)
+        got = len(body)
+        while got < size:
+            taken = 0
+            while taken < (512 << 10) and got < size:
+                chunk = s.recv(min(65536, size - got))
+                self.assertTrue(chunk, "cut after %d of %d bytes" % (got, size))
+                got += len(chunk)
+                taken += len(chunk)
+            time.sleep(0.2)  # the reader's own pace: nothing to wait for
+        took = time.monotonic() - start
+        self.assertEqual(got, size)
+        # The response outlasted client_send: the timer is about progress, not the whole.
+        self.assertGreater(took, CLIENT_SEND + 0.5, "too fast to mean anything: %.2fs" % took)
+        self.served_meanwhile()
+        self.assertNotIn("client_send", d.proc.stderr())
+
 
 if __name__ == "__main__":
     H.main()
