@@ -8,6 +8,8 @@
 
 #include <uv.h>
 
+#include "balancers/hash.h"
+
 /*
  * A chained hash table of addresses with their connection counts. 4096
  * chains: a proxy with 10^6 connections from 10^6 addresses walks chains of
@@ -17,7 +19,7 @@
 
 struct peer {
     struct peer *next;
-    uint8_t key[17]; /* family byte, then 4 or 16 address bytes, zero padded */
+    uint8_t key[DM_PEER_KEY_LEN]; /* family byte, then 4 or 16 address bytes, zero padded */
     unsigned conns;
 };
 
@@ -33,41 +35,42 @@ lock_init(void)
     }
 }
 
-/* Fills key from sa; false for a family that is neither IPv4 nor IPv6. */
-static bool
-peer_key(const struct sockaddr *sa, uint8_t key[17])
+bool
+dm_peer_key(const struct sockaddr *sa, uint8_t key[DM_PEER_KEY_LEN])
 {
-    memset(key, 0, 17);
+    static const uint8_t mapped[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
+    memset(key, 0, DM_PEER_KEY_LEN);
     if (sa->sa_family == AF_INET) {
         key[0] = 4;
         memcpy(key + 1, &((const struct sockaddr_in *)sa)->sin_addr, 4);
         return true;
     }
     if (sa->sa_family == AF_INET6) {
+        const uint8_t *a = ((const struct sockaddr_in6 *)sa)->sin6_addr.s6_addr;
+        if (memcmp(a, mapped, sizeof(mapped)) == 0) {
+            key[0] = 4;
+            memcpy(key + 1, a + 12, 4);
+            return true;
+        }
         key[0] = 6;
-        memcpy(key + 1, &((const struct sockaddr_in6 *)sa)->sin6_addr, 16);
+        memcpy(key + 1, a, 16);
         return true;
     }
     return false;
 }
 
-/* FNV-1a over the key. */
 static size_t
-peer_chain(const uint8_t key[17])
+peer_chain(const uint8_t key[DM_PEER_KEY_LEN])
 {
-    uint32_t h = 2166136261u;
-    for (int i = 0; i < 17; i++) {
-        h = (h ^ key[i]) * 16777619u;
-    }
-    return h % NCHAINS;
+    return (size_t)(dm_hash_bytes(key, DM_PEER_KEY_LEN) % NCHAINS);
 }
 
 /* The link that points at key's entry, or at the chain's end. Under lock. */
 static struct peer **
-peer_find(const uint8_t key[17])
+peer_find(const uint8_t key[DM_PEER_KEY_LEN])
 {
     struct peer **pp = &chains[peer_chain(key)];
-    while (*pp != NULL && memcmp((*pp)->key, key, 17) != 0) {
+    while (*pp != NULL && memcmp((*pp)->key, key, DM_PEER_KEY_LEN) != 0) {
         pp = &(*pp)->next;
     }
     return pp;
@@ -76,10 +79,10 @@ peer_find(const uint8_t key[17])
 bool
 dm_peers_take(const struct sockaddr *sa, unsigned cap, bool *counted)
 {
-    uint8_t key[17];
+    uint8_t key[DM_PEER_KEY_LEN];
     assert(cap > 0);
     *counted = false;
-    if (!peer_key(sa, key)) {
+    if (!dm_peer_key(sa, key)) {
         return true;
     }
     uv_once(&lock_once, lock_init);
@@ -108,8 +111,8 @@ dm_peers_take(const struct sockaddr *sa, unsigned cap, bool *counted)
 void
 dm_peers_release(const struct sockaddr *sa)
 {
-    uint8_t key[17];
-    if (!peer_key(sa, key)) {
+    uint8_t key[DM_PEER_KEY_LEN];
+    if (!dm_peer_key(sa, key)) {
         return;
     }
     uv_once(&lock_once, lock_init);
@@ -126,8 +129,8 @@ dm_peers_release(const struct sockaddr *sa)
 unsigned
 dm_peers_count(const struct sockaddr *sa)
 {
-    uint8_t key[17];
-    if (!peer_key(sa, key)) {
+    uint8_t key[DM_PEER_KEY_LEN];
+    if (!dm_peer_key(sa, key)) {
         return 0;
     }
     uv_once(&lock_once, lock_init);

@@ -10,7 +10,19 @@
 #define DM_PROXY_PEERS_H
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <sys/socket.h>
+
+/* A client address as a table key: a family byte, then 4 or 16 address bytes, zero padded. */
+#define DM_PEER_KEY_LEN 17
+
+/*
+ * Fills key from sa's address (the port left out; an IPv4-mapped IPv6
+ * address as the IPv4 one, so both ways in count together); false for a
+ * family that is neither IPv4 nor IPv6. The per-client tables (this one,
+ * proxy/rate.h's) key by it and hash it with dm_hash_bytes().
+ */
+bool dm_peer_key(const struct sockaddr *sa, uint8_t key[DM_PEER_KEY_LEN]);
 
 /*
  * Counts one more connection from sa's address (the port is ignored) and

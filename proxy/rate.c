@@ -7,6 +7,9 @@
 
 #include <uv.h>
 
+#include "balancers/hash.h"
+#include "proxy/peers.h"
+
 /*
  * The table: a chained hash of addresses, with every entry also on a list in
  * order of last use, most recent first; a full table drops the list's tail.
@@ -20,7 +23,7 @@ struct rate_entry {
     struct rate_entry *newer; /* the use list: NULL at the head */
     struct rate_entry *older; /* NULL at the tail */
     struct dm_rate_bucket bucket;
-    uint8_t key[17]; /* family byte, then 4 or 16 address bytes, zero padded */
+    uint8_t key[DM_PEER_KEY_LEN]; /* family byte, then 4 or 16 address bytes, zero padded */
 };
 
 struct dm_ratetab {
@@ -107,34 +110,12 @@ dm_ratetab_destroy(struct dm_ratetab *t)
     free(t);
 }
 
-/* Fills key from sa; false for a family that is neither IPv4 nor IPv6. */
-static bool
-rate_key(const struct sockaddr *sa, uint8_t key[17])
-{
-    memset(key, 0, 17);
-    if (sa->sa_family == AF_INET) {
-        key[0] = 4;
-        memcpy(key + 1, &((const struct sockaddr_in *)sa)->sin_addr, 4);
-        return true;
-    }
-    if (sa->sa_family == AF_INET6) {
-        key[0] = 6;
-        memcpy(key + 1, &((const struct sockaddr_in6 *)sa)->sin6_addr, 16);
-        return true;
-    }
-    return false;
-}
-
-/* The link that points at key's entry, or at its chain's end (FNV-1a over the key). */
+/* The link that points at key's entry, or at its chain's end. */
 static struct rate_entry **
-rate_find(const struct dm_ratetab *t, const uint8_t key[17])
+rate_find(const struct dm_ratetab *t, const uint8_t key[DM_PEER_KEY_LEN])
 {
-    uint32_t h = 2166136261u;
-    for (int i = 0; i < 17; i++) {
-        h = (h ^ key[i]) * 16777619u;
-    }
-    struct rate_entry **pp = &t->chains[h & (t->nchains - 1)];
-    while (*pp != NULL && memcmp((*pp)->key, key, 17) != 0) {
+    struct rate_entry **pp = &t->chains[dm_hash_bytes(key, DM_PEER_KEY_LEN) & (t->nchains - 1)];
+    while (*pp != NULL && memcmp((*pp)->key, key, DM_PEER_KEY_LEN) != 0) {
         pp = &(*pp)->chain;
     }
     return pp;
@@ -186,8 +167,8 @@ uint64_t
 dm_ratetab_take(struct dm_ratetab *t, const struct sockaddr *sa, unsigned rate, unsigned burst,
                 uint64_t now_ms)
 {
-    uint8_t key[17];
-    if (!rate_key(sa, key)) {
+    uint8_t key[DM_PEER_KEY_LEN];
+    if (!dm_peer_key(sa, key)) {
         return 0;
     }
     struct rate_entry **pp = rate_find(t, key);
@@ -222,8 +203,8 @@ dm_ratetab_size(const struct dm_ratetab *t)
 bool
 dm_ratetab_has(const struct dm_ratetab *t, const struct sockaddr *sa)
 {
-    uint8_t key[17];
-    return rate_key(sa, key) && *rate_find(t, key) != NULL;
+    uint8_t key[DM_PEER_KEY_LEN];
+    return dm_peer_key(sa, key) && *rate_find(t, key) != NULL;
 }
 
 static struct dm_ratetab *table;

@@ -63,9 +63,12 @@ test_addresses_count_apart(void **state)
     bool counted;
     struct sockaddr_storage a = v4("10.0.0.2", 1);
     struct sockaddr_storage b = v4("10.0.0.3", 1);
-    struct sockaddr_storage c = v6("::ffff:10.0.0.2", 1); /* another family: another key */
+    struct sockaddr_storage c = v6("2001:db8::2", 1);     /* another family: another key */
+    struct sockaddr_storage m = v6("::ffff:10.0.0.2", 7); /* a's address, mapped: a's key */
     assert_true(dm_peers_take(SA(a), 1, &counted));
     assert_false(dm_peers_take(SA(a), 1, &counted));
+    assert_false(dm_peers_take(SA(m), 1, &counted)); /* through a dual-stack listener: the same */
+    assert_int_equal(dm_peers_count(SA(m)), 1);
     assert_true(dm_peers_take(SA(b), 1, &counted));
     assert_true(dm_peers_take(SA(c), 1, &counted));
     assert_false(dm_peers_take(SA(c), 1, &counted));

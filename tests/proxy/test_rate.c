@@ -153,7 +153,10 @@ test_table_keys_by_address_not_port(void **state)
     assert_int_equal(dm_ratetab_take(t, SA(a), 1, 2, 0), 1000);
     struct sockaddr_storage other = v4("10.0.0.2", 1000);
     assert_int_equal(dm_ratetab_take(t, SA(other), 1, 2, 0), 0);
-    struct sockaddr_storage six = v6("::ffff:10.0.0.1");
+    struct sockaddr_storage mapped = v6("::ffff:10.0.0.1");
+    assert_int_equal(dm_ratetab_take(t, SA(mapped), 1, 2, 0),
+                     1000); /* 10.0.0.1, mapped: its bucket */
+    struct sockaddr_storage six = v6("2001:db8::1");
     assert_int_equal(dm_ratetab_take(t, SA(six), 1, 2, 0), 0); /* another family, another key */
     assert_int_equal(dm_ratetab_size(t), 3);
     struct sockaddr_storage unix_sa;
