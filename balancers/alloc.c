@@ -382,8 +382,9 @@ dm_alloc_place(struct dm_alloc *a, size_t gi, size_t tier)
     return best;
 }
 
-int
-dm_alloc_place_on(struct dm_alloc *a, size_t gi, size_t tier, int s)
+/* Puts group gi on server s at tier, if it fits there (check) or whatever it costs. */
+static int
+place_at(struct dm_alloc *a, size_t gi, size_t tier, int s, bool check)
 {
     int rc = check_slot(a, gi, tier);
     if (rc != 0) {
@@ -393,7 +394,7 @@ dm_alloc_place_on(struct dm_alloc *a, size_t gi, size_t tier, int s)
         return -EINVAL;
     }
     compute_ok(a, gi);
-    if (!fits(a, gi, tier, s)) {
+    if (check && !fits(a, gi, tier, s)) {
         return -ENOSPC;
     }
     put(a, gi, tier, s);
@@ -401,18 +402,15 @@ dm_alloc_place_on(struct dm_alloc *a, size_t gi, size_t tier, int s)
 }
 
 int
+dm_alloc_place_on(struct dm_alloc *a, size_t gi, size_t tier, int s)
+{
+    return place_at(a, gi, tier, s, true);
+}
+
+int
 dm_alloc_put(struct dm_alloc *a, size_t gi, size_t tier, int s)
 {
-    int rc = check_slot(a, gi, tier);
-    if (rc != 0) {
-        return rc;
-    }
-    if (s < 0 || (size_t)s >= a->problem->nservers) {
-        return -EINVAL;
-    }
-    compute_ok(a, gi);
-    put(a, gi, tier, s);
-    return s;
+    return place_at(a, gi, tier, s, false);
 }
 
 int

@@ -778,3 +778,18 @@ class DimmerTest(unittest.TestCase):
 
 def main():
     unittest.main(verbosity=2)
+
+
+def fds(pid):
+    """Open descriptors of process pid."""
+    return len(os.listdir("/proc/%d/fd" % pid))
+
+
+def rss_kib(pid):
+    """Resident memory of process pid, KiB."""
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+

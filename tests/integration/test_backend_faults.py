@@ -68,17 +68,6 @@ def chunks_complete(body):
         body = rest[size + 2:]
 
 
-def fds(pid):
-    return len(os.listdir("/proc/%d/fd" % pid))
-
-
-def rss_kib(pid):
-    with open("/proc/%d/status" % pid) as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise AssertionError("no VmRSS")
-
 
 class BackendFaultTest(H.DimmerTest):
     def setUp(self):
@@ -310,17 +299,17 @@ class BackendFaultTest(H.DimmerTest):
         self.run_batch()  # warm up: buffers, pooled connections, the allocator
         H.wait_until(lambda: all(self.fb.count("done " + m) >= 1 for m in self.BATCH
                                  if m != "reset"), 5, "the first batch to end")
-        base_fds = fds(pid)
-        base_rss = rss_kib(pid)
+        base_fds = H.fds(pid)
+        base_rss = H.rss_kib(pid)
         for _ in range(4):
             self.run_batch()
-        H.wait_until(lambda: fds(pid) <= base_fds, 5,
-                     "dimmer's descriptors back to %d (now %d)" % (base_fds, fds(pid)))
+        H.wait_until(lambda: H.fds(pid) <= base_fds, 5,
+                     "dimmer's descriptors back to %d (now %d)" % (base_fds, H.fds(pid)))
         # RSS: 4 MiB of slack for allocator and sanitizer caches (ASan keeps freed
         # memory in quarantine); a leaked read buffer per faulty exchange is
         # not caught by it, only leaks of 128 KiB and more per exchange.
-        grown = rss_kib(pid) - base_rss
-        sys.stderr.write("  fds %d -> %d, RSS %d KiB -> %+d KiB\n" % (base_fds, fds(pid),
+        grown = H.rss_kib(pid) - base_rss
+        sys.stderr.write("  fds %d -> %d, RSS %d KiB -> %+d KiB\n" % (base_fds, H.fds(pid),
                                                                    base_rss, grown))
         self.assertLess(grown, 4096, "RSS grew by %d KiB over 4 batches of faults" % grown)
         self.assertEqual(self.faulty()["state"], "up")

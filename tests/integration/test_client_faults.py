@@ -27,17 +27,6 @@ SERVER_RESPONSE = 1.0  # timeouts.server_response (shorter: it must not be what 
 BIG = 64 << 20  # a response far larger than every buffer on the way
 
 
-def fds(pid):
-    return len(os.listdir("/proc/%d/fd" % pid))
-
-
-def rss_kib(pid):
-    with open("/proc/%d/status" % pid) as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise AssertionError("no VmRSS")
-
 
 def raise_nofile(want):
     """Raises this process's soft RLIMIT_NOFILE toward want (children inherit it)."""
@@ -85,8 +74,8 @@ class ClientFaultTest(H.DimmerTest):
         H.wait_until(lambda: self.inflight() == 0, 3, "/stats inflight 0")
         H.wait_until(lambda: self.backend_open() <= base_open, 3,
                      "the server connections to close")
-        H.wait_until(lambda: fds(pid) <= base_fds, 3,
-                     "dimmer's descriptors back to %d (now %d)" % (base_fds, fds(pid)))
+        H.wait_until(lambda: H.fds(pid) <= base_fds, 3,
+                     "dimmer's descriptors back to %d (now %d)" % (base_fds, H.fds(pid)))
 
     # ---- many idle connections -------------------------------------------
 
@@ -102,7 +91,7 @@ class ClientFaultTest(H.DimmerTest):
         pid = d.proc.pid
         self.served_meanwhile()  # warm up: buffers, a pooled server connection
         H.wait_until(lambda: self.backend_open() <= 1, 3, "the warm-up to settle")
-        base_fds, base_rss = fds(pid), rss_kib(pid)
+        base_fds, base_rss = H.fds(pid), H.rss_kib(pid)
         socks = []
         try:
             opened = time.monotonic()
@@ -112,20 +101,20 @@ class ClientFaultTest(H.DimmerTest):
                 s.connect((H.HOST, d.port))
                 socks.append(s)
             took_open = time.monotonic() - opened
-            H.wait_until(lambda: fds(pid) >= base_fds + n, CLIENT_HEADER,
+            H.wait_until(lambda: H.fds(pid) >= base_fds + n, CLIENT_HEADER,
                          "dimmer to accept all %d connections" % n)
             self.assertLess(time.monotonic() - opened, CLIENT_HEADER - 0.5,
                             "opening took too long to measure before client_header")
-            grown = rss_kib(pid) - base_rss
+            grown = H.rss_kib(pid) - base_rss
             per_conn = grown * 1024.0 / n
             sys.stderr.write("  opened in %.2fs; RSS %d KiB -> %+d KiB: %.0f bytes per idle "
                              "connection\n" % (took_open, base_rss, grown, per_conn))
             self.assertLess(per_conn, 4096, "%.0f bytes of RSS per idle connection" % per_conn)
             self.served_meanwhile()
             # timeouts.client_header closes every one (nothing was sent: no answer).
-            H.wait_until(lambda: fds(pid) <= base_fds, opened - time.monotonic() +
+            H.wait_until(lambda: H.fds(pid) <= base_fds, opened - time.monotonic() +
                          CLIENT_HEADER + SLACK + 3, "dimmer's descriptors back to %d (now %d)" %
-                         (base_fds, fds(pid)), interval=0.1)
+                         (base_fds, H.fds(pid)), interval=0.1)
             self.assertGreaterEqual(time.monotonic() - opened, CLIENT_HEADER - 0.1)
             self.served_meanwhile()
             # Closed from dimmer's side: each socket reads EOF without a byte.
@@ -144,7 +133,7 @@ class ClientFaultTest(H.DimmerTest):
         self.served_meanwhile()
         H.wait_until(lambda: self.backend_open() <= 1, 3, "the warm-up to settle")
         # The warm-up's server connection stays pooled: part of the baseline.
-        base_fds, base_rss, base_open = fds(pid), rss_kib(pid), self.backend_open()
+        base_fds, base_rss, base_open = H.fds(pid), H.rss_kib(pid), self.backend_open()
         for i in range(5):
             c = H.Conn(d.port)
             c.send(H.build_request("POST", "/sha256", [("Content-Length", str(1 << 20))]))
@@ -159,7 +148,7 @@ class ClientFaultTest(H.DimmerTest):
             self.assertLess(time.monotonic() - start, 1 + SLACK)
             self.served_meanwhile()
         self.settled(pid, base_fds, base_open)
-        grown = rss_kib(pid) - base_rss
+        grown = H.rss_kib(pid) - base_rss
         sys.stderr.write("  RSS %+d KiB after 5 uploads cut short\n" % grown)
         self.assertLess(grown, 4096)
         return d.proc.stderr()
@@ -179,7 +168,7 @@ class ClientFaultTest(H.DimmerTest):
         pid = d.proc.pid
         self.served_meanwhile()
         H.wait_until(lambda: self.backend_open() <= 1, 3, "the warm-up to settle")
-        base_fds, base_rss, base_open = fds(pid), rss_kib(pid), self.backend_open()
+        base_fds, base_rss, base_open = H.fds(pid), H.rss_kib(pid), self.backend_open()
         for i in range(3):
             s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
@@ -192,7 +181,7 @@ class ClientFaultTest(H.DimmerTest):
                 time.sleep(0.3)  # the buffers on the way fill (nothing to wait for)
                 self.served_meanwhile()
                 # Back-pressure: dimmer holds a bounded part of the response.
-                grown = rss_kib(pid) - base_rss
+                grown = H.rss_kib(pid) - base_rss
                 self.assertLess(grown, 8192, "RSS grew by %d KiB with a %d MiB response "
                                 "unread" % (grown, BIG >> 20))
                 H.wait_until(lambda: self.inflight() == 0, CLIENT_SEND + SLACK,
