@@ -50,7 +50,9 @@ start_service(struct dm_backend_conn *c)
 {
     /* The power model follows in_service: integrate up to now before it changes. */
     dm_backend_power_account(c->be);
-    c->be->queue.in_service++;
+    if (++c->be->queue.in_service > c->be->queue.in_service_max) {
+        c->be->queue.in_service_max = c->be->queue.in_service;
+    }
     c->slot = DM_SLOT_SERVICE;
     uv_timer_start(&c->timer, on_service_done, c->service_ms, 0);
 }

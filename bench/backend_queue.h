@@ -24,7 +24,7 @@ struct dm_backend_queue {
     uint64_t capacity;   /* slots, 0: unlimited */
     uint64_t max;        /* requests waiting at most */
     uint64_t service_ms; /* a request's service time, unless its ?ms=N says otherwise */
-    uint64_t in_service, queued, queued_max;
+    uint64_t in_service, in_service_max, queued, queued_max;
     uint64_t rejected_full; /* 503s: the queue was full */
     uint64_t served;        /* requests whose service time ended */
     struct dm_backend_conn *head, *tail;

@@ -72,14 +72,15 @@ route_stats(struct dm_backend_conn *c)
         "{\"name\":\"%s\",\"requests\":%" PRIu64 ",\"connections\":%" PRIu64 ",\"open\":%" PRIu64
         ",\"pages\":%" PRIu64 ",\"page_objects\":%" PRIu64 ",\"objects\":%" PRIu64
         ",\"power\":\"%s\",\"power_for_ms\":%" PRIu64 ",\"watts\":%.3f,\"energy_wh\":" ENERGY_FMT
-        ",\"capacity\":%" PRIu64 ",\"in_service\":%" PRIu64 ",\"queued\":%" PRIu64
-        ",\"queued_max\":%" PRIu64 ",\"rejected_full\":%" PRIu64 ",\"refused\":%" PRIu64
-        ",\"lost_at_sleep\":%" PRIu64 ",\"requests_not_awake\":%" PRIu64 ",\"sleeps\":%" PRIu64
-        ",\"wakes\":%" PRIu64 ",\"wol_ignored\":%" PRIu64 ",\"served\":%" PRIu64 "}\n",
+        ",\"capacity\":%" PRIu64 ",\"in_service\":%" PRIu64 ",\"in_service_max\":%" PRIu64
+        ",\"queued\":%" PRIu64 ",\"queued_max\":%" PRIu64 ",\"rejected_full\":%" PRIu64
+        ",\"refused\":%" PRIu64 ",\"lost_at_sleep\":%" PRIu64 ",\"requests_not_awake\":%" PRIu64
+        ",\"sleeps\":%" PRIu64 ",\"wakes\":%" PRIu64 ",\"wol_ignored\":%" PRIu64
+        ",\"served\":%" PRIu64 "}\n",
         be->name, be->requests, be->connections, be->open, be->pages, be->page_objects, be->objects,
-        m.state, m.for_ms, m.watts, m.energy_wh, q->capacity, q->in_service, q->queued,
-        q->queued_max, q->rejected_full, p->refused, p->lost_at_sleep, p->requests_not_awake,
-        p->sleeps, p->wakes, p->wol_ignored, q->served);
+        m.state, m.for_ms, m.watts, m.energy_wh, q->capacity, q->in_service, q->in_service_max,
+        q->queued, q->queued_max, q->rejected_full, p->refused, p->lost_at_sleep,
+        p->requests_not_awake, p->sleeps, p->wakes, p->wol_ignored, q->served);
     respond_json(c, body, n, sizeof body);
 }
 

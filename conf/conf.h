@@ -50,6 +50,7 @@ struct dm_conf_server {
     unsigned weight;         /* default 1 */
     unsigned capacity;       /* default 100 */
     double session_capacity; /* balance session: FMAX, the session load it carries; 40000 */
+    unsigned max_conns;      /* requests it serves at once through this pool; 0 = no limit */
     struct dm_conf_server_power power;
 };
 
@@ -186,6 +187,10 @@ struct dm_conf_pool {
      * first request; request balances each request. Default: connection for
      * balance age, request for the others. */
     bool affinity_connection;
+    /* Requests waiting for a server under its max_conns (all workers) at
+     * most; one more is answered 503 at once. Default 0 = no bound but
+     * timeouts.queue. */
+    unsigned max_queue;
     struct dm_conf_power power;
     struct dm_conf_session session; /* read whatever the policy; used by balance: session */
 };
@@ -219,6 +224,7 @@ struct dm_conf_timeouts {
     uint64_t server_response_ms;  /* default 60000: server silent while a response is awaited */
     uint64_t client_send_ms; /* default 60000: a client taking no byte of what is queued for it */
     uint64_t request_ms;     /* default 0 = off: bound on one whole exchange */
+    uint64_t queue_ms;       /* default: connect_ms: waiting for a server under its max_conns */
     uint64_t shutdown_ms;    /* default 10000: SIGTERM drain bound */
 };
 

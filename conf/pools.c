@@ -83,13 +83,23 @@ load_passive(struct dm_conf_loader *ld, struct dm_conf_passive *ps, const yaml_n
     }
 }
 
-enum { SRV_NAME, SRV_ADDRESS, SRV_WEIGHT, SRV_CAPACITY, SRV_SESSION_CAPACITY, SRV_POWER, SRV_N };
+enum {
+    SRV_NAME,
+    SRV_ADDRESS,
+    SRV_WEIGHT,
+    SRV_CAPACITY,
+    SRV_SESSION_CAPACITY,
+    SRV_MAX_CONNS,
+    SRV_POWER,
+    SRV_N
+};
 static const char *const server_keys[SRV_N] = {
     [SRV_NAME] = "name",
     [SRV_ADDRESS] = "address",
     [SRV_WEIGHT] = "weight",
     [SRV_CAPACITY] = "capacity",
     [SRV_SESSION_CAPACITY] = "session_capacity",
+    [SRV_MAX_CONNS] = "max_conns",
     [SRV_POWER] = "power",
 };
 
@@ -140,6 +150,9 @@ load_server(struct dm_conf_loader *ld, struct dm_conf_pool *p, yaml_node_item_t 
     if (v[SRV_SESSION_CAPACITY] != NULL) {
         (void)dm_conf_get_double(ld, v[SRV_SESSION_CAPACITY], "session_capacity", 0.0,
                                  &s->session_capacity);
+    }
+    if (v[SRV_MAX_CONNS] != NULL) {
+        (void)dm_conf_get_unsigned(ld, v[SRV_MAX_CONNS], "max_conns", 0, 1000000, &s->max_conns);
     }
     if (v[SRV_POWER] != NULL) {
         dm_conf_load_server_power(ld, p, s, v[SRV_POWER]);
@@ -291,14 +304,21 @@ enum {
     POOL_AFFINITY,
     POOL_POWER,
     POOL_SESSION,
+    POOL_MAX_QUEUE,
     POOL_N
 };
 static const char *const pool_keys[POOL_N] = {
-    [POOL_BALANCE] = "balance", [POOL_DRAWS] = "draws",
-    [POOL_SERVERS] = "servers", [POOL_HEALTH] = "health_check",
-    [POOL_PASSIVE] = "passive", [POOL_HASH] = "hash",
-    [POOL_AGE] = "age",         [POOL_AFFINITY] = "affinity",
-    [POOL_POWER] = "power",     [POOL_SESSION] = "session",
+    [POOL_BALANCE] = "balance",
+    [POOL_DRAWS] = "draws",
+    [POOL_SERVERS] = "servers",
+    [POOL_HEALTH] = "health_check",
+    [POOL_PASSIVE] = "passive",
+    [POOL_HASH] = "hash",
+    [POOL_AGE] = "age",
+    [POOL_AFFINITY] = "affinity",
+    [POOL_POWER] = "power",
+    [POOL_SESSION] = "session",
+    [POOL_MAX_QUEUE] = "max_queue",
 };
 
 static const char *const affinity_names[] = { "connection", "request" };
@@ -337,6 +357,9 @@ load_pool(struct dm_conf_loader *ld, struct dm_conf_pool *p, const yaml_node_t *
     }
     if (v[POOL_DRAWS] != NULL) {
         (void)dm_conf_get_unsigned(ld, v[POOL_DRAWS], "draws", 1, 1000, &p->draws);
+    }
+    if (v[POOL_MAX_QUEUE] != NULL) {
+        (void)dm_conf_get_unsigned(ld, v[POOL_MAX_QUEUE], "max_queue", 0, 10000000, &p->max_queue);
     }
     /* Before the servers: their power blocks take their defaults from it. */
     if (v[POOL_POWER] != NULL) {

@@ -27,6 +27,7 @@ dm_conf_defaults(struct dm_conf *c)
         .server_response_ms = 60000,
         .client_send_ms = 60000,
         .request_ms = 0,
+        .queue_ms = 5000, /* connect_ms's */
         .shutdown_ms = 10000,
     };
     c->limits = (struct dm_conf_limits){
@@ -147,6 +148,7 @@ enum {
     TMO_SERVER_RESPONSE,
     TMO_CLIENT_SEND,
     TMO_REQUEST,
+    TMO_QUEUE,
     TMO_SHUTDOWN,
     TMO_N
 };
@@ -158,6 +160,7 @@ static const char *const timeout_keys[TMO_N] = {
     [TMO_SERVER_RESPONSE] = "server_response",
     [TMO_CLIENT_SEND] = "client_send",
     [TMO_REQUEST] = "request",
+    [TMO_QUEUE] = "queue",
     [TMO_SHUTDOWN] = "shutdown",
 };
 
@@ -173,6 +176,7 @@ load_timeouts(struct dm_conf_loader *ld, const yaml_node_t *n)
         [TMO_SERVER_RESPONSE] = &t->server_response_ms,
         [TMO_CLIENT_SEND] = &t->client_send_ms,
         [TMO_REQUEST] = &t->request_ms,
+        [TMO_QUEUE] = &t->queue_ms,
         [TMO_SHUTDOWN] = &t->shutdown_ms,
     };
     yaml_node_t *v[TMO_N];
@@ -186,6 +190,9 @@ load_timeouts(struct dm_conf_loader *ld, const yaml_node_t *n)
             bool zero_ok = i == TMO_REQUEST || i == TMO_SHUTDOWN;
             (void)dm_conf_get_duration(ld, v[i], timeout_keys[i], zero_ok, fields[i]);
         }
+    }
+    if (v[TMO_QUEUE] == NULL) {
+        t->queue_ms = t->connect_ms; /* as HAProxy's timeout queue */
     }
 }
 

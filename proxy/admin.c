@@ -178,7 +178,8 @@ stats_json(struct dm_sbuf *b, const struct dm_admin *a)
                          "%s{\"name\":\"%s\",\"address\":\"%s\",\"host\":\"%s\",\"state\":\"%s\","
                          "\"power\":\"%s\",\"down_for_ms\":%llu,\"fails\":%u,"
                          "\"server_connections\":%llu,\"bound_clients\":%llu,\"weight\":%u,"
-                         "\"capacity\":%u,\"connections\":%llu,\"inflight\":%llu,\"picks\":%llu,"
+                         "\"capacity\":%u,\"max_conns\":%u,\"connections\":%llu,\"inflight\":%llu,"
+                         "\"picks\":%llu,"
                          "\"requests\":%llu,\"failures\":%llu,\"inflight_work\":%lld,"
                          "\"potential\":%lld}",
                          j ? "," : "", s->name, p->cf->servers[j].addr.text,
@@ -187,7 +188,7 @@ stats_json(struct dm_sbuf *b, const struct dm_admin *a)
                          atomic_load(&h->fails),
                          (unsigned long long)dm_counter_get(&h->connections),
                          (unsigned long long)dm_counter_get(&h->bound), s->weight, s->capacity,
-                         (unsigned long long)dm_counter_get(&s->conns),
+                         p->cf->servers[j].max_conns, (unsigned long long)dm_counter_get(&s->conns),
                          (unsigned long long)dm_counter_get(&s->inflight),
                          (unsigned long long)dm_counter_get(&s->picks),
                          (unsigned long long)dm_counter_get(&s->requests),
@@ -195,7 +196,14 @@ stats_json(struct dm_sbuf *b, const struct dm_admin *a)
                          (long long)atomic_load_explicit(&s->inflight_work, memory_order_relaxed),
                          (long long)atomic_load_explicit(&s->potential, memory_order_relaxed));
         }
-        dm_sb_printf(b, "]");
+        dm_sb_printf(b,
+                     "],\"queue\":{\"now\":%llu,\"peak\":%llu,\"max_queue\":%u,"
+                     "\"timeout_ms\":%llu,\"timeouts\":%llu,\"full\":%llu}",
+                     (unsigned long long)dm_counter_get(&p->queued),
+                     (unsigned long long)dm_counter_get(&p->queue_peak), p->cf->max_queue,
+                     (unsigned long long)rt->conf->timeouts.queue_ms,
+                     (unsigned long long)dm_counter_get(&p->queue_timeouts),
+                     (unsigned long long)dm_counter_get(&p->queue_full));
         if (p->placer != NULL) {
             /* The session allocator's state: per server its groups, sessions and load. */
             dm_sb_printf(b, ",\"session\":");

@@ -124,10 +124,22 @@ hold_release(struct dm_client *c)
     }
 }
 
+/* Gives back c's place in its pool's queue (and its worker's count). */
+static void
+queue_release(struct dm_client *c)
+{
+    if (c->queued) {
+        c->queued = false;
+        dm_counter_sub(&c->rt->pools[c->held_pool].queued, 1);
+        dm_counter_sub(&c->w->nqueued, 1);
+    }
+}
+
 void
 dm_client_timer_stop(struct dm_client *c)
 {
     hold_release(c);
+    queue_release(c);
     dm_tq_remove(c->w, &c->timer);
 }
 
@@ -180,6 +192,86 @@ dm_clients_hold_retry(struct dm_worker *w)
     }
 }
 
+void
+dm_client_queue(struct dm_client *c)
+{
+    struct dm_req *req = c->req;
+    if (c->queued) {
+        return; /* still no place: it keeps its turn */
+    }
+    struct dm_rpool *p = &c->rt->pools[req->pool];
+    uint64_t now = uv_now(&c->w->loop);
+    if (req->queue_deadline_ms == 0) {
+        req->queue_deadline_ms = now + c->rt->conf->timeouts.queue_ms;
+    }
+    if (now >= req->queue_deadline_ms) {
+        dm_counter_add(&p->queue_timeouts, 1);
+        dm_client_respond_error(c, 503, "no server had a place within timeouts.queue");
+        return;
+    }
+    unsigned max = p->cf->max_queue;
+    uint64_t before = atomic_fetch_add_explicit(&p->queued, 1, memory_order_relaxed);
+    if (max != 0 && before >= max) {
+        dm_counter_sub(&p->queued, 1);
+        dm_counter_add(&p->queue_full, 1);
+        dm_client_respond_error(c, 503, "every server at max_conns and the queue full (max_queue)");
+        return;
+    }
+    uint64_t peak = dm_counter_get(&p->queue_peak);
+    while (before + 1 > peak &&
+           !atomic_compare_exchange_weak_explicit(&p->queue_peak, &peak, before + 1,
+                                                  memory_order_relaxed, memory_order_relaxed)) {
+    }
+    dm_client_timer_stop(c);
+    c->queued = true;
+    c->held_pool = (uint16_t)req->pool;
+    dm_counter_add(&c->w->nqueued, 1);
+    tq_insert(c->w, &c->timer, DM_T_QUEUE, req->queue_deadline_ms);
+}
+
+void
+dm_client_unqueue(struct dm_client *c)
+{
+    if (c->queued) {
+        queue_release(c);
+        dm_tq_remove(c->w, &c->timer);
+    }
+}
+
+void
+dm_clients_queue_retry(struct dm_worker *w)
+{
+    /*
+     * In turn from the first: each takes a place or stays where it is. Past
+     * one that stays, the others of its pool would stay as well, so the pass
+     * stops once every pool with a limit has had one stay (a pass after a
+     * reload may stop early for a pool: the next place freed, or the next
+     * tick, tries again).
+     */
+    uint64_t stayed = 0;
+    struct dm_tnode *n = w->tq[DM_T_QUEUE].head;
+    while (n != NULL) {
+        struct dm_tnode *next = n->next;
+        struct dm_client *c = (struct dm_client *)((char *)n - offsetof(struct dm_client, timer));
+        uint64_t bit = 1ull << (c->held_pool % 64);
+        if ((stayed & bit) == 0) {
+            dm_req_pick_and_connect(c->req);
+            if (n->kind == DM_T_QUEUE) {
+                stayed |= bit;
+                unsigned limited = 0;
+                for (size_t i = 0; i < c->rt->npools; i++) {
+                    limited += c->rt->pools[i].limited;
+                }
+                if ((unsigned)__builtin_popcountll(stayed) >= (limited < 64 ? limited : 64)) {
+                    break;
+                }
+            }
+        }
+        /* next is still queued: only c's own request moved. */
+        n = next;
+    }
+}
+
 bool
 dm_client_session_wait(struct dm_client *c)
 {
@@ -219,6 +311,7 @@ dm_clients_session_retry(struct dm_worker *w)
 static void
 client_timer_start(struct dm_client *c, enum dm_tkind kind, uint64_t ms)
 {
+    queue_release(c);
     if (ms == 0) {
         dm_client_timer_stop(c);
         return;
@@ -537,6 +630,11 @@ client_timeout(struct dm_client *c, enum dm_tkind kind)
     case DM_T_SESSION:
         dm_client_respond_error(c, 503,
                                 "session not placed within session.window + timeouts.connect");
+        break;
+    case DM_T_QUEUE:
+        queue_release(c);
+        dm_counter_add(&c->rt->pools[req->pool].queue_timeouts, 1);
+        dm_client_respond_error(c, 503, "no server had a place within timeouts.queue");
         break;
     case DM_T_SEND: {
         /* Bytes are queued for the client: it must take some of them in every
@@ -1045,6 +1143,14 @@ client_read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
             }
             return;
         default:
+            if (c->queued) {
+                /* Waiting for a place under max_conns: a place would go to
+                 * a request nobody reads (HAProxy's abortonclose, nginx's
+                 * default), so it gives its turn back. */
+                client_log_abort(c, "client closed the connection while its request was queued");
+                dm_client_close(c);
+                return;
+            }
             /* The response can still be delivered; close after it. */
             if (c->req != NULL) {
                 c->req->close_client = true;

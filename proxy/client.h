@@ -53,6 +53,18 @@ bool dm_client_hold(struct dm_client *c);
 /* Picks a server again for every held request of w (after a power command). */
 void dm_clients_hold_retry(struct dm_worker *w);
 /*
+ * Puts c's request, which found every usable server of its pool at its
+ * max_conns, in the pool's queue, in state CONNECT, until a place frees
+ * (dm_clients_queue_retry) or timeouts.queue from its first wait has passed
+ * (503); answers it 503 at once when that time has passed or the queue is
+ * full (max_queue). Queued already: it keeps its turn.
+ */
+void dm_client_queue(struct dm_client *c);
+/* Takes c's request out of the queue, if it is queued (it found a place, or gets an answer). */
+void dm_client_unqueue(struct dm_client *c);
+/* The queued requests of w try for a place, in turn (a place freed). */
+void dm_clients_queue_retry(struct dm_worker *w);
+/*
  * Keeps c's request, a session waiting for its pool's batch pass, in state
  * CONNECT until dm_clients_session_retry() finds it placed, or until
  * session.window + timeouts.connect from its first wait have passed (503).

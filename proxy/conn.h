@@ -57,7 +57,7 @@ struct dm_client {
     int32_t bound;                   /* affinity: server of the last request, or -1 */
     uint16_t bound_pool;             /* its pool */
     uint16_t conn_state_pool;        /* pool whose policy owns conn_state */
-    uint16_t held_pool;              /* the pool whose held count has it, while held */
+    uint16_t held_pool;              /* the pool whose held or queued count has it */
     uint32_t writes;                 /* writes in flight */
     uint32_t head_start;             /* offset in `in` where the current head starts */
     uint8_t state;                   /* enum dm_client_state */
@@ -70,6 +70,7 @@ struct dm_client {
     bool served;   /* at least one request was served (header vs keep-alive timeout) */
     bool any_host; /* its page is known under the empty host (a host-less preload) */
     bool held;     /* its request is counted in its pool's held (DM_T_HOLD) */
+    bool queued;   /* its request is counted in its pool's queued (DM_T_QUEUE) */
 };
 
 enum dm_upstream_state {
@@ -152,7 +153,8 @@ struct dm_req {
     bool head_pending; /* out_head not written to the server yet */
     bool body_sent;    /* request body bytes went to the server: no retry */
     bool resp_started;
-    uint64_t hold_deadline_ms; /* loop time a held request gets its 503; 0: never held */
+    uint64_t hold_deadline_ms;  /* loop time a held request gets its 503; 0: never held */
+    uint64_t queue_deadline_ms; /* loop time a queued request gets its 503; 0: never queued */
     bool close_client;
     bool dechunk; /* HTTP/1.0 client, chunked response: strip the framing */
     /* A session (an Upgrade of a session pool): its place in the pool's

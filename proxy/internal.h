@@ -90,6 +90,14 @@ struct dm_rpool {
     /* Requests held by every worker because no server of the pool is awake
      * (scale to zero, power.hold_timeout); the power manager wakes one. */
     atomic_uint_fast64_t held;
+    /* Per-server max_conns (timeouts.queue, max_queue): requests waiting now
+     * for a place (all workers), those answered 503 at the end of
+     * timeouts.queue or over max_queue, and the most that waited at once. */
+    atomic_uint_fast64_t queued;
+    atomic_uint_fast64_t queue_timeouts;
+    atomic_uint_fast64_t queue_full;
+    atomic_uint_fast64_t queue_peak;
+    bool limited; /* a server has max_conns */
     bool work;    /* the policy needs work or objects: track expected work, learn the catalog */
     bool hashing; /* the policy reads dm_pick.key */
     /* The policy places sessions (DM_BAL_NEEDS_SESSIONS): the pool's placer,
@@ -175,7 +183,7 @@ struct dm_req_free {
 /*
  * Kinds of timeout; each has its own list per worker, in deadline order.
  * DM_T_NONE is 0 so that a zeroed node is on no list. A client connection is
- * on at most one of the first five, and on DM_T_SEND besides while bytes are
+ * on at most one of the first six, and on DM_T_SEND besides while bytes are
  * queued for it; a request with a timeouts.request bound is on the last one
  * besides.
  */
@@ -186,6 +194,7 @@ enum dm_tkind {
     DM_T_BODY,      /* timeouts.client_body: one window of the request body's minimum rate */
     DM_T_HOLD,      /* power.hold_timeout: a request held while no server is awake */
     DM_T_SESSION,   /* session.window + timeouts.connect: a session waiting for a batch pass */
+    DM_T_QUEUE,     /* timeouts.queue: a request waiting for a server under its max_conns */
     DM_T_SEND,    /* timeouts.client_send: a client taking nothing of what is queued (send_timer) */
     DM_T_REQUEST, /* timeouts.request: a request's whole exchange (a node in struct dm_req) */
     DM_T_KINDS,
@@ -243,6 +252,7 @@ struct dm_worker {
     atomic_bool paused_now;                  /* accept_paused, for GET /stats */
     atomic_uint_fast64_t refused_per_client; /* closed at max_conns_per_client */
     atomic_uint_fast64_t refused_rate;       /* requests answered 429 by limits.rate */
+    atomic_uint_fast64_t nqueued; /* its requests on tq[DM_T_QUEUE] (other workers read) */
     int log_fd;
     char *log_buf;
     size_t log_len;

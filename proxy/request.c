@@ -18,6 +18,7 @@
 #include "proxy/log.h"
 #include "proxy/session.h"
 #include "proxy/upstream.h"
+#include "proxy/worker.h"
 
 #define DM_FREE_REQS_MAX 64
 
@@ -28,8 +29,9 @@ dm_req_get(struct dm_client *c)
     struct dm_worker *w = c->w;
     uint32_t max_fields = rt->conf->limits.header_count;
     uint32_t tried_bytes = rt->tried_bytes > 0 ? rt->tried_bytes : 1;
-    size_t size =
-        sizeof(struct dm_req) + 2 * (size_t)max_fields * sizeof(struct dm_http_field) + tried_bytes;
+    /* tried, then as many bytes for the servers a pick passes over as full. */
+    size_t size = sizeof(struct dm_req) + 2 * (size_t)max_fields * sizeof(struct dm_http_field) +
+                  2 * (size_t)tried_bytes;
     struct dm_req *req;
     if (w->free_reqs != NULL && w->free_reqs->size == size) {
         struct dm_req_free *f = w->free_reqs;
@@ -54,7 +56,7 @@ dm_req_get(struct dm_client *c)
     req->rmsg.fields = req->fields + max_fields;
     req->rmsg.max_fields = max_fields;
     req->tried = (uint8_t *)(req->fields + 2 * (size_t)max_fields);
-    memset(req->tried, 0, tried_bytes);
+    memset(req->tried, 0, 2 * (size_t)tried_bytes);
     req->server = DM_NO_SERVER;
     req->rate = -1;
     req->start_us = uv_hrtime() / 1000;
@@ -268,6 +270,59 @@ req_session_place(struct dm_req *req, struct dm_rpool *p, uint64_t now_us)
     return -1;
 }
 
+/*
+ * Takes a place among the requests server idx serves at once (its
+ * max_conns): false when it has none. The place is its in-flight count,
+ * taken with one atomic add so that two workers never both take the last.
+ */
+static bool
+req_take_slot(struct dm_rpool *p, size_t idx)
+{
+    struct dm_server *s = &p->sv->s[idx];
+    unsigned max = p->cf->servers[idx].max_conns;
+    uint64_t before = atomic_fetch_add_explicit(&s->inflight, 1, memory_order_relaxed);
+    if (max != 0 && before >= max) {
+        dm_counter_sub(&s->inflight, 1);
+        return false;
+    }
+    return true;
+}
+
+/*
+ * The balancer's pick among the servers with room under their max_conns,
+ * its place taken (req_take_slot); a full one is passed over as a tried one
+ * would be, and is not tried for a retry. DM_NO_SERVER with *full set when
+ * only full servers were left: the request waits in the pool's queue.
+ */
+static int
+req_pick_with_room(struct dm_req *req, struct dm_rpool *p, const struct dm_pick *pick, bool *full)
+{
+    *full = false;
+    int idx = dm_balancer_pick_past_ramps(p->bal, pick, req->tried);
+    if (!p->limited) {
+        if (idx != DM_NO_SERVER) {
+            dm_counter_add(&p->sv->s[idx].inflight, 1);
+        }
+        return idx;
+    }
+    uint8_t *passed = req->tried + req->tried_bytes;
+    bool any = false;
+    while (idx != DM_NO_SERVER && !req_take_slot(p, (size_t)idx)) {
+        passed[idx / 8] |= (uint8_t)(1u << (idx % 8));
+        req->tried[idx / 8] |= (uint8_t)(1u << (idx % 8));
+        any = true;
+        idx = dm_balancer_pick_past_ramps(p->bal, pick, req->tried);
+    }
+    if (any) {
+        for (size_t i = 0; i < req->tried_bytes; i++) {
+            req->tried[i] &= (uint8_t)~passed[i];
+            passed[i] = 0;
+        }
+        *full = idx == DM_NO_SERVER;
+    }
+    return idx;
+}
+
 void
 dm_req_pick_and_connect(struct dm_req *req)
 {
@@ -287,13 +342,22 @@ dm_req_pick_and_connect(struct dm_req *req)
             return;
         }
         dm_counter_add(&p->sv->s[idx].picks, 1);
+        dm_counter_add(&p->sv->s[idx].inflight, 1);
     } else if (affinity && c->bound >= 0 && c->bound_pool == req->pool &&
                !dm_pick_tried(&pick, (size_t)c->bound) &&
                dm_server_keeps_affinity(&p->sv->s[c->bound], pick.now_us,
-                                        !(p->bal->ops->needs & DM_BAL_BINDS_CONNECTIONS))) {
+                                        !(p->bal->ops->needs & DM_BAL_BINDS_CONNECTIONS)) &&
+               req_take_slot(p, (size_t)c->bound)) {
         idx = c->bound; /* affinity: connection */
+        dm_client_unqueue(c);
     } else {
-        idx = dm_balancer_pick_past_ramps(p->bal, &pick, req->tried);
+        bool full;
+        idx = req_pick_with_room(req, p, &pick, &full);
+        if (full) {
+            dm_client_queue(c); /* waits for a place (or 503), keeping its turn */
+            return;
+        }
+        dm_client_unqueue(c);
         if (idx == DM_NO_SERVER && req->attempts == 0 && dm_client_hold(c)) {
             return; /* scale to zero: held until a server wakes (or 503) */
         }
@@ -311,8 +375,7 @@ dm_req_pick_and_connect(struct dm_req *req)
     req->attempts++;
     req->tried[idx / 8] |= (uint8_t)(1u << (idx % 8));
     struct dm_server *s = &p->sv->s[idx];
-    dm_counter_add(&s->conns, 1);
-    dm_counter_add(&s->inflight, 1);
+    dm_counter_add(&s->conns, 1); /* inflight: the pick took it */
     dm_counter_add(&s->host->inflight, 1);
     req->picked = true;
     /* Everything the pick decided is on the server's counters before the
@@ -334,6 +397,10 @@ dm_req_unpick(struct dm_req *req)
     dm_counter_sub(&s->conns, 1);
     dm_counter_sub(&s->inflight, 1);
     dm_counter_sub(&s->host->inflight, 1);
+    struct dm_rpool *p = &req->c->rt->pools[req->pool];
+    if (p->limited && dm_counter_get(&p->queued) > 0) {
+        dm_workers_queue_kick(); /* a place freed: the queue's first may take it */
+    }
 }
 
 static void

@@ -52,6 +52,7 @@ dm_runtime_create(struct dm_conf *conf, unsigned nworkers, struct dm_hosts *host
             s->name = pc->servers[j].name;
             s->weight = pc->servers[j].weight;
             s->capacity = pc->servers[j].capacity;
+            p->limited = p->limited || pc->servers[j].max_conns > 0;
             if (hosts != NULL) {
                 /* Same address, same host: in every pool and every generation. */
                 const struct dm_conf_addr *a = &pc->servers[j].addr;

@@ -28,6 +28,7 @@ enum {
     WAKE_STOP = 2,
     WAKE_COMMAND = 4,
     WAKE_SESSIONS = 8,
+    WAKE_QUEUE = 16,
 };
 
 /* Per-worker requests from the control thread, read in the async callback. */
@@ -35,9 +36,65 @@ struct wake_flags {
     atomic_int flags;
     uint64_t shutdown_ms;
     atomic_uint_fast64_t acked; /* the last command epoch this worker carried out */
+    /* Another worker wakes this one when a place frees for its queued
+     * requests: under the lock, and only while its wake handle is open. */
+    uv_mutex_t kick_lock;
+    bool alive;
 };
 
 static struct wake_flags *wake_of;
+static struct dm_worker *kick_ws; /* the running workers, for dm_workers_queue_kick() */
+static unsigned kick_n;
+
+static bool
+wake_of_make(unsigned n)
+{
+    wake_of = calloc(n, sizeof(*wake_of));
+    if (wake_of == NULL) {
+        return false;
+    }
+    for (unsigned i = 0; i < n; i++) {
+        if (uv_mutex_init(&wake_of[i].kick_lock) != 0) {
+            for (unsigned j = 0; j < i; j++) {
+                uv_mutex_destroy(&wake_of[j].kick_lock);
+            }
+            free(wake_of);
+            wake_of = NULL;
+            return false;
+        }
+        wake_of[i].alive = true;
+    }
+    kick_n = n;
+    return true;
+}
+
+static void
+wake_of_free(void)
+{
+    for (unsigned i = 0; wake_of != NULL && i < kick_n; i++) {
+        uv_mutex_destroy(&wake_of[i].kick_lock);
+    }
+    free(wake_of);
+    wake_of = NULL;
+    kick_ws = NULL;
+    kick_n = 0;
+}
+
+void
+dm_workers_queue_kick(void)
+{
+    for (unsigned i = 0; i < kick_n; i++) {
+        if (dm_counter_get(&kick_ws[i].nqueued) == 0) {
+            continue;
+        }
+        uv_mutex_lock(&wake_of[i].kick_lock);
+        if (wake_of[i].alive) {
+            atomic_fetch_or(&wake_of[i].flags, WAKE_QUEUE);
+            uv_async_send(&kick_ws[i].wake);
+        }
+        uv_mutex_unlock(&wake_of[i].kick_lock);
+    }
+}
 
 /*
  * Commands (worker.h): the control thread writes what a command asks into
@@ -237,6 +294,9 @@ close_once(uv_handle_t *h)
 static void
 worker_close_handles(struct dm_worker *w)
 {
+    uv_mutex_lock(&wake_of[w->id].kick_lock);
+    wake_of[w->id].alive = false;
+    uv_mutex_unlock(&wake_of[w->id].kick_lock);
     for (size_t i = 0; i < w->nlisteners; i++) {
         close_once((uv_handle_t *)&w->listeners[i]);
     }
@@ -356,6 +416,9 @@ wake_cb(uv_async_t *a)
     if (flags & WAKE_SESSIONS) {
         dm_clients_session_retry(w);
     }
+    if (flags & WAKE_QUEUE) {
+        dm_clients_queue_retry(w);
+    }
 }
 
 static void
@@ -376,6 +439,11 @@ tick_cb(uv_timer_t *t)
      * this only bounds what a lost wake-up could cost. */
     if (w->ticks % 4 == 0 && w->tq[DM_T_SESSION].head != NULL) {
         dm_clients_session_retry(w);
+    }
+    /* Queued requests (max_conns) hear of each freed place at once
+     * (WAKE_QUEUE); every tick besides, for a server that became usable. */
+    if (w->tq[DM_T_QUEUE].head != NULL) {
+        dm_clients_queue_retry(w);
     }
     /* After a burst, hand the memory of its requests back once the worker
      * has been quiet for a moment: idle connections should cost only their
@@ -568,10 +636,10 @@ dm_workers_start(unsigned n, struct dm_runtime *rt, int access_log_fd, int json,
     if (ws == NULL) {
         goto fail;
     }
-    wake_of = calloc(n, sizeof(*wake_of));
-    if (wake_of == NULL) {
+    if (!wake_of_make(n)) {
         goto free_workers;
     }
+    kick_ws = ws;
     for (; made < n; made++) {
         r = worker_init(&ws[made], made, rt, access_log_fd, json);
         if (r < 0) {
@@ -597,8 +665,7 @@ abandon_workers:
     for (unsigned i = started; i < made; i++) {
         worker_abandon(&ws[i]);
     }
-    free(wake_of);
-    wake_of = NULL;
+    wake_of_free();
 free_workers:
     free(ws);
 fail:
@@ -620,8 +687,7 @@ dm_workers_stop(struct dm_worker *ws, unsigned n, uint64_t shutdown_ms)
 {
     workers_join(ws, n, shutdown_ms);
     free(ws);
-    free(wake_of);
-    wake_of = NULL;
+    wake_of_free();
 }
 
 void

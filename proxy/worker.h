@@ -58,6 +58,12 @@ void dm_workers_reload(struct dm_worker *w, unsigned n);
 void dm_workers_sessions_decided(struct dm_worker *w, unsigned n);
 
 /*
+ * A place under a server's max_conns freed: every worker with requests
+ * queued for one tries them again (dm_clients_queue_retry). Any worker thread.
+ */
+void dm_workers_queue_kick(void);
+
+/*
  * Commands to every worker about a host, from the control thread (the only
  * one that may send them). Each returns its epoch, a number that grows with
  * every command. A worker acknowledges an epoch once it has carried out every

@@ -1616,6 +1616,42 @@ test_session_errors(void **state)
 }
 
 static void
+test_queue_keys(void **state)
+{
+    (void)state;
+    /* Defaults: no limit, no bound on the queue, timeouts.queue = connect. */
+    struct dm_conf *c = load_ok(LISTEN "timeouts: {connect: 2s}\n"
+                                       "pools:\n  p:\n    servers:\n"
+                                       "      - {name: a, address: \"127.0.0.1:9001\"}\n");
+    assert_int_equal(c->timeouts.queue_ms, 2000);
+    assert_int_equal(c->pools[0].max_queue, 0);
+    assert_int_equal(c->pools[0].servers[0].max_conns, 0);
+    dm_conf_destroy(c);
+    c = load_ok(LISTEN "pools:\n  p:\n    servers:\n"
+                       "      - {name: a, address: \"127.0.0.1:9001\"}\n");
+    assert_int_equal(c->timeouts.queue_ms, 5000);
+    dm_conf_destroy(c);
+    c = load_ok(LISTEN "timeouts: {connect: 2s, queue: 250ms}\n"
+                       "pools:\n  p:\n    max_queue: 7\n    servers:\n"
+                       "      - {name: a, address: \"127.0.0.1:9001\", max_conns: 3}\n"
+                       "      - {name: b, address: \"127.0.0.1:9002\"}\n");
+    assert_int_equal(c->timeouts.queue_ms, 250);
+    assert_int_equal(c->pools[0].max_queue, 7);
+    assert_int_equal(c->pools[0].servers[0].max_conns, 3);
+    assert_int_equal(c->pools[0].servers[1].max_conns, 0);
+    dm_conf_destroy(c);
+    expect_error(LISTEN "timeouts: {queue: 0}\npools:\n  p:\n    servers:\n"
+                        "      - {name: a, address: \"127.0.0.1:9001\"}\n",
+                 "t.yaml:2:19: queue must be more than 0");
+    expect_error(LISTEN "pools:\n  p:\n    max_queue: -1\n    servers:\n"
+                        "      - {name: a, address: \"127.0.0.1:9001\"}\n",
+                 "t.yaml:4:16: max_queue must be between 0 and 10000000, got -1");
+    expect_error(LISTEN "pools:\n  p:\n    servers:\n"
+                        "      - {name: a, address: \"127.0.0.1:9001\", max_conns: x}\n",
+                 "t.yaml:5:57: expected an integer, got \"x\"");
+}
+
+static void
 test_prefixes_parse_and_match(void **state)
 {
     (void)state;
@@ -1713,6 +1749,7 @@ main(void)
         cmocka_unit_test(test_power_errors),
         cmocka_unit_test(test_session_keys_are_read),
         cmocka_unit_test(test_session_errors),
+        cmocka_unit_test(test_queue_keys),
         cmocka_unit_test(test_prefixes_parse_and_match),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

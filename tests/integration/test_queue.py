@@ -1,0 +1,179 @@
+"""
+Per-server max_conns and the pool's queue, as HAProxy's maxconn and timeout
+queue: a server never serves more requests at once than its max_conns; a
+request that finds every server full waits in the pool's queue, in turn, and
+is sent when a place frees; one that waits timeouts.queue, or finds the queue
+at max_queue, is answered 503 and never reaches a server.
+
+The servers are dimmer-backend nodes whose requests take ?ms=N of service
+each; their /stats tell the most requests they ever had in service at once.
+"""
+import os
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(__file__))
+import harness as H  # noqa: E402
+
+NO_PASSIVE = {"max_fails": 0}
+
+
+def fetch_all(port, paths, timeout=20):
+    """One request on its own connection per path, all at once: [(status, body)]."""
+    out = [None] * len(paths)
+
+    def one(i):
+        try:
+            with H.Conn(port, timeout=timeout) as c:
+                r = c.request("GET", paths[i], timeout=timeout)
+                out[i] = (r.status, r.body)
+        except Exception as e:  # reported by the assertion below
+            out[i] = ("error", repr(e))
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(paths))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout + 5)
+    return out
+
+
+class QueueTest(H.DimmerTest):
+    def node(self, name):
+        # capacity: the node counts its requests in service (it never queues them).
+        return self.start_node("--capacity", 1000, name=name)
+
+    def queue(self):
+        return self.d.admin_stats()["pools"][0]["queue"]
+
+    def test_server_serves_at_most_max_conns_and_the_rest_wait_their_turn(self):
+        n = self.node("n1")
+        self.d = self.start_dimmer(
+            {"web": {"servers": [(n.name, n.port, {"max_conns": 2})], "passive": NO_PASSIVE}},
+            timeouts={"queue": "20s"})
+        results = fetch_all(self.d.port, ["/bytes/%d?ms=500" % (i + 1) for i in range(6)])
+        self.assertEqual(results, [(200, H.pattern(i + 1)) for i in range(6)])
+        st = n.stats()
+        self.assertEqual(st["in_service_max"], 2)
+        self.assertEqual(st["requests"], 6)
+        q = self.queue()
+        self.assertEqual((q["now"], q["timeouts"], q["full"]), (0, 0, 0))
+        self.assertGreaterEqual(q["peak"], 1)
+        self.assertLessEqual(q["peak"], 4)
+        self.assertEqual(self.d.admin_stats()["pools"][0]["servers"][0]["max_conns"], 2)
+
+    def test_full_servers_are_passed_over_for_one_with_room(self):
+        a, b = self.node("a"), self.node("b")
+        self.d = self.start_dimmer(
+            {"web": {"servers": [(a.name, a.port, {"max_conns": 1}),
+                                 (b.name, b.port, {"max_conns": 3})],
+                     "passive": NO_PASSIVE}},
+            timeouts={"queue": "20s"})
+        results = fetch_all(self.d.port, ["/bytes/5?ms=300"] * 8)
+        self.assertEqual(results, [(200, H.pattern(5))] * 8)
+        self.assertEqual(a.stats()["in_service_max"], 1)
+        self.assertEqual(b.stats()["in_service_max"], 3)
+        self.assertEqual(a.stats()["requests"] + b.stats()["requests"], 8)
+
+    def test_request_waiting_past_timeouts_queue_gets_503_and_never_reaches_a_server(self):
+        n = self.node("n1")
+        self.d = self.start_dimmer(
+            {"web": {"servers": [(n.name, n.port, {"max_conns": 1})], "passive": NO_PASSIVE}},
+            timeouts={"queue": "300ms"})
+        holder = H.Conn(self.d.port, timeout=10)
+        try:
+            holder.send(H.build_request("GET", "/bytes/1?ms=3000"))
+            H.wait_until(lambda: n.stats()["in_service"] == 1, 5, "the first in service")
+            with H.Conn(self.d.port, timeout=10) as c:
+                start = time.monotonic()
+                r = c.request("GET", "/bytes/2", timeout=10)
+                waited = time.monotonic() - start
+                self.assertEqual(r.status, 503)
+                self.assertIn(b"timeouts.queue", r.body)
+                # Answered at the end of timeouts.queue, not at the holder's end.
+                self.assertGreaterEqual(waited, 0.25)
+                self.assertLess(waited, 2.5)
+                # Still usable: the connection is kept.
+                self.assertEqual(self.queue()["timeouts"], 1)
+            self.assertEqual(holder.read_response(timeout=10).status, 200)
+        finally:
+            holder.close()
+        self.assertEqual(n.stats()["requests"], 1)
+        self.assertEqual(self.queue()["now"], 0)
+        self.assertIn("timeouts.queue", self.d.proc.stderr())
+
+    def test_queue_at_max_queue_answers_503_at_once(self):
+        n = self.node("n1")
+        self.d = self.start_dimmer(
+            {"web": {"servers": [(n.name, n.port, {"max_conns": 1})], "passive": NO_PASSIVE,
+                     "max_queue": 1}},
+            timeouts={"queue": "20s"})
+        holder = H.Conn(self.d.port, timeout=10)
+        waiter = H.Conn(self.d.port, timeout=10)
+        try:
+            holder.send(H.build_request("GET", "/bytes/1?ms=1500"))
+            H.wait_until(lambda: n.stats()["in_service"] == 1, 5, "the first in service")
+            waiter.send(H.build_request("GET", "/bytes/2"))
+            H.wait_until(lambda: self.queue()["now"] == 1, 5, "the second queued")
+            with H.Conn(self.d.port, timeout=10) as c:
+                r = c.request("GET", "/bytes/3", timeout=10)
+                self.assertEqual(r.status, 503)
+                self.assertIn(b"max_queue", r.body)
+            self.assertEqual(self.queue()["full"], 1)
+            self.assertEqual(holder.read_response(timeout=10).body, H.pattern(1))
+            self.assertEqual(waiter.read_response(timeout=10).body, H.pattern(2))
+        finally:
+            holder.close()
+            waiter.close()
+        self.assertEqual(n.stats()["requests"], 2)
+        self.assertEqual(self.queue()["now"], 0)
+
+    def test_client_gone_while_queued_gives_its_turn_back(self):
+        n = self.node("n1")
+        self.d = self.start_dimmer(
+            {"web": {"servers": [(n.name, n.port, {"max_conns": 1})], "passive": NO_PASSIVE}},
+            timeouts={"queue": "20s"})
+        holder = H.Conn(self.d.port, timeout=10)
+        try:
+            holder.send(H.build_request("GET", "/bytes/1?ms=1000"))
+            H.wait_until(lambda: n.stats()["in_service"] == 1, 5, "the first in service")
+            gone = [H.Conn(self.d.port) for _ in range(3)]
+            for c in gone:
+                c.send(H.build_request("GET", "/bytes/2"))
+            H.wait_until(lambda: self.queue()["now"] == 3, 5, "three queued")
+            for c in gone:
+                c.close()
+            H.wait_until(lambda: self.queue()["now"] == 0, 5, "the queue emptied by the closes")
+            self.assertEqual(holder.read_response(timeout=10).status, 200)
+        finally:
+            holder.close()
+        # The next request is served at once; the gone ones never reached the server.
+        self.assertEqual(H.get(self.d.port, "/bytes/4").body, H.pattern(4))
+        self.assertEqual(n.stats()["requests"], 2)
+
+    def test_two_workers_share_the_places_of_a_server(self):
+        n = self.node("n1")
+        self.d = self.start_dimmer(
+            {"web": {"servers": [(n.name, n.port, {"max_conns": 2})], "passive": NO_PASSIVE}},
+            workers=2, timeouts={"queue": "30s"})
+        results = fetch_all(self.d.port, ["/bytes/%d?ms=100" % (i + 1) for i in range(16)],
+                            timeout=30)
+        self.assertEqual(results, [(200, H.pattern(i + 1)) for i in range(16)])
+        self.assertEqual(n.stats()["in_service_max"], 2)
+        self.assertEqual(n.stats()["requests"], 16)
+        self.assertEqual(self.queue()["now"], 0)
+
+    def test_no_limit_by_default(self):
+        n = self.node("n1")
+        self.d = self.start_dimmer({"web": {"servers": [(n.name, n.port)],
+                                            "passive": NO_PASSIVE}})
+        results = fetch_all(self.d.port, ["/bytes/3?ms=1000"] * 8)
+        self.assertEqual(results, [(200, H.pattern(3))] * 8)
+        self.assertGreaterEqual(n.stats()["in_service_max"], 3)
+        q = self.queue()
+        self.assertEqual((q["now"], q["peak"]), (0, 0))
+
+
+if __name__ == "__main__":
+    H.main()
