@@ -16,6 +16,11 @@ connection (a GET without a body); the path chooses the behaviour:
   /fault/trickle          a whole 200 response (head and body) one byte every 200 ms
   /fault/trickle_body     the head at once (Content-Length: 50), then the body one byte every 200 ms
   /fault/overlong         Content-Length: 5 and 30 bytes in one write, then waits for the close
+  /fault/close_next       200 "ok", keeping the connection; the next request on it is read
+                          ("got next PATH") and the connection closed unanswered, as a server
+                          closing an idle keep-alive connection just as a request comes
+  /fault/reset_next       the same, the connection reset (RST) instead
+  /fault/ok               200 "ok" with Connection: close
   anything else           200 "ok" with Connection: close
 
 "hold" waits until GET /release (on this server, from the test) or 10 s. Each
@@ -107,6 +112,15 @@ def handle(s):
         elif mode == "trickle_body":
             s.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 50\r\n\r\n")
             trickle(s, b"y" * 50)
+        elif mode in ("close_next", "reset_next"):
+            s.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+            nxt = read_head(s)
+            if nxt is not None:
+                say("got next " + nxt.split(b"\r\n", 1)[0].split(b" ")[1].decode("latin-1"))
+                if mode == "reset_next":
+                    s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        elif mode == "ok":
+            s.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
         elif mode == "overlong":
             s.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello"
                       b"EXTRA-BYTES-PAST-THE-BODY")

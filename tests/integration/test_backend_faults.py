@@ -277,6 +277,25 @@ class BackendFaultTest(H.DimmerTest):
                      "both server connections to close")
         self.assert_health(counted=False)
 
+    def test_pooled_connection_closed_under_a_request_is_retried(self):
+        # The server closes (or resets) a kept-alive connection just as dimmer
+        # reuses it for a request: nothing of it was answered, so it goes
+        # again on a new connection and the client never sees the race.
+        self.start()
+        for mode in ("close_next", "reset_next"):
+            with H.Conn(self.d.port, timeout=5) as c:
+                self.assertEqual(c.request("GET", "/fault/" + mode).body, b"ok")
+                H.wait_until(lambda: self.fb.count("got " + mode) == 1, 5, "the first request")
+                before = self.fb.count("got ok")
+                r = c.request("GET", "/fault/ok")
+                self.assertEqual((r.status, r.body), (200, b"ok"))
+                # It went on the pooled connection first, then on a new one.
+                self.assertEqual(self.fb.count("got next /fault/ok"),
+                                 1 if mode == "close_next" else 2)
+                self.assertEqual(self.fb.count("got ok"), before + 1)
+        # A race of the keep-alive, not a failure of the server.
+        self.assert_health(counted=False)
+
     # ---- leaks ----------------------------------------------------------
 
     BATCH = ["die_mid", "die_mid_chunked", "silent", "reset", "half_status", "malformed",
