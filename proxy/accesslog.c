@@ -14,6 +14,7 @@
 
 #include "proxy/conn.h"
 #include "proxy/internal.h"
+#include "proxy/metrics.h"
 
 #define DM_LOG_BUF (64 * 1024)
 
@@ -125,6 +126,7 @@ dm_accesslog_write(struct dm_req *req)
 {
     struct dm_client *c = req->c;
     struct dm_worker *w = c->w;
+    dm_metrics_request_done(req);
     if (w->log_fd < 0) {
         return;
     }

@@ -16,6 +16,7 @@
 #include "parsers/catalog.h"
 #include "proxy/internal.h"
 #include "proxy/log.h"
+#include "proxy/metrics.h"
 #include "proxy/power.h"
 #include "proxy/sbuf.h"
 #include "proxy/session.h"
@@ -45,6 +46,7 @@ struct dm_admin {
     struct dm_powermgr *power;
     const char *token; /* POSTs need "Authorization: Bearer <token>"; NULL: none */
     bool loopback;     /* bound to a loopback address: POSTs without a token are taken */
+    double start_unix_s;
 };
 
 struct admin_conn {
@@ -126,22 +128,13 @@ host_json(struct dm_sbuf *b, const struct dm_host *h, uint64_t now_us)
 static void
 limits_json(struct dm_sbuf *b, const struct dm_admin *a)
 {
-    uint64_t pauses = 0;
-    uint64_t paused = 0;
-    uint64_t per_client = 0;
-    uint64_t rate = 0;
-    for (unsigned i = 0; a->workers != NULL && i < a->nworkers; i++) {
-        const struct dm_worker *w = &a->workers[i];
-        pauses += dm_counter_get(&w->accept_pauses);
-        paused += atomic_load_explicit(&w->paused_now, memory_order_relaxed) ? 1 : 0;
-        per_client += dm_counter_get(&w->refused_per_client);
-        rate += dm_counter_get(&w->refused_rate);
-    }
+    struct dm_limits_counts l;
+    dm_workers_limits(a->workers, a->nworkers, &l);
     dm_sb_printf(b,
                  ",\"limits\":{\"accept_pauses\":%llu,\"paused_workers\":%llu,"
                  "\"refused\":{\"max_conns_per_client\":%llu,\"rate\":%llu}}",
-                 (unsigned long long)pauses, (unsigned long long)paused,
-                 (unsigned long long)per_client, (unsigned long long)rate);
+                 (unsigned long long)l.accept_pauses, (unsigned long long)l.paused_workers,
+                 (unsigned long long)l.per_client, (unsigned long long)l.rate);
 }
 
 /*
@@ -556,6 +549,19 @@ answer(struct admin_conn *ac)
         respond(ac, "200 OK", "application/json", body);
     } else if (strncmp(target, "/power/", 7) == 0 && post) {
         pin(ac, target + 7, q != NULL ? q + 1 : "");
+    } else if (strcmp(target, "/metrics") == 0 && get) {
+        struct dm_sbuf body = { 0 };
+        const struct dm_admin *a = ac->admin;
+        struct dm_metrics_view v = {
+            .workers = a->workers,
+            .nworkers = a->workers != NULL ? a->nworkers : 0,
+            .hosts = a->hosts,
+            .catalog = admin_catalog,
+            .power = a->power,
+            .start_unix_s = a->start_unix_s,
+        };
+        dm_metrics_text(&body, &v);
+        respond(ac, "200 OK", "text/plain; version=0.0.4; charset=utf-8", body);
     } else if (strcmp(target, "/stats") == 0 && get) {
         struct dm_sbuf body = { 0 };
         stats_json(&body, ac->admin);
@@ -564,6 +570,7 @@ answer(struct admin_conn *ac)
         respond_text(ac, "200 OK",
                      "dimmer admin\n"
                      "  GET  /stats                   pools, servers and hosts as JSON\n"
+                     "  GET  /metrics                 the same and more, for Prometheus\n"
                      "  POST /hosts/ADDR/drain        no new request to the host; "
                      "its idle connections close\n"
                      "  POST /hosts/ADDR/ready        the host takes requests again\n"
@@ -577,7 +584,8 @@ answer(struct admin_conn *ac)
     } else if (strncmp(target, "/hosts/", 7) == 0 && post) {
         command(ac, target + 7);
     } else if (strcmp(target, "/stats") == 0 || strcmp(target, "/") == 0 ||
-               strncmp(target, "/hosts/", 7) == 0 || strncmp(target, "/power", 6) == 0) {
+               strcmp(target, "/metrics") == 0 || strncmp(target, "/hosts/", 7) == 0 ||
+               strncmp(target, "/power", 6) == 0) {
         respond_text(ac, "405 Method Not Allowed", "method not allowed");
     } else {
         respond_text(ac, "404 Not Found", "not found");
@@ -660,6 +668,9 @@ dm_admin_start(uv_loop_t *loop, const struct dm_conf_addr *addr, struct sockaddr
     }
     a->timer.data = a;
     a->timer_open = true;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    a->start_unix_s = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
     if (bound->ss_family == AF_INET) {
         const struct sockaddr_in *in4 = (const struct sockaddr_in *)bound;
         a->loopback = (ntohl(in4->sin_addr.s_addr) >> 24) == 127;

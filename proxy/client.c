@@ -429,6 +429,7 @@ dm_client_close(struct dm_client *c)
         c->next->prev = c->prev;
     }
     w->nclients--;
+    dm_stat_add(&w->lstats[c->listener].open, (uint64_t)-1);
     if (c->peer_counted) {
         dm_peers_release(&c->peer.sa);
         c->peer_counted = false;
@@ -1200,6 +1201,10 @@ dm_client_accept(struct dm_worker *w, uv_stream_t *listener)
     }
     w->clients = c;
     w->nclients++;
+    size_t l = (size_t)((uv_tcp_t *)listener - w->listeners);
+    c->listener = (uint8_t)(l < 255 ? l : 255);
+    dm_stat_add(&w->lstats[c->listener].accepted, 1);
+    dm_stat_add(&w->lstats[c->listener].open, 1);
     c->state = DM_C_IDLE;
     c->bound = -1;
     client_timer_start(c, DM_T_HEADER, c->rt->conf->timeouts.client_header_ms);

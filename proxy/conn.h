@@ -67,10 +67,11 @@ struct dm_client {
     bool close_after;  /* close when the writes in flight are done */
     bool peer_counted; /* counted in proxy/peers.h (max_conns_per_client) */
     bool closing;
-    bool served;   /* at least one request was served (header vs keep-alive timeout) */
-    bool any_host; /* its page is known under the empty host (a host-less preload) */
-    bool held;     /* its request is counted in its pool's held (DM_T_HOLD) */
-    bool queued;   /* its request is counted in its pool's queued (DM_T_QUEUE) */
+    bool served;      /* at least one request was served (header vs keep-alive timeout) */
+    bool any_host;    /* its page is known under the empty host (a host-less preload) */
+    bool held;        /* its request is counted in its pool's held (DM_T_HOLD) */
+    bool queued;      /* its request is counted in its pool's queued (DM_T_QUEUE) */
+    uint8_t listener; /* index of the listener it came through (255: 255 or later) */
 };
 
 enum dm_upstream_state {

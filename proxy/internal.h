@@ -66,6 +66,7 @@
 #include "conf/conf.h"
 #include "parsers/http.h"
 
+#define DM_VERSION    "0.1.0"
 #define DM_WRITE_HIGH (256 * 1024) /* stop reading the other side above this */
 #define DM_BUF_MIN    (32 * 1024)
 
@@ -81,12 +82,46 @@ extern _Atomic(uv_async_t *) dm_hold_notify;
 
 struct dm_upstream;
 
+/*
+ * GET /metrics counters of one server of a pool, kept by one worker: only
+ * that worker writes them (a relaxed load and store, dm_stat_add: no locked
+ * instruction on the request path), any thread reads them.
+ */
+#define DM_DUR_BUCKETS 12 /* request duration: 11 bounds (proxy/metrics.c) and +Inf */
+struct dm_srv_stats {
+    atomic_uint_fast64_t responses[6];        /* by status class 1xx..5xx; [5]: none (cut short) */
+    atomic_uint_fast64_t bytes_in;            /* request bytes from the client, head and body */
+    atomic_uint_fast64_t bytes_out;           /* response bytes to the client, head and body */
+    atomic_uint_fast64_t retries;             /* attempts after the first */
+    atomic_uint_fast64_t dur[DM_DUR_BUCKETS]; /* requests by duration, each bucket its own */
+    atomic_uint_fast64_t dur_sum_us;
+    atomic_uint_fast64_t idle; /* keep-alive connections to it idle in the worker's pool now */
+};
+
+/* Adds v to a counter that only the calling thread writes. */
+static inline void
+dm_stat_add(atomic_uint_fast64_t *c, uint64_t v)
+{
+    atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + v,
+                          memory_order_relaxed);
+}
+
+/* Per listener, kept by one worker as dm_srv_stats are. */
+struct dm_lst_stats {
+    atomic_uint_fast64_t accepted; /* client connections accepted */
+    atomic_uint_fast64_t open;     /* open now (added and taken back by this worker) */
+    atomic_uint_fast64_t requests; /* requests answered or cut short (dm_metrics_request_done) */
+};
+
 struct dm_rpool {
     const struct dm_conf_pool *cf;
     struct dm_servers *sv;
     struct dm_balancer *bal;
     /* Idle keep-alive server connections: idle[worker * sv->n + server]. */
     struct dm_upstream **idle;
+    /* Counters: stats[worker * (sv->n + 1) + server]; server sv->n: the
+     * requests answered with no server. */
+    struct dm_srv_stats *stats;
     /* Requests held by every worker because no server of the pool is awake
      * (scale to zero, power.hold_timeout); the power manager wakes one. */
     atomic_uint_fast64_t held;
@@ -229,6 +264,7 @@ struct dm_worker {
     unsigned ticks;
     uv_tcp_t *listeners;
     bool *held; /* per listener: a connection left pending at max_conns (libuv holds its fd) */
+    struct dm_lst_stats *lstats; /* per listener */
     size_t nlisteners;
     size_t held_next;      /* the listener to resume first, so none starves */
     struct dm_runtime *rt; /* the runtime this worker last saw */

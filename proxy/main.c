@@ -23,8 +23,6 @@
 #include "proxy/session.h"
 #include "proxy/worker.h"
 
-#define DM_VERSION "0.1.0"
-
 #define DM_SESSIONS_TICK_MS 10 /* how often the session placers' batch windows are looked at */
 
 struct control {

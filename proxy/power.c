@@ -31,6 +31,7 @@
 #include "power/wol.h"
 #include "proxy/internal.h"
 #include "proxy/log.h"
+#include "proxy/metrics.h"
 #include "proxy/worker.h"
 
 #define POWER_TICK_MS  100
@@ -110,6 +111,8 @@ struct pm_pool {
     struct dm_power_target target;
     long pinned;  /* -1: the policy decides */
     bool present; /* in the current config */
+    /* Decisions by load class and action: [class][0 up, 1 down, 2 stay]. */
+    uint64_t decided[DM_PC_CLASSES][3];
 };
 
 struct decision {
@@ -775,6 +778,10 @@ pool_trend(struct dm_powermgr *pm, struct pm_pool *p, uint64_t now)
     double avg = m.n_live > 0 ? m.total_w / m.n_live : 0;
     p->m = m;
     p->target = t;
+    unsigned now_on = m.n_live + m.n_booting;
+    if ((unsigned)t.cls < DM_PC_CLASSES) {
+        p->decided[t.cls][t.servers > now_on ? 0 : t.servers < now_on ? 1 : 2]++;
+    }
     if (dm_pm_should_act(&p->trend, &t, &m, pw->period_ms * 1000, now)) {
         struct dm_sbuf did = { 0 };
         act(pm, p, t.servers, now, false, &did);
@@ -1402,4 +1409,123 @@ dm_power_json(struct dm_powermgr *pm, struct dm_sbuf *b)
         dm_sb_printf(b, "}");
     }
     dm_sb_printf(b, "]}\n");
+}
+
+/* ---- GET /metrics ---- */
+
+/* "name{pool="P",server="S"": a sample of s, its labels still open. */
+static void
+server_sample(struct dm_sbuf *b, const char *name, const struct pm_server *s)
+{
+    dm_sb_printf(b, "%s{pool=", name);
+    dm_metrics_label(b, s->pool->name);
+    dm_sb_printf(b, ",server=");
+    dm_metrics_label(b, s->cf->name);
+}
+
+void
+dm_power_metrics_text(struct dm_powermgr *pm, struct dm_sbuf *b)
+{
+    dm_metrics_family(b, "dimmer_power_reports_total", "counter",
+                      "Agent reports received, by verdict: ok (accepted) or why dropped.");
+    for (int v = 0; v < DM_REPORT_VERDICTS; v++) {
+        dm_sb_printf(b, "dimmer_power_reports_total{verdict=\"%s\"} %llu\n",
+                     dm_report_verdict_name((enum dm_report_verdict)v),
+                     (unsigned long long)(pm != NULL ? pm->reports[v] : 0));
+    }
+    if (pm == NULL) {
+        return;
+    }
+    uint64_t now = dm_mono_us();
+    dm_metrics_family(b, "dimmer_power_server_watts", "gauge",
+                      "A power-managed server's estimated power, by the source of the figure "
+                      "(agent: its report; proxy: dimmer's own counters).");
+    for (size_t i = 0; i < pm->nservers; i++) {
+        const struct pm_server *s = pm->servers[i];
+        if (s->pool != NULL) {
+            server_sample(b, "dimmer_power_server_watts", s);
+            dm_sb_printf(b, ",source=\"%s\"} %.3f\n", s->w_source != NULL ? s->w_source : "proxy",
+                         s->est_w);
+        }
+    }
+    dm_metrics_family(b, "dimmer_power_server_energy_wh_total", "counter",
+                      "Energy a power-managed server used by the estimate, in watt-hours.");
+    for (size_t i = 0; i < pm->nservers; i++) {
+        const struct pm_server *s = pm->servers[i];
+        if (s->pool != NULL) {
+            server_sample(b, "dimmer_power_server_energy_wh_total", s);
+            dm_sb_printf(b, "} %.6f\n", s->energy_wh);
+        }
+    }
+    dm_metrics_family(b, "dimmer_power_server_state", "gauge",
+                      "1 for a power-managed server's state in the manager's state machine.");
+    for (size_t i = 0; i < pm->nservers; i++) {
+        const struct pm_server *s = pm->servers[i];
+        for (int k = 0; s->pool != NULL && k < DM_PM_STATES; k++) {
+            server_sample(b, "dimmer_power_server_state", s);
+            dm_sb_printf(b, ",state=\"%s\"} %d\n", dm_pm_state_name((enum dm_pm_state)k),
+                         (int)s->state == k);
+        }
+    }
+    dm_metrics_family(b, "dimmer_power_server_state_seconds", "gauge",
+                      "Time a power-managed server has been in its state.");
+    for (size_t i = 0; i < pm->nservers; i++) {
+        const struct pm_server *s = pm->servers[i];
+        if (s->pool != NULL) {
+            server_sample(b, "dimmer_power_server_state_seconds", s);
+            dm_sb_printf(b, "} %.3f\n", now > s->since_us ? (double)(now - s->since_us) / 1e6 : 0);
+        }
+    }
+    dm_metrics_family(b, "dimmer_power_server_actions_total", "counter",
+                      "Power actions (wake, sleep) carried out on a server, by result.");
+    for (size_t i = 0; i < pm->nservers; i++) {
+        const struct pm_server *s = pm->servers[i];
+        for (int k = 0; s->pool != NULL && k < 2; k++) {
+            server_sample(b, "dimmer_power_server_actions_total", s);
+            dm_sb_printf(b, ",result=\"%s\"} %llu\n", k == 0 ? "ok" : "failed",
+                         (unsigned long long)(k == 0 ? s->actions - s->action_failures
+                                                     : s->action_failures));
+        }
+    }
+    static const struct {
+        const char *name, *help;
+    } gauges[] = {
+        { "dimmer_power_pool_watts",
+          "Estimated power of the pool's awake servers (the policy's input)." },
+        { "dimmer_power_pool_target_servers", "Servers the policy wants on." },
+        { "dimmer_power_pool_active_servers", "Servers serving now." },
+        { "dimmer_power_pool_booting_servers", "Servers booting now." },
+        { "dimmer_power_pool_servers", "Servers the pool's power manager knows." },
+        { "dimmer_power_pool_tcp", "The policy's TCP figure (client connections and requests)." },
+    };
+    for (size_t f = 0; f < sizeof(gauges) / sizeof(gauges[0]); f++) {
+        dm_metrics_family(b, gauges[f].name, "gauge", gauges[f].help);
+        for (size_t i = 0; i < pm->npools; i++) {
+            const struct pm_pool *p = pm->pools[i];
+            if (!p->present) {
+                continue;
+            }
+            double v[] = { p->m.total_w,   p->target.servers, p->m.n_live,
+                           p->m.n_booting, p->m.n_total,      p->m.tcp };
+            dm_sb_printf(b, "%s{pool=", gauges[f].name);
+            dm_metrics_label(b, p->name);
+            dm_sb_printf(b, "} %.3f\n", v[f]);
+        }
+    }
+    dm_metrics_family(b, "dimmer_power_decisions_total", "counter",
+                      "The policy's decisions by load class and by what the target asks of the "
+                      "servers on: up, down or stay.");
+    static const char *const actions[] = { "up", "down", "stay" };
+    for (size_t i = 0; i < pm->npools; i++) {
+        const struct pm_pool *p = pm->pools[i];
+        for (int c = 0; p->present && c < DM_PC_CLASSES; c++) {
+            for (int a = 0; a < 3; a++) {
+                dm_sb_printf(b, "dimmer_power_decisions_total{pool=");
+                dm_metrics_label(b, p->name);
+                dm_sb_printf(b, ",class=\"%s\",action=\"%s\"} %llu\n",
+                             dm_power_class_name((enum dm_power_class)c), actions[a],
+                             (unsigned long long)p->decided[c][a]);
+            }
+        }
+    }
 }

@@ -65,6 +65,8 @@ void dm_power_json(struct dm_powermgr *pm, struct dm_sbuf *b);
 
 /* The agent report counters for /stats: "reports":{...}, appended to b. */
 void dm_power_stats_json(struct dm_powermgr *pm, struct dm_sbuf *b);
+/* The manager's part of GET /metrics (proxy/metrics.h); pm NULL: the report counters at 0. */
+void dm_power_metrics_text(struct dm_powermgr *pm, struct dm_sbuf *b);
 
 /* Whether h is a server of a power-managed pool. */
 bool dm_power_manages(const struct dm_powermgr *pm, const struct dm_host *h);

@@ -79,7 +79,9 @@ dm_runtime_create(struct dm_conf *conf, unsigned nworkers, struct dm_hosts *host
         p->hashing = (ops->needs & DM_BAL_NEEDS_KEY) != 0;
         p->idle =
             calloc((size_t)nworkers * (pc->nservers > 0 ? pc->nservers : 1), sizeof(*p->idle));
-        if (p->idle == NULL) {
+        p->stats =
+            calloc((size_t)(nworkers > 0 ? nworkers : 1) * (pc->nservers + 1), sizeof(*p->stats));
+        if (p->idle == NULL || p->stats == NULL) {
             goto fail;
         }
     }
@@ -120,6 +122,7 @@ dm_runtime_unref(struct dm_runtime *rt)
         dm_balancer_destroy(rt->pools[i].bal);
         dm_servers_destroy(rt->pools[i].sv);
         free(rt->pools[i].idle);
+        free(rt->pools[i].stats);
     }
     free(rt->pools);
     dm_conf_destroy(rt->conf);

@@ -85,6 +85,13 @@ idle_head(struct dm_upstream *up)
     return &p->idle[(size_t)up->w->id * p->sv->n + (size_t)up->server];
 }
 
+static struct dm_srv_stats *
+idle_stats(struct dm_upstream *up)
+{
+    struct dm_rpool *p = &up->rt->pools[up->pool];
+    return &p->stats[(size_t)up->w->id * (p->sv->n + 1) + (size_t)up->server];
+}
+
 static void
 idle_remove(struct dm_upstream *up)
 {
@@ -101,6 +108,7 @@ idle_remove(struct dm_upstream *up)
     }
     up->prev = up->next = NULL;
     up->state = DM_U_HEAD;
+    dm_stat_add(&idle_stats(up)->idle, (uint64_t)-1);
 }
 
 void
@@ -733,6 +741,7 @@ dm_upstream_release(struct dm_upstream *up, bool reusable)
         (*head)->prev = up;
     }
     *head = up;
+    dm_stat_add(&idle_stats(up)->idle, 1);
     /* Keep reading: a server closing an idle connection is noticed at once. */
     dm_upstream_read_start(up);
     dm_upstream_deadline(up, up->rt->conf->timeouts.client_keepalive_ms);

@@ -518,11 +518,15 @@ worker_init(struct dm_worker *w, unsigned i, struct dm_runtime *rt, int access_l
     }
     w->listeners = calloc(rt->conf->nlisteners, sizeof(*w->listeners));
     w->held = calloc(rt->conf->nlisteners, sizeof(*w->held));
-    if ((w->listeners == NULL || w->held == NULL) && rt->conf->nlisteners > 0) {
+    w->lstats = calloc(rt->conf->nlisteners, sizeof(*w->lstats));
+    if ((w->listeners == NULL || w->held == NULL || w->lstats == NULL) &&
+        rt->conf->nlisteners > 0) {
         free(w->listeners);
         w->listeners = NULL;
         free(w->held);
         w->held = NULL;
+        free(w->lstats);
+        w->lstats = NULL;
         r = UV_ENOMEM;
         goto fini_accesslog;
     }
@@ -597,6 +601,7 @@ worker_abandon(struct dm_worker *w)
     uv_loop_close(&w->loop);
     free(w->listeners);
     free(w->held);
+    free(w->lstats);
     dm_accesslog_fini(w);
     dm_runtime_unref(w->rt);
 }
@@ -621,6 +626,7 @@ workers_join(struct dm_worker *ws, unsigned n, uint64_t shutdown_ms)
         dm_buf_trim(w);
         free(w->listeners);
         free(w->held);
+        free(w->lstats);
         dm_runtime_unref(w->rt);
     }
 }
@@ -750,4 +756,17 @@ dm_workers_acked(const struct dm_worker *ws, unsigned n, uint64_t epoch)
         }
     }
     return k;
+}
+
+void
+dm_workers_limits(const struct dm_worker *ws, unsigned n, struct dm_limits_counts *out)
+{
+    *out = (struct dm_limits_counts){ 0 };
+    for (unsigned i = 0; ws != NULL && i < n; i++) {
+        const struct dm_worker *w = &ws[i];
+        out->accept_pauses += dm_counter_get(&w->accept_pauses);
+        out->paused_workers += atomic_load_explicit(&w->paused_now, memory_order_relaxed) ? 1 : 0;
+        out->per_client += dm_counter_get(&w->refused_per_client);
+        out->rate += dm_counter_get(&w->refused_rate);
+    }
 }

@@ -63,6 +63,15 @@ void dm_workers_sessions_decided(struct dm_worker *w, unsigned n);
  */
 void dm_workers_queue_kick(void);
 
+/* The limits' counters summed over the workers (GET /stats and /metrics). */
+struct dm_limits_counts {
+    uint64_t accept_pauses;  /* times a worker at limits.max_conns stopped accepting */
+    uint64_t paused_workers; /* those paused now */
+    uint64_t per_client;     /* connections closed at once by limits.max_conns_per_client */
+    uint64_t rate;           /* requests answered 429 by limits.rate */
+};
+void dm_workers_limits(const struct dm_worker *ws, unsigned n, struct dm_limits_counts *out);
+
 /*
  * Commands to every worker about a host, from the control thread (the only
  * one that may send them). Each returns its epoch, a number that grows with

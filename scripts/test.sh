@@ -8,7 +8,8 @@
 # (scripts/fuzz.sh: 60 s in all).
 set -eu
 cd "$(dirname "$0")/.."
-sh scripts/deps.sh python3 curl
+# prometheus: promtool checks GET /metrics (tests/integration/test_metrics.py).
+sh scripts/deps.sh python3 curl prometheus
 sh scripts/build.sh build -DCMAKE_BUILD_TYPE=RelWithDebInfo
 (cd build && ctest --output-on-failure -j2)
 sh scripts/build.sh build-release -DCMAKE_BUILD_TYPE=Release
