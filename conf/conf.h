@@ -254,8 +254,9 @@ struct dm_conf {
     struct dm_conf_limits limits;
     struct dm_conf_catalog catalog;
     char *access_log;        /* path, "-" = stdout, NULL = off */
-    char *access_log_format; /* "default" or "json" */
+    char *access_log_format; /* "default", "json" or "combined" */
     char *error_log;         /* path, NULL = stderr */
+    unsigned log_level;      /* the error log's: 0 error, 1 warn, 2 info (default), 3 debug */
     /* power: the agents' metrics listener (UDP), their key, the admin token. */
     struct dm_conf_addr metrics; /* metrics.text NULL when none */
     uint8_t *metrics_key;        /* the key file's bytes, a final newline dropped */

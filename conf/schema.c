@@ -19,6 +19,7 @@ bool
 dm_conf_defaults(struct dm_conf *c)
 {
     c->workers = 0;
+    c->log_level = 2; /* info */
     c->timeouts = (struct dm_conf_timeouts){
         .connect_ms = 5000,
         .client_header_ms = 10000,
@@ -271,7 +272,7 @@ static const char *const access_log_keys[LOG_N] = {
 static void
 load_access_log(struct dm_conf_loader *ld, const yaml_node_t *n)
 {
-    static const char *const formats[] = { "default", "json" };
+    static const char *const formats[] = { "default", "json", "combined" };
     struct dm_conf *c = ld->c;
     yaml_node_t *v[LOG_N];
     char buf[DM_CONF_SHOW_BUF];
@@ -297,9 +298,10 @@ load_access_log(struct dm_conf_loader *ld, const yaml_node_t *n)
         if (f == NULL) {
             return;
         }
-        if (strcmp(f, formats[0]) != 0 && strcmp(f, formats[1]) != 0) {
+        if (strcmp(f, formats[0]) != 0 && strcmp(f, formats[1]) != 0 &&
+            strcmp(f, formats[2]) != 0) {
             dm_conf_fail_at(ld, v[LOG_FORMAT],
-                            "unknown access_log format %s (known: default, json)",
+                            "unknown access_log format %s (known: default, json, combined)",
                             dm_conf_quote(f, strlen(f), buf, sizeof(buf)));
             return;
         }
@@ -471,6 +473,7 @@ enum {
     TOP_DEFAULT_POOL,
     TOP_CATALOG,
     TOP_POWER,
+    TOP_LOG_LEVEL,
     TOP_N
 };
 static const char *const top_keys[TOP_N] = {
@@ -478,6 +481,7 @@ static const char *const top_keys[TOP_N] = {
     [TOP_TIMEOUTS] = "timeouts",         [TOP_LIMITS] = "limits",   [TOP_ACCESS_LOG] = "access_log",
     [TOP_ERROR_LOG] = "error_log",       [TOP_POOLS] = "pools",     [TOP_ROUTES] = "routes",
     [TOP_DEFAULT_POOL] = "default_pool", [TOP_CATALOG] = "catalog", [TOP_POWER] = "power",
+    [TOP_LOG_LEVEL] = "log_level",
 };
 
 void
@@ -521,6 +525,13 @@ dm_conf_load_root(struct dm_conf_loader *ld, const yaml_node_t *root)
     }
     if (v[TOP_ERROR_LOG] != NULL) {
         (void)dm_conf_get_string(ld, v[TOP_ERROR_LOG], &c->error_log);
+    }
+    if (v[TOP_LOG_LEVEL] != NULL) {
+        static const char *const levels[] = { "error", "warn", "info", "debug" };
+        int l = dm_conf_get_choice(ld, v[TOP_LOG_LEVEL], "log_level", levels, 4);
+        if (l >= 0) {
+            c->log_level = (unsigned)l;
+        }
     }
     /* Pools before routes and default_pool, which name them, wherever they are in the file. */
     if (v[TOP_POOLS] == NULL) {

@@ -62,11 +62,23 @@ json_escape(char *out, size_t cap, const char *s, size_t len)
     return n;
 }
 
+enum dm_accesslog_format
+dm_accesslog_format_of(const char *name)
+{
+    if (name != NULL && strcmp(name, "json") == 0) {
+        return DM_ALOG_JSON;
+    }
+    if (name != NULL && strcmp(name, "combined") == 0) {
+        return DM_ALOG_COMBINED;
+    }
+    return DM_ALOG_DEFAULT;
+}
+
 int
-dm_accesslog_init(struct dm_worker *w, int fd, int json)
+dm_accesslog_init(struct dm_worker *w, int fd, int format)
 {
     w->log_fd = fd;
-    w->json_log = json;
+    w->log_format = format;
     if (fd >= 0) {
         w->log_buf = malloc(DM_LOG_BUF);
         if (w->log_buf == NULL) {
@@ -120,7 +132,43 @@ log_append(struct dm_worker *w, const char *line, size_t len)
     w->log_buf[w->log_len++] = '\n';
 }
 
-/* One access-log line per request: see conf/README.md for both formats. */
+/*
+ * Copies s into out for a quoted field of the combined format as nginx
+ * writes it: '"', '\\' and bytes outside printable ASCII as \xHH. An empty
+ * or absent value is "-".
+ */
+static size_t
+combined_escape(char *out, size_t cap, const char *s, size_t len)
+{
+    size_t n = 0;
+    if (s == NULL || len == 0) {
+        out[n++] = '-';
+    }
+    for (size_t i = 0; s != NULL && i < len && n + 5 < cap; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        if (ch == '"' || ch == '\\' || ch < 0x20 || ch >= 0x7f) {
+            n += (size_t)snprintf(out + n, cap - n, "\\x%02X", ch);
+        } else {
+            out[n++] = (char)ch;
+        }
+    }
+    out[n] = 0;
+    return n;
+}
+
+/* The value of the request's header `name` (lower case), or an empty span. */
+static struct dm_span
+req_header(const struct dm_req *req, const char *name)
+{
+    for (unsigned i = 0; i < req->msg.nfields; i++) {
+        if (dm_span_ieq(req->msg.fields[i].name, name)) {
+            return req->msg.fields[i].value;
+        }
+    }
+    return (struct dm_span){ NULL, 0 };
+}
+
+/* One access-log line per request: see conf/README.md for the formats. */
 void
 dm_accesslog_write(struct dm_req *req)
 {
@@ -142,8 +190,13 @@ dm_accesslog_write(struct dm_req *req)
     time_t t = time(NULL);
     if (t != w->log_time) {
         struct tm tm;
-        gmtime_r(&t, &tm);
-        strftime(w->log_time_text, sizeof(w->log_time_text), "%Y-%m-%dT%H:%M:%SZ", &tm);
+        if (w->log_format == DM_ALOG_COMBINED) {
+            localtime_r(&t, &tm); /* nginx's $time_local */
+            strftime(w->log_time_text, sizeof(w->log_time_text), "%d/%b/%Y:%H:%M:%S %z", &tm);
+        } else {
+            gmtime_r(&t, &tm);
+            strftime(w->log_time_text, sizeof(w->log_time_text), "%Y-%m-%dT%H:%M:%SZ", &tm);
+        }
         w->log_time = t;
     }
     struct dm_span m = req->msg.method.p != NULL ? req->msg.method : (struct dm_span){ "-", 1 };
@@ -152,7 +205,26 @@ dm_accesslog_write(struct dm_req *req)
     char target[1200];
     char line[2048];
     int n;
-    if (w->json_log) {
+    if (w->log_format == DM_ALOG_COMBINED) {
+        /* $remote_addr - $remote_user [$time_local] "$request" $status
+         * $body_bytes_sent "$http_referer" "$http_user_agent" */
+        char request[1200], referer[600], agent[600];
+        char *rp = request;
+        size_t rl = combined_escape(rp, sizeof(request), m.p, m.len > 32 ? 32 : m.len);
+        rp[rl++] = ' ';
+        rl += combined_escape(rp + rl, sizeof(request) - rl, tg.p, tg.len > 1024 ? 1024 : tg.len);
+        snprintf(rp + rl, sizeof(request) - rl, " HTTP/%u.%u", req->info.version / 10,
+                 req->info.version % 10);
+        struct dm_span ref = req_header(req, "referer");
+        struct dm_span ua = req_header(req, "user-agent");
+        combined_escape(referer, sizeof(referer), ref.p, ref.len > 512 ? 512 : ref.len);
+        combined_escape(agent, sizeof(agent), ua.p, ua.len > 512 ? 512 : ua.len);
+        uint64_t body =
+            req->resp_bytes > req->resp_head_bytes ? req->resp_bytes - req->resp_head_bytes : 0;
+        n = snprintf(line, sizeof(line), "%s - - [%s] \"%s\" %u %llu \"%s\" \"%s\"", addr,
+                     w->log_time_text, req->msg.method.p != NULL ? request : "-", req->status,
+                     (unsigned long long)body, referer, agent);
+    } else if (w->log_format == DM_ALOG_JSON) {
         json_escape(method, sizeof(method), m.p, m.len);
         json_escape(target, sizeof(target), tg.p, tg.len);
         n = snprintf(line, sizeof(line),

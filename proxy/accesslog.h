@@ -12,12 +12,22 @@ struct dm_client;
 struct dm_req;
 struct dm_worker;
 
+/* The formats of conf/README.md, access_log. */
+enum dm_accesslog_format {
+    DM_ALOG_DEFAULT = 0,
+    DM_ALOG_JSON,
+    DM_ALOG_COMBINED, /* nginx's combined */
+};
+
+/* The format a config names ("default", "json", "combined"; NULL: default). */
+enum dm_accesslog_format dm_accesslog_format_of(const char *name);
+
 /*
- * Sets the worker up to log to fd (-1: no access log) in the JSON format when
- * json is not 0, with a buffer of its own. Returns 0, or -ENOMEM with nothing
- * to undo. Called before the worker's thread starts.
+ * Sets the worker up to log to fd (-1: no access log) in format, with a
+ * buffer of its own. Returns 0, or -ENOMEM with nothing to undo. Called
+ * before the worker's thread starts.
  */
-int dm_accesslog_init(struct dm_worker *w, int fd, int json);
+int dm_accesslog_init(struct dm_worker *w, int fd, int format);
 
 /* Writes what is buffered and frees the buffer (the worker has stopped). */
 void dm_accesslog_fini(struct dm_worker *w);

@@ -568,6 +568,7 @@ dm_client_respond_error(struct dm_client *c, unsigned status, const char *reason
     if (req != NULL) {
         req->status = status;
         req->resp_bytes = (uint64_t)n;
+        req->resp_head_bytes = (uint64_t)(n >= blen ? n - blen : n);
         req->resp_started = true;
         dm_accesslog_write(req);
     }
@@ -869,6 +870,8 @@ client_over_rate(struct dm_client *c)
     b->len = (uint32_t)n;
     req->status = 429;
     req->resp_bytes = (uint64_t)n;
+    size_t blen = dm_span_ieq(req->msg.method, "head") ? 0 : sizeof(body) - 1;
+    req->resp_head_bytes = (uint64_t)n >= blen ? (uint64_t)n - blen : (uint64_t)n;
     req->resp_started = true;
     dm_accesslog_write(req);
     uv_buf_t out = uv_buf_init(b->data, b->len);

@@ -143,10 +143,11 @@ struct dm_req {
     struct dm_learn *learn; /* HTML scan of this response (work pools), or NULL */
     uint64_t start_us;
     uint64_t up_start_us;
-    struct dm_tnode bound; /* timeouts.request, when set */
-    uint64_t body_raw;     /* request body bytes read, framing included */
-    uint64_t body_mark;    /* body_raw when the current body window began */
-    uint64_t resp_bytes;
+    struct dm_tnode bound;    /* timeouts.request, when set */
+    uint64_t body_raw;        /* request body bytes read, framing included */
+    uint64_t body_mark;       /* body_raw when the current body window began */
+    uint64_t resp_bytes;      /* to the client: head and body */
+    uint64_t resp_head_bytes; /* of which the head (and any 1xx heads) */
     bool body_done;
     bool counted;      /* dm_req_account() ran: the server's counters are given back */
     bool picked;       /* in its server's conns and inflight and its host's inflight */

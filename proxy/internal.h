@@ -292,7 +292,7 @@ struct dm_worker {
     int log_fd;
     char *log_buf;
     size_t log_len;
-    int json_log;
+    int log_format;  /* enum dm_accesslog_format */
     time_t log_time; /* second that log_time_text shows */
     char log_time_text[32];
 };

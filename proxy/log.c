@@ -5,29 +5,61 @@
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
 static atomic_int log_fd = 2;
 static atomic_int log_level = DM_LOG_INFO;
+static char *log_path; /* the file dm_log_open() opened, NULL: stderr */
+
+int
+dm_reopen_fd(int fd, const char *path)
+{
+    int nfd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (nfd < 0) {
+        return -errno;
+    }
+    /* The descriptor keeps its number: a thread writing meanwhile writes to
+     * the old file or the new one, never to a closed or reused descriptor. */
+    int r = dup3(nfd, fd, O_CLOEXEC) < 0 ? -errno : 0;
+    close(nfd);
+    return r;
+}
 
 int
 dm_log_open(const char *path)
 {
     if (path == NULL || strcmp(path, "-") == 0) {
         atomic_store(&log_fd, 2);
+        free(log_path);
+        log_path = NULL;
         return 0;
     }
     int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (fd < 0) {
         return -errno;
     }
+    char *copy = strdup(path);
+    if (copy == NULL) {
+        close(fd);
+        return -ENOMEM;
+    }
+    free(log_path);
+    log_path = copy;
     int old = atomic_exchange(&log_fd, fd);
     if (old > 2) {
         close(old);
     }
     return 0;
+}
+
+int
+dm_log_reopen(void)
+{
+    int fd = atomic_load(&log_fd);
+    return log_path != NULL && fd > 2 ? dm_reopen_fd(fd, log_path) : 0;
 }
 
 void

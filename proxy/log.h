@@ -13,8 +13,18 @@ enum dm_log_level {
     DM_LOG_DEBUG,
 };
 
-/* Opens (appends to) path for the error log; returns 0 or -errno. */
+/* Opens (appends to) path for the error log; returns 0 or -errno. Control thread. */
 int dm_log_open(const char *path);
+
+/*
+ * Opens the error log's file again under its path, as logrotate asks
+ * (SIGUSR1): the new file takes the old one's descriptor. 0 or -errno (the
+ * old file is kept). Nothing to do for stderr. Control thread.
+ */
+int dm_log_reopen(void);
+
+/* Makes fd, open for appending, the file at path now (created if need be); 0 or -errno. */
+int dm_reopen_fd(int fd, const char *path);
 
 /* Messages above this level are dropped (default DM_LOG_INFO). */
 void dm_log_set_level(enum dm_log_level level);

@@ -16,6 +16,7 @@
 #include "balancers/hosts.h"
 #include "conf/conf.h"
 #include "parsers/catalog.h"
+#include "proxy/accesslog.h"
 #include "proxy/health.h"
 #include "proxy/internal.h"
 #include "proxy/log.h"
@@ -27,7 +28,7 @@
 
 struct control {
     uv_loop_t *loop;
-    uv_signal_t signals[3];  /* handled_signals[] */
+    uv_signal_t signals[4];  /* handled_signals[] */
     unsigned nsignals;       /* initialized and not closed */
     struct dm_runtime *rt;   /* live runtime (our reference) */
     struct dm_runtime *prev; /* the one before, kept until the next reload */
@@ -48,10 +49,12 @@ struct control {
     bool held_open;
     struct dm_powermgr *power;
     const char *conf_path;
+    int access_fd;     /* the access log's descriptor, > 2 when it is a file */
+    char *access_path; /* its path */
     bool stopping;
 };
 
-static const int handled_signals[3] = { SIGTERM, SIGINT, SIGHUP };
+static const int handled_signals[4] = { SIGTERM, SIGINT, SIGHUP, SIGUSR1 };
 
 static void
 usage(FILE *f)
@@ -70,7 +73,8 @@ usage(FILE *f)
                "                      listener: \"listen ADDR BOUND\", then \"admin ADDR BOUND\"\n"
                "                      (ADDR as configured; port 0 binds a free port)\n"
                "  -v, --version       print the version\n"
-               "signals: SIGHUP reloads the configuration, SIGTERM drains and stops\n");
+               "signals: SIGHUP reloads the configuration, SIGTERM drains and stops, SIGUSR1\n"
+               "reopens the error and access logs (after logrotate moved them)\n");
 }
 
 static void
@@ -182,6 +186,7 @@ reload(struct control *ctl)
         return;
     }
     dm_runtime_publish(rt);
+    dm_log_set_level((enum dm_log_level)rt->conf->log_level);
     dm_workers_reload(ctl->workers, ctl->nworkers);
     dm_power_reload(ctl->power, rt);
     dm_admin_set_power(ctl->admin, ctl->power, rt->conf->admin_token);
@@ -266,12 +271,37 @@ control_async(struct control *ctl, uv_async_t *a, uv_async_cb cb, bool *open)
     return r;
 }
 
+/* SIGUSR1 (logrotate's postrotate): the error and access logs open their paths again. */
+static void
+reopen_logs(struct control *ctl)
+{
+    int r = dm_log_reopen();
+    if (r < 0) {
+        dm_log_error("SIGUSR1: cannot reopen the error log: %s (writing on to the old file)",
+                     strerror(-r));
+    }
+    if (ctl->access_fd > 2 && ctl->access_path != NULL) {
+        int a = dm_reopen_fd(ctl->access_fd, ctl->access_path);
+        if (a < 0) {
+            dm_log_error("SIGUSR1: cannot reopen the access log %s: %s (writing on to the old "
+                         "file)",
+                         ctl->access_path, strerror(-a));
+        }
+        r = r < 0 ? r : a;
+    }
+    if (r == 0) {
+        dm_log_info("SIGUSR1: logs reopened");
+    }
+}
+
 static void
 on_signal(uv_signal_t *h, int signum)
 {
     struct control *ctl = h->data;
     if (signum == SIGHUP) {
         reload(ctl);
+    } else if (signum == SIGUSR1) {
+        reopen_logs(ctl);
     } else {
         stop(ctl);
     }
@@ -441,11 +471,14 @@ main(int argc, char **argv)
         fprintf(stderr, "dimmer: cannot open error log %s: %s\n", conf->error_log, strerror(errno));
         goto destroy_conf;
     }
+    dm_log_set_level((enum dm_log_level)conf->log_level);
     access_fd = open_access_log(conf);
     if (access_fd == -2) {
         goto destroy_conf;
     }
-    int json = conf->access_log_format != NULL && strcmp(conf->access_log_format, "json") == 0;
+    ctl.access_fd = access_fd;
+    ctl.access_path = access_fd > 2 ? strdup(conf->access_log) : NULL;
+    int log_format = (int)dm_accesslog_format_of(conf->access_log_format);
     unsigned nworkers = workers_arg > 0 ? (unsigned)workers_arg : conf->workers;
     if (nworkers == 0) {
         long n = sysconf(_SC_NPROCESSORS_ONLN);
@@ -491,7 +524,7 @@ main(int argc, char **argv)
     }
     /* Handlers first: a SIGHUP that arrives once the listeners answer must
      * reload, not kill the process with the default action. */
-    for (unsigned i = 0; i < 3 && r == 0; i++) {
+    for (unsigned i = 0; i < 4 && r == 0; i++) {
         r = uv_signal_init(ctl.loop, &ctl.signals[i]);
         if (r == 0) {
             ctl.nsignals++;
@@ -526,7 +559,7 @@ main(int argc, char **argv)
             goto close_control;
         }
     }
-    ctl.workers = dm_workers_start(nworkers, ctl.rt, access_fd, json, bound, &r);
+    ctl.workers = dm_workers_start(nworkers, ctl.rt, access_fd, log_format, bound, &r);
     if (ctl.workers == NULL) {
         fprintf(stderr, "dimmer: cannot start: %s\n", r < -1000 ? uv_strerror(r) : strerror(-r));
         goto close_control;
@@ -601,6 +634,7 @@ close_access_log:
     if (access_fd > 2) {
         close(access_fd);
     }
+    free(ctl.access_path);
 destroy_conf:
     dm_conf_destroy(conf);
     if (rc == 0 && !test_only) {

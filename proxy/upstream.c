@@ -463,6 +463,7 @@ up_head_done(struct dm_upstream *up)
     }
     b->len = (uint32_t)n;
     req->resp_bytes += n;
+    req->resp_head_bytes += n;
     req->resp_started = !informational || req->resp_started;
     dm_buf_unref(c->w, req->resp_head);
     req->resp_head = b; /* written by up_forward_slice, with the body's first bytes */

@@ -471,7 +471,8 @@ worker_main(void *arg)
  * table. Returns 0, or <0 with everything undone.
  */
 static int
-worker_init(struct dm_worker *w, unsigned i, struct dm_runtime *rt, int access_log_fd, int json)
+worker_init(struct dm_worker *w, unsigned i, struct dm_runtime *rt, int access_log_fd,
+            int log_format)
 {
     w->id = i;
     dm_rng_init(&w->rng, 0x9e3779b97f4a7c15ULL * (i + 1) ^ (uint64_t)getpid());
@@ -512,7 +513,7 @@ worker_init(struct dm_worker *w, unsigned i, struct dm_runtime *rt, int access_l
         goto close_flush;
     }
     w->ack.data = w;
-    r = dm_accesslog_init(w, access_log_fd, json);
+    r = dm_accesslog_init(w, access_log_fd, log_format);
     if (r < 0) {
         goto close_ack;
     }
@@ -632,7 +633,7 @@ workers_join(struct dm_worker *ws, unsigned n, uint64_t shutdown_ms)
 }
 
 struct dm_worker *
-dm_workers_start(unsigned n, struct dm_runtime *rt, int access_log_fd, int json,
+dm_workers_start(unsigned n, struct dm_runtime *rt, int access_log_fd, int log_format,
                  struct sockaddr_storage *bound, int *err)
 {
     int r = UV_ENOMEM;
@@ -647,7 +648,7 @@ dm_workers_start(unsigned n, struct dm_runtime *rt, int access_log_fd, int json,
     }
     kick_ws = ws;
     for (; made < n; made++) {
-        r = worker_init(&ws[made], made, rt, access_log_fd, json);
+        r = worker_init(&ws[made], made, rt, access_log_fd, log_format);
         if (r < 0) {
             goto abandon_workers;
         }

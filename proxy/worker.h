@@ -36,7 +36,7 @@ const char *dm_addr_text(const struct sockaddr *sa, char *buf, size_t len);
 
 /*
  * Creates and starts n workers serving rt (each takes its own reference).
- * access_log_fd: -1 for none; json selects the JSON format. Worker 0 binds
+ * access_log_fd: -1 for none; log_format: enum dm_accesslog_format. Worker 0 binds
  * every listen address of rt->conf first, and the others bind the port it
  * got, so a listener on port 0 is one port shared by all workers. bound
  * (rt->conf->nlisteners entries) receives the address each listener is
@@ -44,8 +44,8 @@ const char *dm_addr_text(const struct sockaddr *sa, char *buf, size_t len);
  * nothing left running and nothing left allocated; an address that cannot be
  * listened on is logged.
  */
-struct dm_worker *dm_workers_start(unsigned n, struct dm_runtime *rt, int access_log_fd, int json,
-                                   struct sockaddr_storage *bound, int *err);
+struct dm_worker *dm_workers_start(unsigned n, struct dm_runtime *rt, int access_log_fd,
+                                   int log_format, struct sockaddr_storage *bound, int *err);
 
 /* Asks every worker to pick up the runtime now published (after a reload). */
 void dm_workers_reload(struct dm_worker *w, unsigned n);

@@ -753,7 +753,18 @@ test_unknown_pools_and_policies(void **state)
     snprintf(want + n, sizeof(want) - n, ")");
     expect_error(LISTEN POOL_WEB "    balance: rr\n", want);
     expect_error(LISTEN POOL_WEB "access_log: {format: xml}\n",
-                 "t.yaml:7:22: unknown access_log format \"xml\" (known: default, json)");
+                 "t.yaml:7:22: unknown access_log format \"xml\" (known: default, json, "
+                 "combined)");
+    expect_error(LISTEN POOL_WEB "log_level: loud\n",
+                 "t.yaml:7:12: unknown log_level \"loud\" (known: error, warn, info, debug)");
+    struct dm_conf *c = load_ok(LISTEN POOL_WEB "access_log: {format: combined}\n"
+                                                "log_level: debug\n");
+    assert_string_equal(c->access_log_format, "combined");
+    assert_int_equal(c->log_level, 3);
+    dm_conf_destroy(c);
+    c = load_ok(LISTEN POOL_WEB);
+    assert_int_equal(c->log_level, 2);
+    dm_conf_destroy(c);
 }
 
 static void
