@@ -15,6 +15,7 @@
 #include "proxy/conn.h"
 #include "proxy/internal.h"
 #include "proxy/metrics.h"
+#include "proxy/sbuf.h"
 
 #define DM_LOG_BUF (64 * 1024)
 
@@ -40,26 +41,6 @@ dm_accesslog_client_addr(const struct dm_client *c, char *out, size_t cap)
         *p++ = i < 3 ? '.' : '\0';
     }
     (void)cap; /* 16 bytes always suffice and cap is INET6_ADDRSTRLEN */
-}
-
-/* Copies s into out for a JSON string (quotes, backslashes and control bytes escaped). */
-static size_t
-json_escape(char *out, size_t cap, const char *s, size_t len)
-{
-    size_t n = 0;
-    for (size_t i = 0; i < len && n + 7 < cap; i++) {
-        unsigned char ch = (unsigned char)s[i];
-        if (ch == '"' || ch == '\\') {
-            out[n++] = '\\';
-            out[n++] = (char)ch;
-        } else if (ch < 0x20 || ch == 0x7f) {
-            n += (size_t)snprintf(out + n, cap - n, "\\u%04x", ch);
-        } else {
-            out[n++] = (char)ch;
-        }
-    }
-    out[n] = 0;
-    return n;
 }
 
 enum dm_accesslog_format
@@ -225,8 +206,8 @@ dm_accesslog_write(struct dm_req *req)
                      w->log_time_text, req->msg.method.p != NULL ? request : "-", req->status,
                      (unsigned long long)body, referer, agent);
     } else if (w->log_format == DM_ALOG_JSON) {
-        json_escape(method, sizeof(method), m.p, m.len);
-        json_escape(target, sizeof(target), tg.p, tg.len);
+        dm_json_esc_n(method, sizeof(method), m.p, m.len);
+        dm_json_esc_n(target, sizeof(target), tg.p, tg.len);
         n = snprintf(line, sizeof(line),
                      "{\"time\":\"%s\",\"client\":\"%s\",\"method\":\"%s\",\"target\":\"%s\","
                      "\"status\":%u,\"bytes\":%llu,\"upstream\":\"%s\",\"upstream_time\":%.6f,"

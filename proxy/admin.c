@@ -1,6 +1,7 @@
 /*
  * The admin listener, on the control thread's loop: GET /stats answers the
- * live server tables as JSON, GET / a short index, and POST /hosts/ADDR/...
+ * live server tables as JSON, GET /metrics the same for Prometheus, GET / the
+ * dashboard (proxy/dashboard.html), GET /help a short index, and POST /hosts/ADDR/...
  * sends a command about a host to every worker and answers once every worker
  * has acknowledged it. One request per connection.
  */
@@ -67,6 +68,10 @@ struct admin_conn {
 
 static struct dm_catalog *admin_catalog;
 
+/* proxy/dashboard.html, embedded by the build (cmake/embed.cmake). */
+extern const unsigned char dm_dashboard_html[];
+extern const unsigned long dm_dashboard_html_len;
+
 void
 dm_admin_set_catalog(struct dm_catalog *c)
 {
@@ -107,11 +112,13 @@ host_json(struct dm_sbuf *b, const struct dm_host *h, uint64_t now_us)
 {
     uint64_t until = atomic_load(&h->down_until_us);
     const char *state = atomic_load(&h->down) ? "down" : until > now_us ? "failing" : "up";
+    char text[DM_JSON_TEXT];
     dm_sb_printf(b,
                  "{\"host\":\"%s\",\"state\":\"%s\",\"power\":\"%s\",\"power_for_ms\":%llu,"
                  "\"inflight\":%llu,\"started\":%llu,\"server_connections\":%llu,"
                  "\"bound_clients\":%llu}",
-                 h->text != NULL ? h->text : "", state, power_name(atomic_load(&h->power)),
+                 dm_json_esc(text, sizeof(text), h->text), state,
+                 power_name(atomic_load(&h->power)),
                  ms_since(now_us, atomic_load(&h->power_since_us)),
                  (unsigned long long)dm_counter_get(&h->inflight),
                  (unsigned long long)dm_counter_get(&h->started),
@@ -155,8 +162,9 @@ stats_json(struct dm_sbuf *b, const struct dm_admin *a)
     uint64_t now = (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
     for (size_t i = 0; rt != NULL && i < rt->npools; i++) {
         struct dm_rpool *p = &rt->pools[i];
+        char name[DM_JSON_TEXT], addr[DM_JSON_TEXT], host[DM_JSON_TEXT];
         dm_sb_printf(b, "%s{\"name\":\"%s\",\"balance\":\"%s\",\"servers\":[", i ? "," : "",
-                     p->cf->name, p->cf->balance);
+                     dm_json_esc(name, sizeof(name), p->cf->name), p->cf->balance);
         for (size_t j = 0; j < p->sv->n; j++) {
             struct dm_server *s = &p->sv->s[j];
             const struct dm_host *h = s->host;
@@ -167,27 +175,28 @@ stats_json(struct dm_sbuf *b, const struct dm_admin *a)
                 state = "failing";
             }
             uint64_t until = atomic_load(&h->down_until_us);
-            dm_sb_printf(b,
-                         "%s{\"name\":\"%s\",\"address\":\"%s\",\"host\":\"%s\",\"state\":\"%s\","
-                         "\"power\":\"%s\",\"down_for_ms\":%llu,\"fails\":%u,"
-                         "\"server_connections\":%llu,\"bound_clients\":%llu,\"weight\":%u,"
-                         "\"capacity\":%u,\"max_conns\":%u,\"connections\":%llu,\"inflight\":%llu,"
-                         "\"picks\":%llu,"
-                         "\"requests\":%llu,\"failures\":%llu,\"inflight_work\":%lld,"
-                         "\"potential\":%lld}",
-                         j ? "," : "", s->name, p->cf->servers[j].addr.text,
-                         h->text != NULL ? h->text : "", state, power_name(atomic_load(&h->power)),
-                         (unsigned long long)(until > now ? (until - now) / 1000 : 0),
-                         atomic_load(&h->fails),
-                         (unsigned long long)dm_counter_get(&h->connections),
-                         (unsigned long long)dm_counter_get(&h->bound), s->weight, s->capacity,
-                         p->cf->servers[j].max_conns, (unsigned long long)dm_counter_get(&s->conns),
-                         (unsigned long long)dm_counter_get(&s->inflight),
-                         (unsigned long long)dm_counter_get(&s->picks),
-                         (unsigned long long)dm_counter_get(&s->requests),
-                         (unsigned long long)dm_counter_get(&s->failures),
-                         (long long)atomic_load_explicit(&s->inflight_work, memory_order_relaxed),
-                         (long long)atomic_load_explicit(&s->potential, memory_order_relaxed));
+            dm_sb_printf(
+                b,
+                "%s{\"name\":\"%s\",\"address\":\"%s\",\"host\":\"%s\",\"state\":\"%s\","
+                "\"power\":\"%s\",\"down_for_ms\":%llu,\"fails\":%u,"
+                "\"server_connections\":%llu,\"bound_clients\":%llu,\"weight\":%u,"
+                "\"capacity\":%u,\"max_conns\":%u,\"connections\":%llu,\"inflight\":%llu,"
+                "\"picks\":%llu,"
+                "\"requests\":%llu,\"failures\":%llu,\"inflight_work\":%lld,"
+                "\"potential\":%lld}",
+                j ? "," : "", dm_json_esc(name, sizeof(name), s->name),
+                dm_json_esc(addr, sizeof(addr), p->cf->servers[j].addr.text),
+                dm_json_esc(host, sizeof(host), h->text), state, power_name(atomic_load(&h->power)),
+                (unsigned long long)(until > now ? (until - now) / 1000 : 0),
+                atomic_load(&h->fails), (unsigned long long)dm_counter_get(&h->connections),
+                (unsigned long long)dm_counter_get(&h->bound), s->weight, s->capacity,
+                p->cf->servers[j].max_conns, (unsigned long long)dm_counter_get(&s->conns),
+                (unsigned long long)dm_counter_get(&s->inflight),
+                (unsigned long long)dm_counter_get(&s->picks),
+                (unsigned long long)dm_counter_get(&s->requests),
+                (unsigned long long)dm_counter_get(&s->failures),
+                (long long)atomic_load_explicit(&s->inflight_work, memory_order_relaxed),
+                (long long)atomic_load_explicit(&s->potential, memory_order_relaxed));
         }
         dm_sb_printf(b,
                      "],\"queue\":{\"now\":%llu,\"peak\":%llu,\"max_queue\":%u,"
@@ -567,8 +576,14 @@ answer(struct admin_conn *ac)
         stats_json(&body, ac->admin);
         respond(ac, "200 OK", "application/json", body);
     } else if (strcmp(target, "/") == 0 && get) {
+        struct dm_sbuf body = { 0 };
+        dm_sb_printf(&body, "%.*s", (int)dm_dashboard_html_len, (const char *)dm_dashboard_html);
+        respond(ac, "200 OK", "text/html; charset=utf-8", body);
+    } else if (strcmp(target, "/help") == 0 && get) {
         respond_text(ac, "200 OK",
                      "dimmer admin\n"
+                     "  GET  /                        the dashboard (a page for a browser)\n"
+                     "  GET  /help                    this text\n"
                      "  GET  /stats                   pools, servers and hosts as JSON\n"
                      "  GET  /metrics                 the same and more, for Prometheus\n"
                      "  POST /hosts/ADDR/drain        no new request to the host; "
@@ -584,8 +599,8 @@ answer(struct admin_conn *ac)
     } else if (strncmp(target, "/hosts/", 7) == 0 && post) {
         command(ac, target + 7);
     } else if (strcmp(target, "/stats") == 0 || strcmp(target, "/") == 0 ||
-               strcmp(target, "/metrics") == 0 || strncmp(target, "/hosts/", 7) == 0 ||
-               strncmp(target, "/power", 6) == 0) {
+               strcmp(target, "/metrics") == 0 || strcmp(target, "/help") == 0 ||
+               strncmp(target, "/hosts/", 7) == 0 || strncmp(target, "/power", 6) == 0) {
         respond_text(ac, "405 Method Not Allowed", "method not allowed");
     } else {
         respond_text(ac, "404 Not Found", "not found");

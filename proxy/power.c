@@ -1288,18 +1288,8 @@ dm_power_pin(struct dm_powermgr *pm, const char *pool, long servers, char *msg, 
 static void
 json_str(struct dm_sbuf *b, const char *s)
 {
-    dm_sb_printf(b, "\"");
-    for (; s != NULL && *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\') {
-            dm_sb_printf(b, "\\%c", c);
-        } else if (c < 0x20) {
-            dm_sb_printf(b, "\\u%04x", c);
-        } else {
-            dm_sb_printf(b, "%c", c);
-        }
-    }
-    dm_sb_printf(b, "\"");
+    char text[DM_JSON_TEXT];
+    dm_sb_printf(b, "\"%s\"", dm_json_esc(text, sizeof(text), s));
 }
 
 void

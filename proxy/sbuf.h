@@ -14,4 +14,14 @@ struct dm_sbuf {
 
 void dm_sb_printf(struct dm_sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/*
+ * s (NULL: "") escaped for the inside of a JSON string into buf (cap bytes,
+ * NUL-terminated, cut at a character boundary if it must be): names and
+ * addresses from a config may hold any byte. Returns buf.
+ */
+#define DM_JSON_TEXT 1024
+const char *dm_json_esc(char *buf, size_t cap, const char *s);
+/* The same for the len bytes at s (any thread: it only writes buf). */
+const char *dm_json_esc_n(char *buf, size_t cap, const char *s, size_t len);
+
 #endif

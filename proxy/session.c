@@ -520,12 +520,13 @@ dm_placer_stats_json(struct dm_placer *pl, struct dm_sbuf *b)
                  (unsigned long long)(cf->window_us / 1000), st.lbf, st.groups, st.members,
                  st.waiting, st.detached, (unsigned long long)st.placed,
                  (unsigned long long)st.lowered, (unsigned long long)st.refused);
+    char name[DM_JSON_TEXT];
     for (size_t s = 0; per != NULL && s < cf->n; s++) {
         dm_sb_printf(b,
                      "%s{\"name\":\"%s\",\"groups\":%zu,\"sessions\":%zu,\"load\":%.3f,"
                      "\"capacity\":%.3f}",
-                     s ? "," : "", cf->names[s], per[s].groups, per[s].members, per[s].load,
-                     per[s].capacity);
+                     s ? "," : "", dm_json_esc(name, sizeof(name), cf->names[s]), per[s].groups,
+                     per[s].members, per[s].load, per[s].capacity);
     }
     dm_sb_printf(b, "]}");
     uv_mutex_unlock(&pl->lock);

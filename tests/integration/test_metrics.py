@@ -211,6 +211,21 @@ class MetricsTest(Scraping):
                                host="%s:%d" % (H.HOST, b1.port)), 4)
         self.assertEqual(value(m, "dimmer_server_requests_total", pool="web", server="dead"), 0)
 
+    def test_names_with_quotes_and_backslashes(self):
+        # Names from a config may hold any character: /stats stays JSON and
+        # /metrics stays the text format (both escape them).
+        b1 = self.start_backend("b1")
+        conf = ('listen: ["127.0.0.1:0"]\nadmin: 127.0.0.1:0\n'
+                'pools:\n  "we\\"b \\\\ 1":\n    servers:\n'
+                '      - {name: "a\\"q\\\\z", address: "127.0.0.1:%d"}\n' % b1.port)
+        self.d = self.start_dimmer_conf(self.write_config(conf))
+        self.assertEqual(H.get(self.d.port, "/bytes/3").status, 200)
+        stats = self.d.admin_stats()  # parses as JSON
+        self.assertEqual(stats["pools"][0]["name"], 'we"b \\ 1')
+        self.assertEqual(stats["pools"][0]["servers"][0]["name"], 'a"q\\z')
+        H.wait_until(lambda: maybe(self.scrape(), "dimmer_server_requests_total",
+                                   pool='we"b \\ 1', server='a"q\\z') == 1, 5, "the request")
+
     def test_health_states_follow_the_checks(self):
         b1, b2 = self.start_backend("b1"), self.start_backend("b2")
         self.d = self.start_dimmer({"web": self.pool(b1, b2, health_check={
