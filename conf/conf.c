@@ -270,6 +270,8 @@ dm_conf_destroy(struct dm_conf *c)
     free(c->access_log);
     free(c->access_log_format);
     free(c->error_log);
+    free(c->user);
+    free(c->group);
     free(c->metrics.text);
     free(c->metrics_key);
     free(c->admin_token);

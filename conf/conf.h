@@ -257,6 +257,11 @@ struct dm_conf {
     char *access_log_format; /* "default", "json" or "combined" */
     char *error_log;         /* path, NULL = stderr */
     unsigned log_level;      /* the error log's: 0 error, 1 warn, 2 info (default), 3 debug */
+    /* user: and group: to run as once everything is bound (a process started
+     * as root); NULL user: stay as started. Resolved when loaded. */
+    char *user;
+    char *group; /* NULL: the user's own group */
+    unsigned uid, gid;
     /* power: the agents' metrics listener (UDP), their key, the admin token. */
     struct dm_conf_addr metrics; /* metrics.text NULL when none */
     uint8_t *metrics_key;        /* the key file's bytes, a final newline dropped */

@@ -7,7 +7,9 @@
 #include "conf/internal.h"
 
 #include <arpa/inet.h>
+#include <grp.h>
 #include <netinet/in.h>
+#include <pwd.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -460,6 +462,51 @@ load_catalog(struct dm_conf_loader *ld, const yaml_node_t *n)
     }
 }
 
+/*
+ * user: and group: (names, or numbers), looked up now so that a bad one is
+ * an error of the file, with its place, and dimmer does not start.
+ */
+static void
+load_user(struct dm_conf_loader *ld, const yaml_node_t *u, const yaml_node_t *g)
+{
+    struct dm_conf *c = ld->c;
+    char buf[DM_CONF_SHOW_BUF];
+    if (u == NULL) {
+        dm_conf_fail_at(ld, g, "group: needs user: (the user to run as)");
+        return;
+    }
+    if (!dm_conf_get_string(ld, u, &c->user)) {
+        return;
+    }
+    char tmp[4096];
+    struct passwd pw, *pwp = NULL;
+    char *end = NULL;
+    unsigned long num = strtoul(c->user, &end, 10);
+    if (getpwnam_r(c->user, &pw, tmp, sizeof(tmp), &pwp) == 0 && pwp != NULL) {
+        c->uid = (unsigned)pwp->pw_uid;
+        c->gid = (unsigned)pwp->pw_gid;
+    } else if (end != c->user && *end == 0 && num < 0xffffffffu) {
+        c->uid = c->gid = (unsigned)num; /* a number with no name: its group the same */
+    } else {
+        dm_conf_fail_at(ld, u, "unknown user %s",
+                        dm_conf_quote(c->user, strlen(c->user), buf, sizeof(buf)));
+        return;
+    }
+    if (g == NULL || !dm_conf_get_string(ld, g, &c->group)) {
+        return;
+    }
+    struct group gr, *grp = NULL;
+    num = strtoul(c->group, &end, 10);
+    if (getgrnam_r(c->group, &gr, tmp, sizeof(tmp), &grp) == 0 && grp != NULL) {
+        c->gid = (unsigned)grp->gr_gid;
+    } else if (end != c->group && *end == 0 && num < 0xffffffffu) {
+        c->gid = (unsigned)num;
+    } else {
+        dm_conf_fail_at(ld, g, "unknown group %s",
+                        dm_conf_quote(c->group, strlen(c->group), buf, sizeof(buf)));
+    }
+}
+
 enum {
     TOP_WORKERS,
     TOP_LISTEN,
@@ -474,6 +521,8 @@ enum {
     TOP_CATALOG,
     TOP_POWER,
     TOP_LOG_LEVEL,
+    TOP_USER,
+    TOP_GROUP,
     TOP_N
 };
 static const char *const top_keys[TOP_N] = {
@@ -481,7 +530,7 @@ static const char *const top_keys[TOP_N] = {
     [TOP_TIMEOUTS] = "timeouts",         [TOP_LIMITS] = "limits",   [TOP_ACCESS_LOG] = "access_log",
     [TOP_ERROR_LOG] = "error_log",       [TOP_POOLS] = "pools",     [TOP_ROUTES] = "routes",
     [TOP_DEFAULT_POOL] = "default_pool", [TOP_CATALOG] = "catalog", [TOP_POWER] = "power",
-    [TOP_LOG_LEVEL] = "log_level",
+    [TOP_LOG_LEVEL] = "log_level",       [TOP_USER] = "user",       [TOP_GROUP] = "group",
 };
 
 void
@@ -525,6 +574,9 @@ dm_conf_load_root(struct dm_conf_loader *ld, const yaml_node_t *root)
     }
     if (v[TOP_ERROR_LOG] != NULL) {
         (void)dm_conf_get_string(ld, v[TOP_ERROR_LOG], &c->error_log);
+    }
+    if (v[TOP_USER] != NULL || v[TOP_GROUP] != NULL) {
+        load_user(ld, v[TOP_USER], v[TOP_GROUP]);
     }
     if (v[TOP_LOG_LEVEL] != NULL) {
         static const char *const levels[] = { "error", "warn", "info", "debug" };

@@ -289,6 +289,7 @@ struct dm_worker {
     atomic_uint_fast64_t refused_per_client; /* closed at max_conns_per_client */
     atomic_uint_fast64_t refused_rate;       /* requests answered 429 by limits.rate */
     atomic_uint_fast64_t nqueued; /* its requests on tq[DM_T_QUEUE] (other workers read) */
+    atomic_uint_fast64_t beats;   /* ticks run: the control thread's watchdog reads it */
     int log_fd;
     char *log_buf;
     size_t log_len;

@@ -6,10 +6,13 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
+#include <pwd.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <systemd/sd-daemon.h>
 #include <unistd.h>
 #include <uv.h>
 
@@ -49,8 +52,11 @@ struct control {
     bool held_open;
     struct dm_powermgr *power;
     const char *conf_path;
-    int access_fd;     /* the access log's descriptor, > 2 when it is a file */
-    char *access_path; /* its path */
+    int access_fd;       /* the access log's descriptor, > 2 when it is a file */
+    char *access_path;   /* its path */
+    uv_timer_t watchdog; /* systemd's watchdog, fed while every worker ticks */
+    bool watchdog_open;
+    uint64_t *beats_seen; /* each worker's heartbeat at the last feed */
     bool stopping;
 };
 
@@ -149,8 +155,22 @@ preload(struct dm_catalog *cat, const struct dm_conf *conf, char *err, size_t er
     return 0;
 }
 
+static void reload_conf(struct control *ctl);
+
+/* SIGHUP: systemd hears RELOADING=1 before and READY=1 after (sd_notify(3)). */
 static void
 reload(struct control *ctl)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    sd_notifyf(0, "RELOADING=1\nMONOTONIC_USEC=%llu",
+               (unsigned long long)ts.tv_sec * 1000000ull + (unsigned long long)ts.tv_nsec / 1000);
+    reload_conf(ctl);
+    sd_notify(0, "READY=1");
+}
+
+static void
+reload_conf(struct control *ctl)
 {
     if (ctl->conf_path == NULL) {
         dm_log_warn("reload: no configuration file (quick start): nothing to reload");
@@ -173,6 +193,11 @@ reload(struct control *ctl)
     if (conf->admin.text != NULL && ctl->rt->conf->admin.text != NULL &&
         strcmp(conf->admin.text, ctl->rt->conf->admin.text) != 0) {
         dm_log_warn("reload: admin listener changes take effect at the next restart");
+    }
+    const struct dm_conf *was = ctl->rt->conf;
+    if (conf->uid != was->uid || conf->gid != was->gid ||
+        (conf->user == NULL) != (was->user == NULL)) {
+        dm_log_warn("reload: user and group changes take effect at the next restart");
     }
     char perr[512];
     if (preload(ctl->catalog, conf, perr, sizeof(perr)) < 0) {
@@ -220,6 +245,10 @@ control_close(struct control *ctl)
         uv_close((uv_handle_t *)&ctl->signals[i], NULL);
     }
     ctl->nsignals = 0;
+    if (ctl->watchdog_open) {
+        uv_close((uv_handle_t *)&ctl->watchdog, NULL);
+        ctl->watchdog_open = false;
+    }
 }
 
 static void
@@ -229,6 +258,7 @@ stop(struct control *ctl)
         return;
     }
     ctl->stopping = true;
+    sd_notify(0, "STOPPING=1");
     dm_log_info("stopping: draining connections (at most %llu ms)",
                 (unsigned long long)ctl->rt->conf->timeouts.shutdown_ms);
     control_close(ctl);
@@ -269,6 +299,84 @@ control_async(struct control *ctl, uv_async_t *a, uv_async_cb cb, bool *open)
         uv_unref((uv_handle_t *)a);
     }
     return r;
+}
+
+/*
+ * systemd's watchdog (WatchdogSec=): fed every half period, but only while
+ * every worker's tick has run since the last feed, so that a worker stuck
+ * in a loop gets the service restarted rather than hidden.
+ */
+static void
+on_watchdog(uv_timer_t *t)
+{
+    struct control *ctl = t->data;
+    bool alive = true;
+    for (unsigned i = 0; ctl->workers != NULL && i < ctl->nworkers; i++) {
+        uint64_t b = dm_worker_beats(ctl->workers, i);
+        if (b == ctl->beats_seen[i]) {
+            dm_log_error("worker %u has not ticked for %llu ms: the watchdog is not fed", i,
+                         (unsigned long long)uv_timer_get_repeat(t));
+            alive = false;
+        }
+        ctl->beats_seen[i] = b;
+    }
+    if (alive) {
+        sd_notify(0, "WATCHDOG=1");
+    }
+}
+
+static int
+watchdog_start(struct control *ctl)
+{
+    uint64_t usec = 0;
+    if (sd_watchdog_enabled(0, &usec) <= 0 || usec == 0) {
+        return 0;
+    }
+    ctl->beats_seen = calloc(ctl->nworkers, sizeof(*ctl->beats_seen));
+    int r = ctl->beats_seen != NULL ? uv_timer_init(ctl->loop, &ctl->watchdog) : UV_ENOMEM;
+    if (r < 0) {
+        return r;
+    }
+    ctl->watchdog.data = ctl;
+    ctl->watchdog_open = true;
+    uint64_t ms = usec / 2000 > 0 ? usec / 2000 : 1;
+    uv_timer_start(&ctl->watchdog, on_watchdog, ms, ms);
+    uv_unref((uv_handle_t *)&ctl->watchdog);
+    dm_log_info("systemd watchdog: fed every %llu ms while every worker ticks",
+                (unsigned long long)ms);
+    return 0;
+}
+
+/*
+ * user: and group: once everything is bound and open (the logs, the
+ * listeners, the admin and metrics listeners): a process started as root
+ * runs on as them, with no capability left. Not root: nothing to drop
+ * (said in the log). 0, or -1 with the reason on stderr.
+ */
+static int
+drop_privileges(const struct dm_conf *c)
+{
+    if (c->user == NULL) {
+        return 0;
+    }
+    if (geteuid() != 0) {
+        dm_log_warn("user: %s ignored: not started as root (running as uid %u)", c->user,
+                    (unsigned)geteuid());
+        return 0;
+    }
+    gid_t gid = (gid_t)c->gid;
+    if (setgroups(1, &gid) < 0 || setgid(gid) < 0 || setuid((uid_t)c->uid) < 0) {
+        fprintf(stderr, "dimmer: cannot run as user %s (uid %u, gid %u): %s\n", c->user, c->uid,
+                c->gid, strerror(errno));
+        return -1;
+    }
+    if ((c->uid != 0 && setuid(0) == 0) || getuid() != (uid_t)c->uid || getgid() != gid) {
+        fprintf(stderr, "dimmer: dropping privileges to %s did not hold\n", c->user);
+        return -1;
+    }
+    dm_log_info("running as user %s (uid %u), group %s (gid %u)", c->user, c->uid,
+                c->group != NULL ? c->group : "of the user", c->gid);
+    return 0;
 }
 
 /* SIGUSR1 (logrotate's postrotate): the error and access logs open their paths again. */
@@ -601,6 +709,15 @@ main(int argc, char **argv)
     }
     free(bound);
     bound = NULL;
+    if (drop_privileges(cf) < 0) {
+        goto stop_workers;
+    }
+    if ((r = watchdog_start(&ctl)) < 0) {
+        fprintf(stderr, "dimmer: cannot start the watchdog timer: %s\n", uv_strerror(r));
+        goto stop_workers;
+    }
+    sd_notifyf(0, "READY=1\nSTATUS=serving on %zu listener%s with %u workers\nMAINPID=%lu",
+               cf->nlisteners, cf->nlisteners == 1 ? "" : "s", nworkers, (unsigned long)getpid());
     uv_run(ctl.loop, UV_RUN_DEFAULT);
     /* The control loop ran out: signals, admin and health checks are closed. */
     shutdown_ms = ctl.rt->conf->timeouts.shutdown_ms;
@@ -635,6 +752,7 @@ close_access_log:
         close(access_fd);
     }
     free(ctl.access_path);
+    free(ctl.beats_seen);
 destroy_conf:
     dm_conf_destroy(conf);
     if (rc == 0 && !test_only) {

@@ -425,6 +425,7 @@ static void
 tick_cb(uv_timer_t *t)
 {
     struct dm_worker *w = t->data;
+    dm_stat_add(&w->beats, 1);
     dm_clients_expire(w);
     if (++w->ticks % 2 == 0 && w->aging != NULL) {
         dm_learn_age(w); /* every 100 ms */
@@ -770,4 +771,10 @@ dm_workers_limits(const struct dm_worker *ws, unsigned n, struct dm_limits_count
         out->per_client += dm_counter_get(&w->refused_per_client);
         out->rate += dm_counter_get(&w->refused_rate);
     }
+}
+
+uint64_t
+dm_worker_beats(const struct dm_worker *ws, unsigned i)
+{
+    return dm_counter_get(&ws[i].beats);
 }

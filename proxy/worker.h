@@ -72,6 +72,9 @@ struct dm_limits_counts {
 };
 void dm_workers_limits(const struct dm_worker *ws, unsigned n, struct dm_limits_counts *out);
 
+/* Worker i's heartbeat: its ticks so far (one each DM_TICK_MS while its loop runs). */
+uint64_t dm_worker_beats(const struct dm_worker *ws, unsigned i);
+
 /*
  * Commands to every worker about a host, from the control thread (the only
  * one that may send them). Each returns its epoch, a number that grows with

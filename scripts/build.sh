@@ -6,6 +6,6 @@ cd "$(dirname "$0")/.."
 dir=$1
 shift
 sh scripts/deps.sh gcc make libc6-dev cmake libuv1-dev libssl-dev libyaml-dev libcmocka-dev \
-    node-llhttp
+    node-llhttp libsystemd-dev
 cmake -S . -B "$dir" "$@" >/dev/null
 cmake --build "$dir" -j"$(nproc)"

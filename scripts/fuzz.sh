@@ -10,7 +10,7 @@ set -eu
 cd "$(dirname "$0")/.."
 secs=${1:-12}
 sh scripts/deps.sh gcc make libc6-dev cmake libuv1-dev libssl-dev libyaml-dev libcmocka-dev \
-    node-llhttp clang libclang-rt-14-dev
+    node-llhttp libsystemd-dev clang libclang-rt-14-dev
 mkdir -p build-fuzz
 CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDM_FUZZ=ON >/dev/null
 cmake --build build-fuzz -j"$(nproc)" --target fuzz-http-request fuzz-http-response \

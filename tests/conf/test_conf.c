@@ -764,7 +764,23 @@ test_unknown_pools_and_policies(void **state)
     dm_conf_destroy(c);
     c = load_ok(LISTEN POOL_WEB);
     assert_int_equal(c->log_level, 2);
+    assert_null(c->user);
     dm_conf_destroy(c);
+    c = load_ok(LISTEN POOL_WEB "user: root\n");
+    assert_string_equal(c->user, "root");
+    assert_int_equal(c->uid, 0);
+    assert_int_equal(c->gid, 0);
+    dm_conf_destroy(c);
+    c = load_ok(LISTEN POOL_WEB "user: \"54321\"\ngroup: root\n");
+    assert_int_equal(c->uid, 54321);
+    assert_int_equal(c->gid, 0);
+    dm_conf_destroy(c);
+    expect_error(LISTEN POOL_WEB "user: no-such-user-here\n",
+                 "t.yaml:7:7: unknown user \"no-such-user-here\"");
+    expect_error(LISTEN POOL_WEB "user: root\ngroup: no-such-group-here\n",
+                 "t.yaml:8:8: unknown group \"no-such-group-here\"");
+    expect_error(LISTEN POOL_WEB "group: root\n",
+                 "t.yaml:7:8: group: needs user: (the user to run as)");
 }
 
 static void

@@ -744,18 +744,18 @@ class DimmerTest(unittest.TestCase):
         conf = self.write_config(yaml_config(0, pools, admin=0 if admin else None, **kw))
         return self.start_dimmer_conf(conf)
 
-    def start_dimmer_conf(self, conf):
+    def start_dimmer_conf(self, conf, env=None):
         """dimmer -c conf, whose listen and admin addresses should have port 0."""
-        return self.start_dimmer_args(["-c", conf], conf)
+        return self.start_dimmer_args(["-c", conf], conf, env=env)
 
-    def start_dimmer_args(self, args, conf_path=None):
+    def start_dimmer_args(self, args, conf_path=None, env=None):
         """
         dimmer with args and a --ports-file in the temp dir; returns a Dimmer
         once the file is there, that is once every listener listens.
         """
         name = "dimmer-%d" % len(self.procs)
         ports_file = self.path(name + ".ports")
-        p = self.start_proc(name, [DIMMER] + list(args) + ["--ports-file", ports_file])
+        p = self.start_proc(name, [DIMMER] + list(args) + ["--ports-file", ports_file], env=env)
 
         def ready():
             lines = read_ports_file(ports_file)
