@@ -41,6 +41,7 @@ struct agent {
     size_t nports;
     uint64_t interval_ms;
     uint64_t count; /* reports to send, 0: until stopped */
+    uint64_t sent;  /* reports made so far */
     struct dm_cpu_times last;
     bool have_last;
     uint64_t rapl_uj, rapl_us; /* the last energy reading and its time */
@@ -66,8 +67,9 @@ usage(void)
            "to dimmer's metrics listener every --interval ms (default 1000).\n"
            "  --name NAME      the server's name in dimmer's configuration\n"
            "  --to HOST:PORT   dimmer's metrics listener (UDP)\n"
-           "  --key-file FILE  the shared key (the file's bytes, a final newline dropped)\n"
+           "  --key-file FILE  the shared key (the file's bytes, final newlines dropped)\n"
            "  --ports LIST     the served TCP ports whose connections are counted\n"
+           "  --interval MS    one report every MS ms, 10 to 3600000 (default 1000)\n"
            "  --idle-w W       power with the CPU idle (default 35)\n"
            "  --sys-w W        at full SYS use (user, nice, system, steal; default 70)\n"
            "  --io-w W         at full I/O use (irq, softirq; default 50)\n"
@@ -208,7 +210,7 @@ tick(uv_timer_t *t)
     if (len == 0 || uv_udp_send(req, &a->udp, &b, 1, (const struct sockaddr *)&a->to, sent) < 0) {
         free(req);
     }
-    if (a->count > 0 && a->r.seq >= a->count) {
+    if (a->count > 0 && ++a->sent >= a->count) {
         stop(a);
     }
 }
@@ -313,6 +315,11 @@ main(int argc, char **argv)
         usage_error("--name: longer than 63", name);
     }
     strcpy(a.r.name, name);
+    /* The proxy drops a sequence number not above the last it accepted, and
+     * remembers that across its reloads: numbers start at the start time in
+     * microseconds, so a restarted agent (one report per >= 10 ms) always
+     * goes on above the run before it. */
+    a.r.seq = wall_ms() * 1000;
     struct dm_report probe = a.r;
     char tmp[DM_REPORT_MAX];
     if (dm_report_encode(&probe, (const uint8_t *)"k", 1, tmp, sizeof(tmp)) == 0) {

@@ -77,7 +77,8 @@ usage(FILE *f)
                "  --workers N         worker threads (overrides the config; default auto)\n"
                "  --ports-file FILE   once listening, write FILE (atomically), one line per\n"
                "                      listener: \"listen ADDR BOUND\", then \"admin ADDR BOUND\"\n"
-               "                      (ADDR as configured; port 0 binds a free port)\n"
+               "                      and \"metrics ADDR BOUND\" when configured (ADDR as\n"
+               "                      configured; port 0 binds a free port)\n"
                "  -v, --version       print the version\n"
                "signals: SIGHUP reloads the configuration, SIGTERM drains and stops, SIGUSR1\n"
                "reopens the error and access logs (after logrotate moved them)\n");
