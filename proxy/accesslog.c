@@ -155,6 +155,7 @@ dm_accesslog_write(struct dm_req *req)
 {
     struct dm_client *c = req->c;
     struct dm_worker *w = c->w;
+    req->logged = true;
     dm_metrics_request_done(req);
     if (w->log_fd < 0) {
         return;
@@ -162,9 +163,22 @@ dm_accesslog_write(struct dm_req *req)
     char addr[INET6_ADDRSTRLEN];
     dm_accesslog_client_addr(c, addr, sizeof(addr));
     uint64_t now = uv_hrtime() / 1000;
-    const char *server = "-";
+    /* A server's name is any YAML string: escaped in JSON; in the text
+     * formats a space or a control byte (which would shift or split the
+     * line) is written '_'. */
+    char server[256] = "-";
     if (req->server != DM_NO_SERVER) {
-        server = dm_runtime_server_conf(c->rt, req->pool, req->server)->name;
+        const char *name = dm_runtime_server_conf(c->rt, req->pool, req->server)->name;
+        if (w->log_format == DM_ALOG_JSON) {
+            dm_json_esc(server, sizeof(server), name);
+        } else {
+            size_t k = 0;
+            for (; name[k] != 0 && k + 1 < sizeof(server); k++) {
+                unsigned char ch = (unsigned char)name[k];
+                server[k] = ch <= ' ' || ch == 0x7f ? '_' : (char)ch;
+            }
+            server[k] = 0;
+        }
     }
     double up_s = req->up_start_us > 0 ? (double)(now - req->up_start_us) / 1e6 : 0.0;
     double total_s = (double)(now - req->start_us) / 1e6;

@@ -21,6 +21,7 @@
 #include "proxy/request.h"
 #include "proxy/route.h"
 #include "proxy/upstream.h"
+#include "proxy/worker.h"
 
 #define DM_ERRBUF 512
 
@@ -227,6 +228,9 @@ dm_client_queue(struct dm_client *c)
     c->held_pool = (uint16_t)req->pool;
     dm_counter_add(&c->w->nqueued, 1);
     tq_insert(c->w, &c->timer, DM_T_QUEUE, req->queue_deadline_ms);
+    /* A place freed between the full pick and the counts above woke nobody:
+     * this worker looks again on its next loop pass. */
+    dm_workers_queue_kick_self(c->w);
 }
 
 void
@@ -243,10 +247,13 @@ dm_clients_queue_retry(struct dm_worker *w)
 {
     /*
      * In turn from the first: each takes a place or stays where it is. Past
-     * one that stays, the others of its pool would stay as well, so the pass
-     * stops once every pool with a limit has had one stay (a pass after a
-     * reload may stop early for a pool: the next place freed, or the next
-     * tick, tries again).
+     * one that stays having tried no server yet, the others of its pool
+     * would stay as well (they see the same full servers), so the pass
+     * stops once every pool with a limit has had such a one stay; one that
+     * stays after a failed attempt (its tried servers left out) does not
+     * stop the others. A pass after a reload, or with more than 64 pools,
+     * may stop early for a pool: the next place freed, or the next tick,
+     * tries again.
      */
     uint64_t stayed = 0;
     struct dm_tnode *n = w->tq[DM_T_QUEUE].head;
@@ -255,8 +262,9 @@ dm_clients_queue_retry(struct dm_worker *w)
         struct dm_client *c = (struct dm_client *)((char *)n - offsetof(struct dm_client, timer));
         uint64_t bit = 1ull << (c->held_pool % 64);
         if ((stayed & bit) == 0) {
+            bool fresh = c->req->attempts == 0;
             dm_req_pick_and_connect(c->req);
-            if (n->kind == DM_T_QUEUE) {
+            if (n->kind == DM_T_QUEUE && fresh) {
                 stayed |= bit;
                 unsigned limited = 0;
                 for (size_t i = 0; i < c->rt->npools; i++) {
@@ -405,6 +413,16 @@ dm_client_close(struct dm_client *c)
     struct dm_worker *w = c->w;
     struct dm_req *req = c->req;
     if (req != NULL) {
+        if (req->head_done && !req->logged) {
+            /* Ends with the connection: a tunnel that closed, or a request
+             * cut short (its response, or the client gone first: nginx's
+             * 499). Logged and counted here, once. */
+            req->cut = c->state != DM_C_TUNNEL;
+            if (req->cut && !req->resp_started) {
+                req->status = 499;
+            }
+            dm_accesslog_write(req);
+        }
         if (req->up != NULL) {
             struct dm_upstream *up = req->up;
             req->up = NULL;
@@ -908,6 +926,8 @@ client_head_done(struct dm_client *c)
     const struct dm_conf *cf = c->rt->conf;
     uint32_t head_len = c->in->off - c->head_start;
     const char *reason = NULL;
+    req->head_done = true;
+    req->head_len = head_len;
     if (head_len > cf->limits.header_bytes) {
         dm_client_respond_error(c, 431, "request head larger than limits.header_bytes");
         return false;
@@ -930,6 +950,7 @@ client_head_done(struct dm_client *c)
     req->head_len = head_len;
     c->in->refs++;
     req->close_client = !req->info.keep_alive || c->w->stopping;
+    req->routed = true;
     req->pool = dm_route_match(cf, req->info.host.p, req->info.host.len, req->info.path.p,
                                req->info.path.len);
     if (c->rt->pools[req->pool].work) {

@@ -111,6 +111,7 @@ struct dm_lst_stats {
     atomic_uint_fast64_t accepted; /* client connections accepted */
     atomic_uint_fast64_t open;     /* open now (added and taken back by this worker) */
     atomic_uint_fast64_t requests; /* requests answered or cut short (dm_metrics_request_done) */
+    atomic_uint_fast64_t local[6]; /* of which answered before routing (400, 408, 413, 431, 429) */
 };
 
 struct dm_rpool {

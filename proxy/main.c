@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <pthread.h>
 #include <pwd.h>
 #include <signal.h>
 #include <stdio.h>
@@ -166,8 +167,13 @@ reload(struct control *ctl)
     clock_gettime(CLOCK_MONOTONIC, &ts);
     sd_notifyf(0, "RELOADING=1\nMONOTONIC_USEC=%llu",
                (unsigned long long)ts.tv_sec * 1000000ull + (unsigned long long)ts.tv_nsec / 1000);
+    /* A reload runs on this thread (name lookups, a catalog preload): the
+     * watchdog is fed on both sides of it. */
+    if (ctl->watchdog_open) {
+        sd_notify(0, "WATCHDOG=1");
+    }
     reload_conf(ctl);
-    sd_notify(0, "READY=1");
+    sd_notify(0, ctl->watchdog_open ? "READY=1\nWATCHDOG=1" : "READY=1");
 }
 
 static void
@@ -355,7 +361,7 @@ watchdog_start(struct control *ctl)
  * (said in the log). 0, or -1 with the reason on stderr.
  */
 static int
-drop_privileges(const struct dm_conf *c)
+drop_privileges(const struct dm_conf *c, const char *conf_path)
 {
     if (c->user == NULL) {
         return 0;
@@ -377,6 +383,14 @@ drop_privileges(const struct dm_conf *c)
     }
     dm_log_info("running as user %s (uid %u), group %s (gid %u)", c->user, c->uid,
                 c->group != NULL ? c->group : "of the user", c->gid);
+    /* A reload reads the files again, as this user now. */
+    const char *files[] = { conf_path, c->catalog.manifest };
+    for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+        if (files[i] != NULL && access(files[i], R_OK) != 0) {
+            dm_log_warn("%s is not readable by user %s: a reload will fail (%s)", files[i], c->user,
+                        strerror(errno));
+        }
+    }
     return 0;
 }
 
@@ -513,6 +527,13 @@ main(int argc, char **argv)
     const char *ports_file = NULL;
     long workers_arg = -1;
     bool test_only = false;
+    /* SIGHUP and SIGUSR1 wait until their handlers are in (below): one sent
+     * while the config loads (logrotate, systemctl reload) must not kill. */
+    sigset_t early;
+    sigemptyset(&early);
+    sigaddset(&early, SIGHUP);
+    sigaddset(&early, SIGUSR1);
+    pthread_sigmask(SIG_BLOCK, &early, NULL);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         bool has_next = i + 1 < argc;
@@ -645,6 +666,7 @@ main(int argc, char **argv)
         fprintf(stderr, "dimmer: cannot handle signals: %s\n", uv_strerror(r));
         goto close_control;
     }
+    pthread_sigmask(SIG_UNBLOCK, &early, NULL); /* one that came meanwhile is handled now */
     /* The workers' acknowledgements of commands, and their held requests;
      * neither keeps the loop alive, and both close once the workers are joined. */
     if ((r = control_async(&ctl, &ctl.acked, on_acked, &ctl.acked_open)) < 0 ||
@@ -710,7 +732,7 @@ main(int argc, char **argv)
     }
     free(bound);
     bound = NULL;
-    if (drop_privileges(cf) < 0) {
+    if (drop_privileges(cf, conf_path) < 0) {
         goto stop_workers;
     }
     if ((r = watchdog_start(&ctl)) < 0) {

@@ -4,6 +4,7 @@
  */
 #include "proxy/metrics.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -27,11 +28,19 @@ void
 dm_metrics_request_done(struct dm_req *req)
 {
     struct dm_client *c = req->c;
+    dm_stat_add(&c->w->lstats[c->listener].requests, 1);
+    if (!req->routed) {
+        /* Answered before any pool was chosen: the listener's. */
+        unsigned lc = req->status >= 100 && req->status <= 599 ? req->status / 100 - 1 : 5;
+        dm_stat_add(&c->w->lstats[c->listener].local[lc], 1);
+        return;
+    }
     struct dm_rpool *p = &c->rt->pools[req->pool];
     size_t n = p->sv->n;
     size_t slot = req->server >= 0 && (size_t)req->server < n ? (size_t)req->server : n;
     struct dm_srv_stats *st = &p->stats[(size_t)c->w->id * (n + 1) + slot];
-    unsigned cls = req->status >= 100 && req->status <= 599 ? req->status / 100 - 1 : 5;
+    unsigned cls =
+        !req->cut && req->status >= 100 && req->status <= 599 ? req->status / 100 - 1 : 5;
     dm_stat_add(&st->responses[cls], 1);
     dm_stat_add(&st->bytes_in, req->head_len + req->body_raw);
     dm_stat_add(&st->bytes_out, req->resp_bytes);
@@ -46,7 +55,6 @@ dm_metrics_request_done(struct dm_req *req)
     }
     dm_stat_add(&st->dur[b], 1);
     dm_stat_add(&st->dur_sum_us, us);
-    dm_stat_add(&c->w->lstats[c->listener].requests, 1);
 }
 
 void
@@ -304,7 +312,7 @@ pools_text(struct dm_sbuf *b, const struct dm_runtime *rt, struct srv_sum *local
 {
     dm_metrics_family(b, "dimmer_pool_local_responses_total", "counter",
                       "Responses of the pool's requests that no server answered (dimmer's "
-                      "own: 4xx of a bad request, 429, 503, 504) by status class.");
+                      "own: 503, 504, 502) by status class; none: cut short.");
     for (size_t i = 0; i < rt->npools; i++) {
         for (int k = 0; k < 6; k++) {
             dm_sb_printf(b, "dimmer_pool_local_responses_total");
@@ -339,6 +347,18 @@ pools_text(struct dm_sbuf *b, const struct dm_runtime *rt, struct srv_sum *local
     }
 }
 
+/* The bound address of listener l (its socket's: a port 0 shows the port bound). */
+static void
+listener_text(const struct dm_metrics_view *v, size_t l, char *text, size_t cap)
+{
+    struct sockaddr_storage sa;
+    int len = sizeof(sa);
+    snprintf(text, cap, "?");
+    if (uv_tcp_getsockname(&v->workers[0].listeners[l], (struct sockaddr *)&sa, &len) == 0) {
+        dm_addr_text((const struct sockaddr *)&sa, text, cap);
+    }
+}
+
 static void
 listeners_text(struct dm_sbuf *b, const struct dm_metrics_view *v)
 {
@@ -351,16 +371,27 @@ listeners_text(struct dm_sbuf *b, const struct dm_metrics_view *v)
         { "dimmer_listener_requests_total", "counter",
           "Requests answered (by a server or by dimmer) or cut short." },
     };
+    dm_metrics_family(b, "dimmer_listener_local_responses_total", "counter",
+                      "Requests answered by the listener before any pool was chosen (a bad "
+                      "head's 400, 408, 413, 431; limits.rate's 429), by status class.");
+    for (size_t l = 0; l < nl && l < 256; l++) {
+        char text[DM_ADDR_TEXT];
+        listener_text(v, l, text, sizeof(text));
+        for (int k = 0; k < 6; k++) {
+            uint64_t sum = 0;
+            for (unsigned w = 0; w < v->nworkers; w++) {
+                sum += dm_counter_get(&v->workers[w].lstats[l].local[k]);
+            }
+            dm_sb_printf(b, "dimmer_listener_local_responses_total{listener=");
+            dm_metrics_label(b, text);
+            dm_sb_printf(b, ",code=\"%s\"} %llu\n", code_names[k], (unsigned long long)sum);
+        }
+    }
     for (size_t f = 0; f < sizeof(fam) / sizeof(fam[0]); f++) {
         dm_metrics_family(b, fam[f].name, fam[f].type, fam[f].help);
         for (size_t l = 0; l < nl && l < 256; l++) {
-            struct sockaddr_storage sa;
-            int len = sizeof(sa);
-            char text[DM_ADDR_TEXT] = "?";
-            if (uv_tcp_getsockname(&v->workers[0].listeners[l], (struct sockaddr *)&sa, &len) ==
-                0) {
-                dm_addr_text((const struct sockaddr *)&sa, text, sizeof(text));
-            }
+            char text[DM_ADDR_TEXT];
+            listener_text(v, l, text, sizeof(text));
             uint64_t sum = 0;
             for (unsigned w = 0; w < v->nworkers; w++) {
                 const struct dm_lst_stats *st = &v->workers[w].lstats[l];
@@ -393,8 +424,14 @@ hosts_text(struct dm_sbuf *b, const struct dm_hosts *hs)
             const struct dm_host *h = hs->h[i];
             const atomic_uint_fast64_t *c[] = { &h->connections, &h->inflight, &h->started,
                                                 &h->bound };
+            /* The address as written and as resolved: a name whose address
+             * changed across reloads is two hosts, two series. */
+            char addr[DM_ADDR_TEXT];
+            dm_addr_text((const struct sockaddr *)&h->addr, addr, sizeof(addr));
             dm_sb_printf(b, "%s{host=", fam[f].name);
             dm_metrics_label(b, h->text != NULL ? h->text : "");
+            dm_sb_printf(b, ",address=");
+            dm_metrics_label(b, addr);
             dm_sb_printf(b, "} %llu\n", (unsigned long long)dm_counter_get(c[f]));
         }
     }

@@ -298,6 +298,13 @@ static int
 req_pick_with_room(struct dm_req *req, struct dm_rpool *p, const struct dm_pick *pick, bool *full)
 {
     *full = false;
+    if (p->limited && !req->c->queued && dm_counter_get(&p->queued) > 0) {
+        /* Others wait already: a newcomer joins the queue behind them rather
+         * than take a place that frees before their turn comes (HAProxy's
+         * pending connections are served first in the same way). */
+        *full = true;
+        return DM_NO_SERVER;
+    }
     int idx = dm_balancer_pick_past_ramps(p->bal, pick, req->tried);
     if (!p->limited) {
         if (idx != DM_NO_SERVER) {

@@ -81,6 +81,13 @@ wake_of_free(void)
 }
 
 void
+dm_workers_queue_kick_self(struct dm_worker *w)
+{
+    atomic_fetch_or(&wake_of[w->id].flags, WAKE_QUEUE);
+    uv_async_send(&w->wake);
+}
+
+void
 dm_workers_queue_kick(void)
 {
     for (unsigned i = 0; i < kick_n; i++) {

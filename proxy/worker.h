@@ -62,6 +62,8 @@ void dm_workers_sessions_decided(struct dm_worker *w, unsigned n);
  * queued for one tries them again (dm_clients_queue_retry). Any worker thread.
  */
 void dm_workers_queue_kick(void);
+/* The same for w alone, from w's own thread (a request it just queued). */
+void dm_workers_queue_kick_self(struct dm_worker *w);
 
 /* The limits' counters summed over the workers (GET /stats and /metrics). */
 struct dm_limits_counts {

@@ -164,7 +164,10 @@ class MetricsTest(Scraping):
         by_code = {k: sum(value(m, "dimmer_server_responses_total", pool="web", server=s, code=k)
                           for s in ("b1", "b2")) for k in ("2xx", "4xx", "5xx")}
         self.assertEqual(by_code, {"2xx": 15, "4xx": 3, "5xx": 1})
-        self.assertEqual(value(m, "dimmer_pool_local_responses_total", pool="web", code="4xx"), 1)
+        listener = "%s:%d" % (H.HOST, self.d.port)
+        self.assertEqual(value(m, "dimmer_listener_local_responses_total", listener=listener,
+                               code="4xx"), 1)
+        self.assertEqual(value(m, "dimmer_pool_local_responses_total", pool="web", code="4xx"), 0)
         self.assertEqual(value(m, "dimmer_server_max_conns", pool="web", server="b1"), 50)
         out = sum(value(m, "dimmer_server_bytes_out_total", pool="web", server=s)
                   for s in ("b1", "b2"))
@@ -172,7 +175,6 @@ class MetricsTest(Scraping):
         bytes_in = sum(value(m, "dimmer_server_bytes_in_total", pool="web", server=s)
                        for s in ("b1", "b2"))
         self.assertGreater(bytes_in, 5000)
-        listener = "%s:%d" % (H.HOST, self.d.port)
         self.assertEqual(value(m, "dimmer_listener_requests_total", listener=listener), total + 1)
         self.assertEqual(value(m, "dimmer_listener_connections_total", listener=listener), 6)
         H.wait_until(lambda: value(self.scrape(), "dimmer_listener_connections",
@@ -210,6 +212,30 @@ class MetricsTest(Scraping):
         self.assertEqual(value(m, "dimmer_host_requests_started_total",
                                host="%s:%d" % (H.HOST, b1.port)), 4)
         self.assertEqual(value(m, "dimmer_server_requests_total", pool="web", server="dead"), 0)
+
+    def test_cut_short_and_listener_answers(self):
+        b1 = self.start_backend("b1")
+        self.d = self.start_dimmer({"web": self.pool(b1, passive={"max_fails": 0})})
+        # The client goes away mid-response: counted as none, not as a 2xx.
+        with H.Conn(self.d.port) as c:
+            c.send(H.build_request("GET", "/bytes/%d" % (64 << 20)))
+            c.sock.recv(1000)
+        lab = {"pool": "web", "server": "b1"}
+        H.wait_until(lambda: value(self.scrape(), "dimmer_server_responses_total", code="none",
+                                   **lab) == 1, 10, "the cut response counted")
+        m = self.scrape()
+        self.assertEqual(value(m, "dimmer_server_responses_total", code="2xx", **lab), 0)
+        self.assertEqual(value(m, "dimmer_server_request_duration_seconds_count", **lab), 1)
+        # A bad head is the listener's, not a pool's.
+        with H.Conn(self.d.port) as c:
+            c.send(b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n")
+            self.assertEqual(c.read_response(timeout=5).status, 400)
+        listener = "%s:%d" % (H.HOST, self.d.port)
+        H.wait_until(lambda: value(self.scrape(), "dimmer_listener_local_responses_total",
+                                   listener=listener, code="4xx") == 1, 5, "the 400 counted")
+        m = self.scrape()
+        self.assertEqual(value(m, "dimmer_pool_local_responses_total", pool="web", code="4xx"), 0)
+        self.assertEqual(value(m, "dimmer_listener_requests_total", listener=listener), 2)
 
     def test_names_with_quotes_and_backslashes(self):
         # Names from a config may hold any character: /stats stays JSON and

@@ -115,12 +115,21 @@ class PowerMetricsTest(H.DimmerTest):
                                   "%s:%d" % (H.HOST, self.metrics), "--key-file", key,
                                   "--ports", str(self.b2.port), "--interval", "100",
                                   "--idle-w", "30", "--sys-w", "70", "--count", "5"])
+        started_us = time.time() * 1e6
         H.wait_until(lambda: self.reports()["ok"] == 5, 15, "five reports accepted")
         a = self.server("b2")["agent"]
-        self.assertEqual(a["seq"], 5)
+        # The agent numbers from its start time in microseconds: the fifth is 5 above it.
+        self.assertLess(abs(a["seq"] - 5 - started_us), 60e6)
+        # A restarted agent goes on above: its reports are taken, not replays.
+        self.start_proc("agent-again", [H.DIMMER_AGENT, "--name", "b2", "--to",
+                                        "%s:%d" % (H.HOST, self.metrics), "--key-file", key,
+                                        "--ports", str(self.b2.port), "--count", "1"])
+        H.wait_until(lambda: self.reports()["ok"] == 6, 15, "the restarted agent's report")
+        self.assertEqual(self.reports()["replay"], 0)
+        self.assertGreater(self.server("b2")["agent"]["seq"], a["seq"])
         self.assertGreaterEqual(a["est_w"], 30)
         self.assertLessEqual(a["est_w"], 70)
-        self.assertEqual(sum(self.reports().values()), 5)
+        self.assertEqual(sum(self.reports().values()), 6)
 
     def test_operator_actions_need_the_token(self):
         self.start(token=True)
