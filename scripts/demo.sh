@@ -6,8 +6,9 @@
 # sleep/wake control on 9101-9104, an agent reporting to 127.0.0.1:9902), and,
 # unless --no-load is given, dimmer-load playing a rise and fall of users over
 # and over (conf/demo-pattern.csv), so that servers are drained, slept, woken
-# and brought back within a minute or two. The admin pages: GET /stats and
-# GET /power on 127.0.0.1:9901. Ctrl-C stops it all.
+# and brought back within a minute or two. The admin pages: the dashboard
+# (GET /), GET /stats, GET /power and GET /metrics on 127.0.0.1:9901.
+# Ctrl-C stops it all.
 set -eu
 cd "$(dirname "$0")/.."
 load=1
