@@ -354,6 +354,7 @@ dm_req_pick_and_connect(struct dm_req *req)
                !dm_pick_tried(&pick, (size_t)c->bound) &&
                dm_server_keeps_affinity(&p->sv->s[c->bound], pick.now_us,
                                         !(p->bal->ops->needs & DM_BAL_BINDS_CONNECTIONS)) &&
+               !(p->limited && !c->queued && dm_counter_get(&p->queued) > 0) &&
                req_take_slot(p, (size_t)c->bound)) {
         idx = c->bound; /* affinity: connection */
         dm_client_unqueue(c);
