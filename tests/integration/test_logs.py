@@ -3,6 +3,7 @@ The logs as an operator meets them: the access log in nginx's combined
 format, the error log's level (log_level, changed by a reload), and SIGUSR1
 reopening both files after logrotate moved them, losing no line.
 """
+import json
 import os
 import re
 import signal
@@ -53,6 +54,27 @@ class LogsTest(H.DimmerTest):
         bad = got[3].groups()
         self.assertEqual(bad[3], "400")
         self.assertGreater(int(bad[4]), 0)
+
+    def test_server_names_cannot_break_a_line(self):
+        # A server's name is any YAML string: the JSON line stays JSON, the
+        # default line keeps its fields (a space or a control byte is '_').
+        for fmt in ("json", "default"):
+            log = self.path("access-%s.log" % fmt)
+            conf = ('listen: ["127.0.0.1:0"]\nadmin: 127.0.0.1:0\n'
+                    'access_log: {path: "%s", format: %s}\n'
+                    'pools:\n  web:\n    servers:\n'
+                    '      - {name: "a\\"b c\\tz", address: "127.0.0.1:%d"}\n'
+                    % (log, fmt, self.b1.port))
+            self.d = self.start_dimmer_conf(self.write_config(conf, "dimmer-%s.yaml" % fmt))
+            self.assertEqual(H.get(self.d.port, "/bytes/3").status, 200)
+            H.wait_until(lambda: len(lines(log)) == 1, 5, "one access-log line")
+            line = lines(log)[0]
+            if fmt == "json":
+                self.assertEqual(json.loads(line)["upstream"], 'a"b c\tz')
+            else:
+                fields = line.split(" ")
+                self.assertEqual(len(fields), 10, line)
+                self.assertEqual(fields[7], 'a"b_c_z')
 
     def test_log_level_and_its_reload(self):
         conf = H.yaml_config(0, {"web": self.pool(self.b1)}, admin=0, extra="log_level: warn\n")
