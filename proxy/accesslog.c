@@ -156,13 +156,13 @@ dm_accesslog_write(struct dm_req *req)
     struct dm_client *c = req->c;
     struct dm_worker *w = c->w;
     req->logged = true;
-    dm_metrics_request_done(req);
+    uint64_t now = uv_hrtime() / 1000; /* one clock read for the counters and the line */
+    dm_metrics_request_done(req, now);
     if (w->log_fd < 0) {
         return;
     }
     char addr[INET6_ADDRSTRLEN];
     dm_accesslog_client_addr(c, addr, sizeof(addr));
-    uint64_t now = uv_hrtime() / 1000;
     /* A server's name is any YAML string: escaped in JSON; in the text
      * formats a space or a control byte (which would shift or split the
      * line) is written '_'. */

@@ -266,10 +266,7 @@ dm_clients_queue_retry(struct dm_worker *w)
             dm_req_pick_and_connect(c->req);
             if (n->kind == DM_T_QUEUE && fresh) {
                 stayed |= bit;
-                unsigned limited = 0;
-                for (size_t i = 0; i < c->rt->npools; i++) {
-                    limited += c->rt->pools[i].limited;
-                }
+                unsigned limited = c->rt->nlimited;
                 if ((unsigned)__builtin_popcountll(stayed) >= (limited < 64 ? limited : 64)) {
                     break;
                 }

@@ -150,6 +150,7 @@ struct dm_runtime {
     uint64_t generation;
     uint32_t buf_cap;
     uint32_t tried_bytes;       /* bitmap bytes for the largest pool */
+    unsigned nlimited;          /* pools with a server that has max_conns */
     struct dm_catalog *catalog; /* borrowed: the process's object catalog */
 };
 

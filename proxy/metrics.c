@@ -25,7 +25,7 @@ static const char *const dur_le_text[DM_DUR_BUCKETS] = {
 static const char *const code_names[6] = { "1xx", "2xx", "3xx", "4xx", "5xx", "none" };
 
 void
-dm_metrics_request_done(struct dm_req *req)
+dm_metrics_request_done(struct dm_req *req, uint64_t now_us)
 {
     struct dm_client *c = req->c;
     dm_stat_add(&c->w->lstats[c->listener].requests, 1);
@@ -47,8 +47,7 @@ dm_metrics_request_done(struct dm_req *req)
     if (req->attempts > 1) {
         dm_stat_add(&st->retries, req->attempts - 1);
     }
-    uint64_t now = uv_hrtime() / 1000;
-    uint64_t us = now > req->start_us ? now - req->start_us : 0;
+    uint64_t us = now_us > req->start_us ? now_us - req->start_us : 0;
     size_t b = 0;
     while (b < DM_DUR_BUCKETS - 1 && us > dur_le_us[b]) {
         b++;

@@ -8,6 +8,8 @@
 #ifndef DM_PROXY_METRICS_H
 #define DM_PROXY_METRICS_H
 
+#include <stdint.h>
+
 #include "proxy/sbuf.h"
 
 struct dm_req;
@@ -16,8 +18,9 @@ struct dm_hosts;
 struct dm_catalog;
 struct dm_powermgr;
 
-/* A request ends (answered, or cut short): its server's counters. Its worker's thread. */
-void dm_metrics_request_done(struct dm_req *req);
+/* A request ends (answered, or cut short) at now_us (uv_hrtime() / 1000): its
+ * server's counters. Its worker's thread. */
+void dm_metrics_request_done(struct dm_req *req, uint64_t now_us);
 
 /* What GET /metrics reads; any of the pointers may be NULL (not running). */
 struct dm_metrics_view {

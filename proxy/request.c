@@ -298,13 +298,6 @@ static int
 req_pick_with_room(struct dm_req *req, struct dm_rpool *p, const struct dm_pick *pick, bool *full)
 {
     *full = false;
-    if (p->limited && !req->c->queued && dm_counter_get(&p->queued) > 0) {
-        /* Others wait already: a newcomer joins the queue behind them rather
-         * than take a place that frees before their turn comes (HAProxy's
-         * pending connections are served first in the same way). */
-        *full = true;
-        return DM_NO_SERVER;
-    }
     int idx = dm_balancer_pick_past_ramps(p->bal, pick, req->tried);
     if (!p->limited) {
         if (idx != DM_NO_SERVER) {
@@ -343,7 +336,15 @@ dm_req_pick_and_connect(struct dm_req *req)
     };
     int idx = DM_NO_SERVER;
     bool affinity = p->cf->affinity_connection;
-    if (p->placer != NULL && req->info.upgrade) {
+    bool session = p->placer != NULL && req->info.upgrade;
+    if (!session && p->limited && !c->queued && dm_counter_get(&p->queued) > 0) {
+        /* Others wait already: a newcomer joins the queue behind them rather
+         * than take a place that frees before their turn comes (HAProxy's
+         * pending connections are served first in the same way). */
+        dm_client_queue(c);
+        return;
+    }
+    if (session) {
         idx = req_session_place(req, p, pick.now_us);
         if (idx < 0) {
             return;
@@ -354,7 +355,6 @@ dm_req_pick_and_connect(struct dm_req *req)
                !dm_pick_tried(&pick, (size_t)c->bound) &&
                dm_server_keeps_affinity(&p->sv->s[c->bound], pick.now_us,
                                         !(p->bal->ops->needs & DM_BAL_BINDS_CONNECTIONS)) &&
-               !(p->limited && !c->queued && dm_counter_get(&p->queued) > 0) &&
                req_take_slot(p, (size_t)c->bound)) {
         idx = c->bound; /* affinity: connection */
         dm_client_unqueue(c);

@@ -64,6 +64,7 @@ dm_runtime_create(struct dm_conf *conf, unsigned nworkers, struct dm_hosts *host
         }
         uint32_t tb = (uint32_t)((pc->nservers + 7) / 8);
         rt->tried_bytes = tb > rt->tried_bytes ? tb : rt->tried_bytes;
+        rt->nlimited += p->limited;
         const struct dm_balancer_ops *ops = dm_balancer_find(pc->balance);
         struct dm_bal_conf bc = {
             .draws = pc->draws,

@@ -33,8 +33,8 @@ dm_sb_printf(struct dm_sbuf *b, const char *fmt, ...)
 const char *
 dm_json_esc_n(char *buf, size_t cap, const char *s, size_t len)
 {
-    size_t n = 0;
-    for (size_t i = 0; s != NULL && i < len && n + 7 < cap; i++) {
+    size_t n = 0, i = 0;
+    for (; s != NULL && i < len && n + 7 < cap; i++) {
         unsigned char c = (unsigned char)s[i];
         if (c == '"' || c == '\\') {
             buf[n++] = '\\';
@@ -43,6 +43,19 @@ dm_json_esc_n(char *buf, size_t cap, const char *s, size_t len)
             n += (size_t)snprintf(buf + n, cap - n, "\\u%04x", c);
         } else {
             buf[n++] = (char)c;
+        }
+    }
+    if (i < len) {
+        /* Cut short: a UTF-8 sequence at the end that lacks bytes goes
+         * (its lead byte 11xxxxxx says how many it has, 10xxxxxx follow). */
+        size_t k = n;
+        while (k > 0 && ((unsigned char)buf[k - 1] & 0xc0) == 0x80) {
+            k--;
+        }
+        unsigned char lead = k > 0 ? (unsigned char)buf[k - 1] : 0;
+        size_t need = lead >= 0xf0 ? 4 : lead >= 0xe0 ? 3 : 2;
+        if (lead >= 0xc0 && n - (k - 1) < need) {
+            n = k - 1;
         }
     }
     buf[n] = 0;

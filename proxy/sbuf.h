@@ -16,8 +16,9 @@ void dm_sb_printf(struct dm_sbuf *b, const char *fmt, ...) __attribute__((format
 
 /*
  * s (NULL: "") escaped for the inside of a JSON string into buf (cap bytes,
- * NUL-terminated, cut at a character boundary if it must be): names and
- * addresses from a config may hold any byte. Returns buf.
+ * NUL-terminated): names and addresses from a config may hold any byte. A
+ * text too long for buf is cut, never inside an escape or a UTF-8 sequence.
+ * Returns buf.
  */
 #define DM_JSON_TEXT 1024
 const char *dm_json_esc(char *buf, size_t cap, const char *s);

@@ -10,7 +10,7 @@ set -eu
 cd "$(dirname "$0")/.."
 only_build=0
 [ "${1:-}" = "--build" ] && only_build=1
-sh scripts/deps.sh dpkg-dev debhelper lintian fakeroot curl python3 gcc make libc6-dev cmake \
+sh scripts/deps.sh dpkg-dev debhelper lintian fakeroot adduser curl python3 gcc make libc6-dev cmake \
     libuv1-dev libssl-dev libyaml-dev libcmocka-dev node-llhttp libsystemd-dev
 
 # A copy of the tree (what is checked out, edits included, no build folders):

@@ -172,6 +172,9 @@ def port_answers(port):
     return True
 
 
+STALL_BOUND = 2.0  # seconds: served_meanwhile()'s bound
+
+
 def wait_until(pred, timeout, what, interval=0.02):
     """Polls pred() until it is true; fails with `what` after timeout seconds."""
     deadline = time.monotonic() + timeout
@@ -766,6 +769,19 @@ class DimmerTest(unittest.TestCase):
 
         lines = wait_until(ready, START_TIMEOUT, "%s to write %s" % (name, ports_file))
         return Dimmer(p, lines, conf_path, ports_file)
+
+    def served_meanwhile(self, path="/bytes/16", bound=STALL_BOUND):
+        """
+        A request on a connection of its own is answered whole within bound
+        while a fault runs elsewhere: no worker stalls (a stalled one would
+        not answer at all; the bound leaves room for a loaded machine).
+        """
+        start = time.monotonic()
+        r = get(self.d.port, path, timeout=bound + 2)
+        took = time.monotonic() - start
+        self.assertEqual(r.status, 200)
+        self.assertEqual(r.body, pattern(int(path.rsplit("/", 1)[1])))
+        self.assertLess(took, bound, "a request took %.2fs during a fault" % took)
 
     def pool(self, *backends, balance="roundrobin", health_check=None, passive=None):
         p = {"balance": balance, "servers": [(b.name, b.port) for b in backends]}

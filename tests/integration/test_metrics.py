@@ -82,14 +82,10 @@ def maybe(fams, name, **labels):
 
 
 def value(fams, name, **labels):
-    family = name
-    for suffix in ("_bucket", "_sum", "_count"):
-        if name.endswith(suffix) and name[:-len(suffix)] in fams:
-            family = name[:-len(suffix)]
-    hits = [v for n, lab, v in fams[family]["samples"]
-            if n == name and all(lab.get(k) == str(x) for k, x in labels.items())]
-    assert len(hits) == 1, "%s %s: %d samples" % (name, labels, len(hits))
-    return hits[0]
+    """The value of the one sample of name with labels; there must be one."""
+    v = maybe(fams, name, **labels)
+    assert v is not None, "%s %s: no sample" % (name, labels)
+    return v
 
 
 class Scraping(H.DimmerTest):

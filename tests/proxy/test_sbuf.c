@@ -1,0 +1,73 @@
+/*
+ * proxy/sbuf.h: the growing buffer and the JSON escape of names that may
+ * hold any byte (quotes, control bytes, UTF-8), cut short only where a JSON
+ * parser still reads valid text.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "proxy/sbuf.h"
+
+static void
+test_escapes(void **state)
+{
+    (void)state;
+    char buf[64];
+    assert_string_equal(dm_json_esc(buf, sizeof(buf), "a\"b\\c\n\x01z"),
+                        "a\\\"b\\\\c\\u000a\\u0001z");
+    assert_string_equal(dm_json_esc(buf, sizeof(buf), NULL), "");
+    assert_string_equal(dm_json_esc(buf, sizeof(buf), "caf\xc3\xa9"), "caf\xc3\xa9");
+    assert_string_equal(dm_json_esc_n(buf, sizeof(buf), "abcdef", 3), "abc");
+}
+
+static void
+test_cut_never_splits_an_escape_or_a_character(void **state)
+{
+    (void)state;
+    char buf[16]; /* 9 bytes of output, then the 7-byte guard stops it */
+    /* A whole character at the cut stays. */
+    assert_string_equal(dm_json_esc(buf, sizeof(buf), "aaaaaaa\xc3\xa9zzzz"), "aaaaaaa\xc3\xa9");
+    assert_string_equal(dm_json_esc(buf, sizeof(buf),
+                                    "aaaaaa\xe2\x82\xac"
+                                    "zzzz"),
+                        "aaaaaa\xe2\x82\xac");
+    /* A character cut after one, two or three of its bytes goes whole. */
+    assert_string_equal(dm_json_esc(buf, sizeof(buf), "aaaaaaaa\xe2\x82\xac"), "aaaaaaaa");
+    assert_string_equal(dm_json_esc(buf, sizeof(buf), "aaaaaaa\xe2\x82\xac"), "aaaaaaa");
+    assert_string_equal(dm_json_esc(buf, sizeof(buf), "aaaaaa\xf0\x9f\x98\x80"), "aaaaaa");
+    /* Escapes are written whole or not at all. */
+    const char *out = dm_json_esc(buf, sizeof(buf), "\x01\x01\x01\x01");
+    assert_int_equal(strlen(out) % 6, 0);
+    /* Nothing cut: nothing dropped. */
+    assert_string_equal(dm_json_esc(buf, sizeof(buf), "ab\xc3\xa9"), "ab\xc3\xa9");
+}
+
+static void
+test_sbuf_grows(void **state)
+{
+    (void)state;
+    struct dm_sbuf b = { 0 };
+    for (int i = 0; i < 1000; i++) {
+        dm_sb_printf(&b, "%04d", i);
+    }
+    assert_int_equal(b.len, 4000);
+    assert_memory_equal(b.p + 3996, "0999", 4);
+    free(b.p);
+}
+
+int
+main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_escapes),
+        cmocka_unit_test(test_cut_never_splits_an_escape_or_a_character),
+        cmocka_unit_test(test_sbuf_grows),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
