@@ -30,6 +30,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import select
 import socket
 import struct
@@ -104,6 +105,9 @@ class Conn:
             self.s.close()
             raise ConnectionError("connect: %s" % e)
         self.buf = bytearray()
+        self.port = self.s.getsockname()[1]  # to find the exchange in dimmer's access log
+        self.sent = 0  # bytes sent and received so far, for the report of a hang
+        self.got = 0
 
     def close(self):
         try:
@@ -121,6 +125,7 @@ class Conn:
         if not d:
             raise Closed("closed by the peer")
         self.buf += d
+        self.got += len(d)
         return len(d)
 
     def take(self, n):
@@ -142,8 +147,12 @@ class Conn:
             self.fill()
 
     def send(self, data):
+        view = memoryview(data)
         try:
-            self.s.sendall(data)
+            while view:
+                n = self.s.send(view[:262144])
+                self.sent += n
+                view = view[n:]
         except socket.timeout:
             raise Hung("could not send for %.0f s" % HANG)
         except OSError as e:
@@ -287,17 +296,27 @@ def upload_one(c, rnd, tally):
 
     t = threading.Thread(target=sender, daemon=True)
     t.start()
+    sent0, got0, t0 = c.sent, c.got, time.strftime("%H:%M:%S")
+
+    def hung(what):  # what a hang looked like, to find it in dimmer's access log
+        return Hung("upload of %d bytes (%s) from client port %d, begun %s: %s; %d of %d bytes "
+                    "sent, %d bytes received" %
+                    (size, "chunked" if chunked else "length", c.port, t0, what,
+                     c.sent - sent0, len(payload), c.got - got0))
     try:
         st, h, got = c.response()
+    except Hung as e:
+        t.join(HANG + 1)
+        raise hung(str(e))
     finally:
         t.join(HANG + 1)
     if t.is_alive():
-        raise Hung("upload of %d bytes: the send did not end" % size)
+        raise hung("the send did not end")
     if st != 200:
         tally.add("status_%d" % st)
         return False
     if err and isinstance(err[0], Hung):
-        raise err[0]
+        raise hung(str(err[0]))
     if got != body:
         raise Bad("echo of %d bytes (%s) came back as %d bytes, %s" %
                   (size, "chunked" if chunked else "length", len(got),
@@ -722,6 +741,9 @@ def cmd_report(a):
             fail.append("%s: no exchange at all" % kind)
         for e in j.get("examples", [])[:5]:
             p("    %s" % e)
+            m = re.search(r"client port (\d+)", e)
+            for ln in access_lines(d, int(m.group(1))) if m else ():
+                p("      dimmer logged: %s" % ln)
 
     for name, label in (("load_keepalive", "keep-alive (rate)"), ("load_close", "close (sessions)")):
         path = os.path.join(d, name + ".json")
@@ -773,6 +795,16 @@ def cmd_report(a):
     sys.stdout.write(text)
     plot(d, rows, events, a.warmup)
     return 0 if not fail else 1
+
+
+def access_lines(d, port, limit=5):
+    """Lines of dimmer's JSON access log (soak.sh writes it) for a client port."""
+    try:
+        with open(os.path.join(d, "access.json")) as f:
+            got = [ln.strip() for ln in f if '"client_port":%d,' % port in ln]
+    except OSError:
+        return []
+    return got[-limit:] or ["nothing for client port %d" % port]
 
 
 def plot(d, rows, events, warmup):

@@ -11,7 +11,8 @@
 # KiB/s). bench/soak.py is the python half (clients, sampler, report).
 #   bash bench/soak.sh [--duration 600] [--warmup 60] [--out DIR] [--workers 2]
 #                      [--dimmer PATH] [--rate 800] [--quick] [--help]
-# Writes DIR/samples.csv (t,rss_kib,fds,requests_per_s), DIR/events.csv (the
+# Writes DIR/access.json (dimmer's access log; a hang's report names its
+# client port), DIR/samples.csv (t,rss_kib,fds,requests_per_s), DIR/events.csv (the
 # kills and restarts), the clients' JSON summaries, DIR/summary.txt and
 # DIR/soak.png (gnuplot-nox). Exit status 1 if an exchange hung, a response
 # was wrong, or dimmer died or stopped answering. All traffic on 127.0.0.1.
@@ -104,6 +105,7 @@ workers: $WORKERS
 listen: 127.0.0.1:0
 admin: 127.0.0.1:0
 error_log: $OUT/dimmer.err
+access_log: {path: $OUT/access.json, format: json}
 timeouts:
   connect: 1s
   client_header: 10s

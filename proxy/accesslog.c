@@ -43,6 +43,12 @@ dm_accesslog_client_addr(const struct dm_client *c, char *out, size_t cap)
     (void)cap; /* 16 bytes always suffice and cap is INET6_ADDRSTRLEN */
 }
 
+static unsigned
+client_port(const struct dm_client *c)
+{
+    return ntohs(c->peer.sa.sa_family == AF_INET6 ? c->peer.in6.sin6_port : c->peer.in4.sin_port);
+}
+
 enum dm_accesslog_format
 dm_accesslog_format_of(const char *name)
 {
@@ -223,10 +229,11 @@ dm_accesslog_write(struct dm_req *req)
         dm_json_esc_n(method, sizeof(method), m.p, m.len);
         dm_json_esc_n(target, sizeof(target), tg.p, tg.len);
         n = snprintf(line, sizeof(line),
-                     "{\"time\":\"%s\",\"client\":\"%s\",\"method\":\"%s\",\"target\":\"%s\","
+                     "{\"time\":\"%s\",\"client\":\"%s\",\"client_port\":%u,\"method\":\"%s\","
+                     "\"target\":\"%s\","
                      "\"status\":%u,\"bytes\":%llu,\"upstream\":\"%s\",\"upstream_time\":%.6f,"
                      "\"request_time\":%.6f}",
-                     w->log_time_text, addr, method, target, req->status,
+                     w->log_time_text, addr, client_port(c), method, target, req->status,
                      (unsigned long long)req->resp_bytes, server, up_s, total_s);
     } else {
         /* Bytes that would break the line (control bytes) never pass the parser. */

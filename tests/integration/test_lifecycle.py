@@ -252,8 +252,11 @@ class RunTest(H.DimmerTest):
         d = self.start_dimmer({"web": self.pool(self.b1)},
                               extra='access_log:\n  path: "%s"\n  format: json' % log)
         self.extra_logs = [log]
+        self.client_ports = []
         for path in paths:
-            self.assertEqual(H.get(d.port, path).status, 200)
+            with H.Conn(d.port) as c:
+                self.client_ports.append(c.sock.getsockname()[1])
+                self.assertEqual(c.request("GET", path).status, 200)
 
         def lines():
             with open(log) as f:
@@ -275,13 +278,15 @@ class RunTest(H.DimmerTest):
     def test_access_log_json(self):
         recs = self.json_log_records(["/bytes/7", "/headers"])
         self.assertEqual(recs[0]["client"], "127.0.0.1")
+        self.assertEqual([r["client_port"] for r in recs], self.client_ports)
         self.assertEqual(recs[0]["method"], "GET")
         self.assertEqual(recs[0]["target"], "/bytes/7")
         self.assertEqual(recs[0]["status"], 200)
         self.assertEqual(recs[0]["upstream"], "b1")
         self.assertGreater(recs[0]["bytes"], 7)
-        self.assertEqual(set(recs[0]), {"time", "client", "method", "target", "status", "bytes",
-                                        "upstream", "upstream_time", "request_time"})
+        self.assertEqual(set(recs[0]), {"time", "client", "client_port", "method", "target",
+                                        "status", "bytes", "upstream", "upstream_time",
+                                        "request_time"})
         self.assertGreaterEqual(recs[0]["request_time"], recs[0]["upstream_time"])
         self.assertLess(recs[0]["request_time"], 5)
         self.assertEqual(recs[1]["target"], "/headers")
