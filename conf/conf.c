@@ -10,6 +10,7 @@
  * parses the YAML, runs one load and frees a config.
  */
 #include "conf/conf.h"
+#include "conf/tls.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -235,8 +236,12 @@ dm_conf_destroy(struct dm_conf *c)
     free(c->file);
     for (size_t i = 0; i < c->nlisteners; i++) {
         free(c->listeners[i].text);
+        if (c->listener_tls != NULL) {
+            dm_conf_tls_free(c->listener_tls[i]);
+        }
     }
     free(c->listeners);
+    free(c->listener_tls);
     free(c->admin.text);
     for (size_t i = 0; i < c->npools; i++) {
         struct dm_conf_pool *p = &c->pools[i];
@@ -257,6 +262,7 @@ dm_conf_destroy(struct dm_conf *c)
         free(p->hash.name);
         free(p->power.policy);
         dm_conf_session_fini(&p->session);
+        dm_conf_tls_client_free(p->tls);
     }
     free(c->pools);
     for (size_t i = 0; i < c->nroutes; i++) {

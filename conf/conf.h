@@ -14,6 +14,9 @@
 #include <sys/socket.h>
 
 /* An address as written ("127.0.0.1:8080", "[::1]:80", "*:80") and resolved. */
+struct dm_conf_tls;
+struct dm_conf_tls_client;
+
 struct dm_conf_addr {
     char *text;
     struct sockaddr_storage sa;
@@ -193,6 +196,7 @@ struct dm_conf_pool {
     unsigned max_queue;
     struct dm_conf_power power;
     struct dm_conf_session session; /* read whatever the policy; used by balance: session */
+    struct dm_conf_tls_client *tls; /* TLS to the servers (conf/tls.h); NULL: plain */
 };
 
 /* The object catalog (AGE): pages and their embedded objects. */
@@ -243,8 +247,9 @@ struct dm_conf {
     char *file;                     /* path it was read from, or NULL for the quick start */
     struct dm_conf_addr *listeners; /* port 0 allowed (here and in admin): a free port */
     size_t nlisteners;
-    unsigned workers;          /* 0 = auto (one per CPU), the default */
-    struct dm_conf_addr admin; /* admin.text NULL when there is no admin listener */
+    struct dm_conf_tls **listener_tls; /* per listener: its tls: block, NULL for plain HTTP */
+    unsigned workers;                  /* 0 = auto (one per CPU), the default */
+    struct dm_conf_addr admin;         /* admin.text NULL when there is no admin listener */
     struct dm_conf_pool *pools;
     size_t npools;
     struct dm_conf_route *routes;

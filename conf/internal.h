@@ -234,6 +234,19 @@ bool dm_conf_defaults(struct dm_conf *c);
  */
 void dm_conf_load_root(struct dm_conf_loader *ld, const yaml_node_t *root);
 
+/* ---- tls.c: the tls: blocks (conf/tls.h) ---- */
+
+struct dm_conf_tls;
+struct dm_conf_tls_client;
+
+/* A listener's tls: mapping n into *out (set even when it has errors, to be freed). */
+void dm_conf_load_listener_tls(struct dm_conf_loader *ld, const yaml_node_t *n,
+                               struct dm_conf_tls **out);
+
+/* A pool's tls: mapping (or true) n into *out (NULL: false; set with errors too). */
+void dm_conf_load_pool_tls(struct dm_conf_loader *ld, const yaml_node_t *n,
+                           struct dm_conf_tls_client **out);
+
 /* ---- pools.c: pools and their servers ---- */
 
 /* Sets the defaults of a pool (p zeroed before); false when out of memory. */

@@ -305,6 +305,7 @@ enum {
     POOL_POWER,
     POOL_SESSION,
     POOL_MAX_QUEUE,
+    POOL_TLS,
     POOL_N
 };
 static const char *const pool_keys[POOL_N] = {
@@ -319,6 +320,7 @@ static const char *const pool_keys[POOL_N] = {
     [POOL_POWER] = "power",
     [POOL_SESSION] = "session",
     [POOL_MAX_QUEUE] = "max_queue",
+    [POOL_TLS] = "tls",
 };
 
 static const char *const affinity_names[] = { "connection", "request" };
@@ -378,6 +380,9 @@ load_pool(struct dm_conf_loader *ld, struct dm_conf_pool *p, const yaml_node_t *
     }
     if (v[POOL_PASSIVE] != NULL) {
         load_passive(ld, &p->passive, v[POOL_PASSIVE]);
+    }
+    if (v[POOL_TLS] != NULL) {
+        dm_conf_load_pool_tls(ld, v[POOL_TLS], &p->tls);
     }
     /* hash and age are read whatever the policy: only their own policy looks at them. */
     if (v[POOL_HASH] != NULL) {

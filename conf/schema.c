@@ -91,46 +91,75 @@ same_addr(const struct dm_conf_addr *a, const struct dm_conf_addr *b)
     return a->salen == b->salen && memcmp(&a->sa, &b->sa, a->salen) == 0 && port_of(a) != 0;
 }
 
+enum { LI_ADDRESS, LI_TLS, LI_N };
+static const char *const listen_keys[LI_N] = {
+    [LI_ADDRESS] = "address",
+    [LI_TLS] = "tls",
+};
+
+/* One listen item: an address, or a mapping {address, tls}. True when it is added. */
+static bool
+load_listener(struct dm_conf_loader *ld, const yaml_node_t *item)
+{
+    struct dm_conf *c = ld->c;
+    struct dm_conf_addr *a = &c->listeners[c->nlisteners];
+    const yaml_node_t *addr = item;
+    yaml_node_t *v[LI_N] = { 0 };
+    if (item->type == YAML_MAPPING_NODE) {
+        if (!dm_conf_walk(ld, item, false, listen_keys, LI_N, v)) {
+            return false;
+        }
+        if (v[LI_ADDRESS] == NULL) {
+            dm_conf_fail_at(ld, item, "listen: a listener needs an address");
+            return false;
+        }
+        addr = v[LI_ADDRESS];
+    }
+    if (!dm_conf_get_addr(ld, addr, true, a)) {
+        return false;
+    }
+    c->nlisteners++;
+    if (v[LI_TLS] != NULL) {
+        dm_conf_load_listener_tls(ld, v[LI_TLS], &c->listener_tls[c->nlisteners - 1]);
+    }
+    return true;
+}
+
 static void
 load_listen(struct dm_conf_loader *ld, const yaml_node_t *n)
 {
     struct dm_conf *c = ld->c;
-    yaml_node_item_t *items;
-    size_t count;
+    yaml_node_item_t *items = NULL;
+    size_t count = 1;
     char buf[DM_CONF_SHOW_BUF];
 
-    if (n->type == YAML_SCALAR_NODE && !dm_conf_is_null(n)) {
-        c->listeners = calloc(1, sizeof(*c->listeners));
-        if (c->listeners == NULL) {
-            ld->oom = true;
+    if (n->type == YAML_SEQUENCE_NODE) {
+        items = dm_conf_list_items(ld, n, &count);
+        if (count == 0) {
+            dm_conf_fail_at(ld, n, "listen: expected at least one address");
             return;
         }
-        if (dm_conf_get_addr(ld, n, true, &c->listeners[0])) {
-            c->nlisteners = 1;
-        }
-        return;
-    }
-    if (n->type != YAML_SEQUENCE_NODE) {
-        dm_conf_fail_type(ld, n, "an address or a list of addresses");
-        return;
-    }
-    items = dm_conf_list_items(ld, n, &count);
-    if (count == 0) {
-        dm_conf_fail_at(ld, n, "listen: expected at least one address");
+    } else if ((n->type != YAML_SCALAR_NODE || dm_conf_is_null(n)) &&
+               n->type != YAML_MAPPING_NODE) {
+        dm_conf_fail_type(ld, n, "an address, a listener or a list of them");
         return;
     }
     c->listeners = calloc(count, sizeof(*c->listeners));
-    if (c->listeners == NULL) {
+    c->listener_tls = calloc(count, sizeof(*c->listener_tls));
+    if (c->listeners == NULL || c->listener_tls == NULL) {
         ld->oom = true;
+        return;
+    }
+    if (n->type != YAML_SEQUENCE_NODE) {
+        (void)load_listener(ld, n);
         return;
     }
     for (size_t i = 0; i < count; i++) {
         const yaml_node_t *item = dm_conf_node(ld, items[i]);
-        struct dm_conf_addr *a = &c->listeners[c->nlisteners];
-        if (!dm_conf_get_addr(ld, item, true, a)) {
+        if (!load_listener(ld, item)) {
             continue;
         }
-        c->nlisteners++;
+        const struct dm_conf_addr *a = &c->listeners[c->nlisteners - 1];
         /* With SO_REUSEPORT a second bind of the same address would succeed silently. */
         for (size_t j = 0; j + 1 < c->nlisteners; j++) {
             if (same_addr(&c->listeners[j], a)) {

@@ -762,6 +762,14 @@ dropped(const struct dm_http_msg *msg, const struct dm_http_info *info, unsigned
     return nm.found;
 }
 
+/* Whether name is fw's set_name[k] (in any case). */
+static bool
+is_set(const struct dm_http_forward *fw, int k, struct dm_span name)
+{
+    const char *n = fw->set_name[k];
+    return n != NULL && name.len == strlen(n) && strncasecmp(name.p, n, name.len) == 0;
+}
+
 size_t
 dm_http_write_request(char *out, size_t cap, const struct dm_http_msg *msg,
                       const struct dm_http_info *info, const struct dm_http_forward *fw)
@@ -791,8 +799,7 @@ dm_http_write_request(char *out, size_t cap, const struct dm_http_msg *msg,
         if (dm_span_ieq(f->name, "x-forwarded-proto")) {
             continue;
         }
-        if (fw->set_name != NULL && f->name.len == strlen(fw->set_name) &&
-            strncasecmp(f->name.p, fw->set_name, f->name.len) == 0) {
+        if (is_set(fw, 0, f->name) || is_set(fw, 1, f->name)) {
             continue;
         }
         if (dm_span_ieq(f->name, "host")) {
@@ -845,11 +852,13 @@ dm_http_write_request(char *out, size_t cap, const struct dm_http_msg *msg,
         puts_(&o, fw->via);
         puts_(&o, "\r\n");
     }
-    if (fw->set_name != NULL && fw->set_value != NULL) {
-        puts_(&o, fw->set_name);
-        puts_(&o, ": ");
-        puts_(&o, fw->set_value);
-        puts_(&o, "\r\n");
+    for (int k = 0; k < 2; k++) {
+        if (fw->set_name[k] != NULL && fw->set_value[k] != NULL) {
+            puts_(&o, fw->set_name[k]);
+            puts_(&o, ": ");
+            puts_(&o, fw->set_value[k]);
+            puts_(&o, "\r\n");
+        }
     }
     if (info->upgrade) {
         puts_(&o, "Connection: upgrade\r\n");

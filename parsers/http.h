@@ -143,18 +143,19 @@ struct dm_http_forward {
     const char *proto;        /* X-Forwarded-Proto: "http" */
     const char *via;          /* Via: "1.1 dimmer" */
     const char *default_host; /* Host to send when an HTTP/1.0 request had none */
-    /* A field the proxy sets (NULL: none), e.g. a session's rate tier: every
-     * field of the request with that name (in any case) is dropped, and this
-     * one is written with set_value, which must be a valid field value. */
-    const char *set_name;
-    const char *set_value;
+    /* Fields the proxy sets (a NULL name: none), e.g. a session's rate tier
+     * or a client certificate's subject: every field of the request with
+     * that name (in any case) is dropped, and this one is written with its
+     * value, which must be a valid field value (NULL: dropped only). */
+    const char *set_name[2];
+    const char *set_value[2];
 };
 
 /*
  * Writes the request head to send to a server into out (cap bytes): request
  * line with the origin-form target and HTTP/1.1, fields without the hop-by-hop
  * ones (and those named in Connection), X-Forwarded-For appended to an existing
- * one, X-Forwarded-Proto replaced, Via appended, fw->set_name replaced,
+ * one, X-Forwarded-Proto replaced, Via appended, each fw->set_name[] replaced,
  * Connection kept only for an upgrade. Returns the length, or 0 when cap is
  * too small.
  */

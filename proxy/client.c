@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "conf/tls.h"
 #include "parsers/catalog.h"
 #include "proxy/accesslog.h"
 #include "proxy/buf.h"
@@ -20,6 +21,7 @@
 #include "proxy/rate.h"
 #include "proxy/request.h"
 #include "proxy/route.h"
+#include "proxy/tls.h"
 #include "proxy/upstream.h"
 #include "proxy/worker.h"
 
@@ -355,14 +357,35 @@ client_alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
     dm_buf_read_space(c->w, &c->in, c->rt->buf_cap, buf);
 }
 
+#define DM_TLS_SCRATCH (64 * 1024)
+
+/* A TLS client's ciphertext goes to the worker's scratch: it is fed to OpenSSL at once. */
+static void
+client_tls_alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+    (void)suggested;
+    struct dm_client *c = h->data;
+    struct dm_worker *w = c->w;
+    if (w->tls_scratch == NULL) {
+        w->tls_scratch = malloc(DM_TLS_SCRATCH);
+    }
+    *buf = uv_buf_init(w->tls_scratch, w->tls_scratch != NULL ? DM_TLS_SCRATCH : 0);
+}
+
 static void client_read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
+static void client_tls_pump(void *arg);
 
 void
 dm_client_read_start(struct dm_client *c)
 {
     if (!c->reading && !c->closing && !c->eof) {
-        if (uv_read_start((uv_stream_t *)&c->tcp, client_alloc_cb, client_read_cb) == 0) {
+        uv_alloc_cb alloc = c->tls != NULL ? client_tls_alloc_cb : client_alloc_cb;
+        if (uv_read_start((uv_stream_t *)&c->tcp, alloc, client_read_cb) == 0) {
             c->reading = true;
+            /* What OpenSSL or the stash holds would wait for a read that may never come. */
+            if (c->tls != NULL && dm_tls_buffered(c->tls)) {
+                dm_tls_schedule(c->tls, client_tls_pump, c);
+            }
         }
     }
 }
@@ -451,6 +474,19 @@ dm_client_close(struct dm_client *c)
     }
     dm_client_timer_stop(c);
     dm_tq_remove(w, &c->send_timer);
+    if (c->tls != NULL) {
+        /* The close_notify, if the socket takes it now (nothing else is
+         * queued when a connection closes in order). */
+        dm_tls_shutdown(c->tls);
+        struct dm_buf *b;
+        while ((b = dm_tls_take_output(c->tls)) != NULL) {
+            uv_buf_t ub = uv_buf_init(b->data, b->len);
+            (void)uv_try_write((uv_stream_t *)&c->tcp, &ub, 1);
+            dm_buf_unref(w, b);
+        }
+        dm_tls_free(c->tls);
+        c->tls = NULL;
+    }
     uv_close((uv_handle_t *)&c->tcp, client_free_cb);
 }
 
@@ -496,15 +532,68 @@ client_write_done(void *arg, int status)
     }
 }
 
+/*
+ * Writes the ciphertext TLS left in its output to the client, four buffers
+ * to a write. 0, or <0 when a write failed (the rest is dropped).
+ */
+static int
+client_tls_flush(struct dm_client *c)
+{
+    struct dm_tls *t = c->tls;
+    int rc = 0;
+    while (t->out != NULL) {
+        struct dm_buf *hold[4];
+        uv_buf_t b[4];
+        unsigned k = 0;
+        while (k < 4 && (hold[k] = dm_tls_take_output(t)) != NULL) {
+            b[k] = uv_buf_init(hold[k]->data, hold[k]->len);
+            k++;
+        }
+        int r = rc < 0 ? rc
+                       : dm_buf_write(c->w, (uv_stream_t *)&c->tcp, b, k, hold, k,
+                                      client_write_done, c);
+        for (unsigned i = 0; i < k; i++) {
+            dm_buf_unref(c->w, hold[i]); /* the write holds its own references */
+        }
+        if (r == 0) {
+            c->writes++;
+        } else if (r < 0) {
+            rc = r;
+        }
+    }
+    return rc;
+}
+
+/* Writes to a TLS client: encrypted (copied), then written. 0 or <0. */
+static int
+client_tls_write(struct dm_client *c, uv_buf_t *bufs, unsigned n)
+{
+    for (unsigned i = 0; i < n; i++) {
+        if (dm_tls_write(c->tls, bufs[i].base, bufs[i].len) < 0) {
+            char addr[INET6_ADDRSTRLEN];
+            dm_accesslog_client_addr(c, addr, sizeof(addr));
+            dm_log_warn("client %s: TLS: %s", addr, dm_tls_error(c->tls));
+            client_tls_flush(c);
+            return UV_EPROTO;
+        }
+    }
+    return client_tls_flush(c);
+}
+
 /* Writes to the client; bufs reference hold[] (kept until written). */
 void
 dm_client_write(struct dm_client *c, uv_buf_t *bufs, unsigned n, struct dm_buf **hold,
                 unsigned nhold)
 {
     size_t before = uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp);
-    int r = dm_buf_write(c->w, (uv_stream_t *)&c->tcp, bufs, n, hold, nhold, client_write_done, c);
-    if (r == 0) {
-        c->writes++;
+    int r;
+    if (c->tls != NULL) {
+        r = client_tls_write(c, bufs, n);
+    } else {
+        r = dm_buf_write(c->w, (uv_stream_t *)&c->tcp, bufs, n, hold, nhold, client_write_done, c);
+        c->writes += r == 0;
+    }
+    if (r >= 0) {
         /* What the socket did not take at once is bounded by timeouts.client_send. */
         size_t after = uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp);
         if (c->send_timer.kind != DM_T_NONE) {
@@ -1119,10 +1208,139 @@ client_log_abort(struct dm_client *c, const char *why)
                 (unsigned long long)c->req->body_raw);
 }
 
+/* The client sent FIN (or TLS's close_notify): what that means in each state. */
+static void
+client_eof(struct dm_client *c)
+{
+    switch (c->state) {
+    case DM_C_IDLE:
+    case DM_C_HEAD:
+        if (c->writes == 0) {
+            dm_client_close(c);
+        } else {
+            dm_client_close_when_written(c);
+        }
+        return;
+    case DM_C_BODY:
+    case DM_C_TUNNEL:
+        /* The request body was cut short, or a tunnel ends: end both sides. */
+        if (c->state == DM_C_BODY && c->req != NULL) {
+            client_log_abort(c, "client closed the connection mid-request body");
+        }
+        dm_client_close_when_written(c);
+        if (c->req != NULL && c->req->up != NULL) {
+            struct dm_upstream *up = c->req->up;
+            c->req->up = NULL;
+            up->req = NULL;
+            dm_upstream_close(up);
+        }
+        return;
+    default:
+        if (c->queued) {
+            /* Waiting for a place under max_conns: a place would go to
+             * a request nobody reads (HAProxy's abortonclose, nginx's
+             * default), so it gives its turn back. */
+            client_log_abort(c, "client closed the connection while its request was queued");
+            dm_client_close(c);
+            return;
+        }
+        /* The response can still be delivered; close after it. */
+        if (c->req != NULL) {
+            c->req->close_client = true;
+        }
+        return;
+    }
+}
+
+/* A TLS failure (the handshake, a bad record): logged, and the connection closes. */
+static void
+client_tls_failed(struct dm_client *c)
+{
+    char addr[INET6_ADDRSTRLEN];
+    dm_accesslog_client_addr(c, addr, sizeof(addr));
+    if (!c->tls->done) {
+        dm_log_info("client %s: TLS handshake failed: %s", addr, dm_tls_error(c->tls));
+    } else {
+        if (c->req != NULL && c->state != DM_C_TUNNEL) {
+            client_log_abort(c, dm_tls_error(c->tls));
+        }
+        dm_log_info("client %s: TLS: %s", addr, dm_tls_error(c->tls));
+    }
+    client_tls_flush(c); /* the alert, if the socket takes it */
+    dm_client_close(c);
+}
+
+/*
+ * Goes on with a TLS client's input: the handshake, then plain text into
+ * the read buffer for dm_client_process, for as long as the client is read
+ * (back-pressure and the states stop reading as they do for plain HTTP);
+ * what is left stays with OpenSSL or in the stash for the next pass.
+ */
+static void
+client_tls_pump(void *arg)
+{
+    struct dm_client *c = arg;
+    struct dm_tls *t = c->tls;
+    if (c->closing || t == NULL) {
+        return;
+    }
+    if (!t->done) {
+        int r = dm_tls_handshake(t);
+        if (r == DM_TLS_ERROR) {
+            client_tls_failed(c);
+            return;
+        }
+        if (client_tls_flush(c) < 0) {
+            dm_client_close(c);
+            return;
+        }
+        if (r == DM_TLS_WANT) {
+            if (dm_tls_keep_input(t) < 0) {
+                dm_client_close(c);
+            }
+            return;
+        }
+    }
+    while (c->reading) {
+        uv_buf_t space;
+        dm_buf_read_space(c->w, &c->in, c->rt->buf_cap, &space);
+        if (space.len == 0) {
+            dm_client_read_stop(c); /* as UV_ENOBUFS: read again once there is room */
+            break;
+        }
+        int n = dm_tls_read(t, space.base, space.len);
+        if (n == DM_TLS_ERROR) {
+            client_tls_failed(c);
+            return;
+        }
+        if (n == DM_TLS_EOF) {
+            dm_client_read_stop(c);
+            c->eof = true;
+            client_eof(c);
+            return;
+        }
+        if (n == DM_TLS_WANT) {
+            break;
+        }
+        c->in->len += (uint32_t)n;
+        dm_client_process(c);
+        if (c->closing) {
+            return;
+        }
+    }
+    /* Post-handshake messages (session tickets, a key update) go out too. */
+    if (client_tls_flush(c) < 0 || dm_tls_keep_input(t) < 0) {
+        dm_client_close(c);
+        return;
+    }
+    if (c->in != NULL && c->in->len == 0 && c->state == DM_C_IDLE) {
+        client_recycle_in(c); /* an idle connection keeps no buffer */
+    }
+}
+
 static void
 client_read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 {
-    (void)buf;
     struct dm_client *c = s->data;
     if (nread == 0) {
         return;
@@ -1141,44 +1359,16 @@ client_read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
             dm_client_close(c);
             return;
         }
-        switch (c->state) {
-        case DM_C_IDLE:
-        case DM_C_HEAD:
-            if (c->writes == 0) {
-                dm_client_close(c);
-            } else {
-                dm_client_close_when_written(c);
-            }
-            return;
-        case DM_C_BODY:
-        case DM_C_TUNNEL:
-            /* The request body was cut short, or a tunnel ends: end both sides. */
-            if (c->state == DM_C_BODY && c->req != NULL) {
-                client_log_abort(c, "client closed the connection mid-request body");
-            }
-            dm_client_close_when_written(c);
-            if (c->req != NULL && c->req->up != NULL) {
-                struct dm_upstream *up = c->req->up;
-                c->req->up = NULL;
-                up->req = NULL;
-                dm_upstream_close(up);
-            }
-            return;
-        default:
-            if (c->queued) {
-                /* Waiting for a place under max_conns: a place would go to
-                 * a request nobody reads (HAProxy's abortonclose, nginx's
-                 * default), so it gives its turn back. */
-                client_log_abort(c, "client closed the connection while its request was queued");
-                dm_client_close(c);
-                return;
-            }
-            /* The response can still be delivered; close after it. */
-            if (c->req != NULL) {
-                c->req->close_client = true;
-            }
+        client_eof(c);
+        return;
+    }
+    if (c->tls != NULL) {
+        if (dm_tls_feed(c->tls, buf->base, (size_t)nread) < 0) {
+            dm_client_close(c);
             return;
         }
+        client_tls_pump(c);
+        return;
     }
     c->in->len += (uint32_t)nread;
     dm_client_process(c);
@@ -1215,6 +1405,18 @@ dm_client_accept(struct dm_worker *w, uv_stream_t *listener)
         uv_close((uv_handle_t *)&c->tcp, client_free_cb);
         return 0;
     }
+    size_t l = (size_t)((uv_tcp_t *)listener - w->listeners);
+    const struct dm_conf *cf = c->rt->conf;
+    if (l < cf->nlisteners && cf->listener_tls != NULL && cf->listener_tls[l] != NULL) {
+        c->tls = dm_tls_new_server(w, cf->listener_tls[l]);
+        if (c->tls == NULL) {
+            if (c->peer_counted) {
+                dm_peers_release(&c->peer.sa);
+            }
+            uv_close((uv_handle_t *)&c->tcp, client_free_cb);
+            return 0;
+        }
+    }
     dm_http_parser_init(&c->parser, true);
     c->next = w->clients;
     if (w->clients != NULL) {
@@ -1222,7 +1424,6 @@ dm_client_accept(struct dm_worker *w, uv_stream_t *listener)
     }
     w->clients = c;
     w->nclients++;
-    size_t l = (size_t)((uv_tcp_t *)listener - w->listeners);
     c->listener = (uint8_t)(l < 255 ? l : 255);
     dm_stat_add(&w->lstats[c->listener].accepted, 1);
     dm_stat_add(&w->lstats[c->listener].open, 1);

@@ -22,6 +22,7 @@
 
 struct dm_buf;
 struct dm_learn;
+struct dm_tls;
 struct dm_placer;
 struct dm_req;
 struct dm_sessions_member;
@@ -52,7 +53,8 @@ struct dm_client {
         struct sockaddr_in in4;
         struct sockaddr_in6 in6;
     } peer;
-    void *conn_state; /* the pool policy's per-connection state (ops->conn_state_size), or NULL */
+    struct dm_tls *tls; /* a TLS listener's connection (proxy/tls.h), or NULL */
+    void *conn_state;   /* the pool policy's per-connection state (ops->conn_state_size), or NULL */
     struct dm_client *aprev, *anext; /* the worker's list of clients with state */
     int32_t bound;                   /* affinity: server of the last request, or -1 */
     uint16_t bound_pool;             /* its pool */

@@ -248,6 +248,8 @@ struct dm_tq {
     struct dm_tnode *head, *tail;
 };
 
+struct dm_tls;
+
 struct dm_worker {
     unsigned id;
     uv_loop_t loop;
@@ -263,6 +265,12 @@ struct dm_worker {
     struct dm_tq tq[DM_T_KINDS]; /* timeout lists, by enum dm_tkind */
     struct dm_client *aging;     /* clients with policy state, for on_tick */
     struct dm_upstream *corked;  /* server connections with writes to flush */
+    /* TLS (proxy/tls.h): the scratch buffer ciphertext is read into, and
+     * the connections whose input waits for the next loop pass. */
+    char *tls_scratch;
+    struct dm_tls *tls_pumps, *tls_pumping;
+    uv_idle_t tls_idle;
+    bool tls_idle_ready;
     unsigned ticks;
     uv_tcp_t *listeners;
     bool *held; /* per listener: a connection left pending at max_conns (libuv holds its fd) */

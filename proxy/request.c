@@ -17,6 +17,7 @@
 #include "proxy/learn.h"
 #include "proxy/log.h"
 #include "proxy/session.h"
+#include "proxy/tls.h"
 #include "proxy/upstream.h"
 #include "proxy/worker.h"
 
@@ -420,16 +421,21 @@ req_send_head(struct dm_req *req, struct dm_upstream *up)
         dm_accesslog_client_addr(c, addr, sizeof(addr));
         struct dm_http_forward fw = {
             .client_addr = addr,
-            .proto = "http",
+            .proto = c->tls != NULL ? "https" : "http",
             .via = "1.1 dimmer",
             .default_host = dm_runtime_server_conf(c->rt, req->pool, req->server)->addr.text,
         };
+        if (c->tls != NULL && c->tls->subject_header != NULL) {
+            /* The client certificate's subject, never one the client wrote itself. */
+            fw.set_name[1] = c->tls->subject_header;
+            fw.set_value[1] = c->tls->subject;
+        }
         char rate[32];
         if (req->rate >= 0) {
             /* The session's rate tier: what it asked for, or as close to it as fits. */
             snprintf(rate, sizeof(rate), "%.10g", req->rate);
-            fw.set_name = c->rt->conf->pools[req->pool].session.tier_header;
-            fw.set_value = rate;
+            fw.set_name[0] = c->rt->conf->pools[req->pool].session.tier_header;
+            fw.set_value[0] = rate;
         }
         /* Sized to the head (plus what we add), so a request holds little memory. */
         uint32_t cap = req->head_len + 512;

@@ -313,6 +313,9 @@ worker_close_handles(struct dm_worker *w)
     close_once((uv_handle_t *)&w->flush);
     close_once((uv_handle_t *)&w->tick);
     close_once((uv_handle_t *)&w->ack);
+    if (w->tls_idle_ready) {
+        close_once((uv_handle_t *)&w->tls_idle);
+    }
 }
 
 static void
@@ -633,6 +636,7 @@ workers_join(struct dm_worker *ws, unsigned n, uint64_t shutdown_ms)
         uv_loop_close(&w->loop);
         dm_accesslog_fini(w);
         dm_buf_trim(w);
+        free(w->tls_scratch);
         free(w->listeners);
         free(w->held);
         free(w->lstats);

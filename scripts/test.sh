@@ -9,8 +9,9 @@
 # installed, run and purged (scripts/package.sh).
 set -eu
 cd "$(dirname "$0")/.."
-# prometheus: promtool checks GET /metrics (tests/integration/test_metrics.py).
-sh scripts/deps.sh python3 curl prometheus
+# prometheus: promtool checks GET /metrics (tests/integration/test_metrics.py);
+# openssl: the TLS tests make their CA and certificates with it.
+sh scripts/deps.sh python3 curl prometheus openssl
 # chromium: the dashboard's test drives it headless; without it that test says it skips.
 sh scripts/deps.sh chromium || echo "test.sh: chromium could not be installed: the dashboard's browser test will skip" >&2
 sh scripts/build.sh build -DCMAKE_BUILD_TYPE=RelWithDebInfo

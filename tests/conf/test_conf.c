@@ -608,8 +608,10 @@ test_wrong_types_are_named(void **state)
                  "t.yaml:7:10: expected an integer or \"auto\", got \"many\"");
     expect_error(LISTEN POOL_WEB "error_log:\n",
                  "t.yaml:7:11: expected a string, got an empty value");
-    expect_error("listen: {a: 1}\n" POOL_WEB,
-                 "t.yaml:1:9: expected an address or a list of addresses, got a mapping");
+    expect_errors("listen: {a: 1}\n" POOL_WEB,
+                  (const char *const[]){ "t.yaml:1:9: listen: a listener needs an address",
+                                         "t.yaml:1:10: unknown key \"a\"", NULL });
+    expect_error("listen: [[1]]\n" POOL_WEB, "t.yaml:1:10: expected an address, got a list");
     expect_error(LISTEN "pools:\n  web:\n", "t.yaml:3:7: expected a mapping, got an empty value");
     expect_error(LISTEN "pools:\n  web:\n    servers: 127.0.0.1:9001\n",
                  "t.yaml:4:14: expected a list of servers, got \"127.0.0.1:9001\"");

@@ -15,6 +15,11 @@ thread that forked.
 Every process listens on port 0 and reports the port it got (dimmer in its
 --ports-file, dimmer-backend on stdout): a port picked here and handed over
 could be taken by another test in between.
+
+With DIMMER_IT_TLS=1 in the environment, the listener of every config
+yaml_config() writes terminates TLS (a CA and a certificate for localhost
+made with the openssl command at the start) and Conn speaks TLS to it, so
+that the same tests run over TLS (CTest registers some files twice).
 """
 import atexit
 import ctypes
@@ -27,6 +32,7 @@ import re
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -36,6 +42,8 @@ import unittest
 HOST = "127.0.0.1"
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.dirname(os.path.dirname(HERE))
+
+TLS = os.environ.get("DIMMER_IT_TLS") == "1"
 
 # Generous bounds: the binaries may be built with ASan.
 IO_TIMEOUT = 10.0  # one socket operation
@@ -289,12 +297,19 @@ class Conn:
     """One client connection to 127.0.0.1:port with a read buffer; source
     picks the client address (any 127/8 address is loopback too)."""
 
-    def __init__(self, port, timeout=IO_TIMEOUT, source=None):
+    def __init__(self, port, timeout=IO_TIMEOUT, source=None, tls=None):
         self.port = port
         self.timeout = timeout
         self.sock = socket.create_connection((HOST, port), timeout=timeout,
                                              source_address=(source, 0) if source else None)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if tls if tls is not None else port in tls_ports:
+            try:
+                self.sock = tls_client_context().wrap_socket(self.sock,
+                                                             server_hostname="localhost")
+            except Exception:
+                self.sock.close()
+                raise
         self.buf = b""
         self.eof = False
 
@@ -325,7 +340,7 @@ class Conn:
         self.sock.settimeout(min(left, self.timeout))
         try:
             data = self.sock.recv(1 << 20)
-        except (ConnectionResetError, BrokenPipeError):
+        except (ConnectionResetError, BrokenPipeError, ssl.SSLEOFError, ssl.SSLZeroReturnError):
             data = b""
         if not data:
             self.eof = True
@@ -494,6 +509,90 @@ def curl(*args, timeout=60):
                           timeout=timeout + 10)
 
 
+# ---- TLS material -------------------------------------------------------
+
+
+def openssl(*args, cwd=None):
+    """Runs the openssl command; its output, or an AssertionError with its stderr."""
+    p = subprocess.run(["openssl"] + list(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       cwd=cwd, timeout=60)
+    if p.returncode != 0:
+        raise AssertionError("openssl %s: %s" % (" ".join(args), p.stderr.decode(errors="replace")))
+    return p.stdout
+
+
+def new_key(path, kind="ec"):
+    """A private key in PEM: "ec" (P-256) or "rsa" (2048 bits)."""
+    if kind == "rsa":
+        openssl("genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048", "-out", path)
+    else:
+        openssl("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out",
+                path)
+    return path
+
+
+def new_ca(d, name, subject=None):
+    """A self-signed CA in directory d: (cert path, key path)."""
+    key = new_key(os.path.join(d, name + ".key"))
+    cert = os.path.join(d, name + ".pem")
+    openssl("req", "-x509", "-new", "-key", key, "-out", cert, "-days", "30", "-subj",
+            subject or "/CN=%s" % name, "-addext", "basicConstraints=critical,CA:TRUE",
+            "-addext", "keyUsage=critical,keyCertSign,cRLSign")
+    return cert, key
+
+
+def new_cert(d, name, ca, subject=None, sans=("DNS:localhost", "IP:127.0.0.1"), kind="ec",
+             client=False, chain=True):
+    """
+    A certificate signed by ca ((cert, key) of new_ca): (cert path, key path);
+    the cert file holds the certificate and then the CA's (a complete chain)
+    unless chain is False.
+    """
+    key = new_key(os.path.join(d, name + ".key"), kind)
+    csr = os.path.join(d, name + ".csr")
+    crt = os.path.join(d, name + ".crt")
+    ext = os.path.join(d, name + ".ext")
+    with open(ext, "w") as f:
+        if sans:
+            f.write("subjectAltName=%s\n" % ",".join(sans))
+        f.write("extendedKeyUsage=%s\n" % ("clientAuth" if client else "serverAuth"))
+    openssl("req", "-new", "-key", key, "-out", csr, "-subj", subject or "/CN=%s" % name)
+    openssl("x509", "-req", "-in", csr, "-CA", ca[0], "-CAkey", ca[1], "-CAcreateserial",
+            "-out", crt, "-days", "30", "-extfile", ext)
+    if not chain:
+        return crt, key
+    pem = os.path.join(d, name + ".pem")
+    with open(pem, "w") as out:
+        for part in (crt, ca[0]):
+            with open(part) as f:
+                out.write(f.read())
+    return pem, key
+
+
+_tls = {}
+# Listener ports of the dimmers started in DIMMER_IT_TLS mode: Conn speaks TLS to them.
+tls_ports = set()
+
+
+def tls_material():
+    """The CA and localhost certificate of DIMMER_IT_TLS mode, made once per process."""
+    if not _tls:
+        d = tempfile.mkdtemp(prefix="dimmer-it-tls-")
+        atexit.register(shutil.rmtree, d, True)
+        ca = new_ca(d, "ca")
+        cert, key = new_cert(d, "localhost", ca)
+        _tls.update(dir=d, ca=ca[0], cert=cert, key=key)
+    return _tls
+
+
+# The CA a TLS Conn verifies with: the DIMMER_IT_TLS one unless a test sets its own.
+tls_cafile = None
+
+
+def tls_client_context():
+    return ssl.create_default_context(cafile=tls_cafile or tls_material()["ca"])
+
+
 # ---- configuration ------------------------------------------------------
 
 
@@ -507,6 +606,10 @@ def yaml_config(listen, pools, admin=None, workers=1, timeouts=None, limits=None
     extra is raw YAML appended at the end (top-level keys not covered here).
     """
     out = ["workers: %d" % workers, "listen:", "  - %s:%d" % (HOST, listen)]
+    if TLS:
+        m = tls_material()
+        out[-1] = '  - {address: "%s:%d", tls: {cert: "%s", key: "%s"}}' % (HOST, listen,
+                                                                         m["cert"], m["key"])
     if admin is not None:
         out.append("admin: %s:%d" % (HOST, admin))
     for key, m in (("timeouts", timeouts), ("limits", limits)):
@@ -611,6 +714,8 @@ class Dimmer:
         self.ports_file = ports_file
         self.ports = [port for kind, _, port in lines if kind == "listen"]
         self.port = self.ports[0]
+        if TLS:
+            tls_ports.update(self.ports)
         self.admin = next((port for kind, _, port in lines if kind == "admin"), None)
         self.conf_path = conf_path
 

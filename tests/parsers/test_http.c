@@ -1431,8 +1431,8 @@ test_rewrite_request_sets_the_proxys_field(void **state)
 {
     (void)state;
     struct dm_http_forward fw = forward;
-    fw.set_name = "X-Rate-Tier";
-    fw.set_value = "25";
+    fw.set_name[0] = "X-Rate-Tier";
+    fw.set_value[0] = "25";
     const struct opts o = { .fw = &fw };
     assert_rewritten(LIT("GET /ws HTTP/1.1\r\nx-rate-tier: 60\r\nHost: a\r\nConnection: Upgrade\r\n"
                          "Upgrade: websocket\r\nX-RATE-TIER: 90\r\nX-Rate-Tiers: 1\r\n\r\n"),

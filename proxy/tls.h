@@ -1,0 +1,109 @@
+/*
+ * One TLS connection of the data path over OpenSSL, with no socket of its
+ * own: the connection that owns it (proxy/client.c, proxy/upstream.c)
+ * reads ciphertext from libuv into the worker's scratch buffer and feeds
+ * it here, takes the plain text out into its own read buffer, and writes
+ * the ciphertext that encryption leaves in a chain of the worker's
+ * buffers. Nothing here blocks, and nothing is kept between reads but what
+ * OpenSSL holds (with SSL_MODE_RELEASE_BUFFERS, nothing on an idle
+ * connection) and, rarely, ciphertext the owner could not take yet. Worker
+ * thread only.
+ */
+#ifndef DM_PROXY_TLS_H
+#define DM_PROXY_TLS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <openssl/ssl.h>
+
+struct dm_buf;
+struct dm_conf_tls;
+struct dm_worker;
+
+/* Results of dm_tls_handshake() and dm_tls_read(). */
+enum {
+    DM_TLS_WANT = 0,   /* nothing more until more ciphertext comes */
+    DM_TLS_EOF = -1,   /* the peer's close_notify: the end of its data */
+    DM_TLS_ERROR = -2, /* fatal: dm_tls_error() says why; close the connection */
+};
+
+struct dm_tls {
+    SSL *ssl;
+    struct dm_worker *w;
+    const char *in; /* ciphertext being fed (the worker's scratch, or stash) */
+    size_t in_len;
+    struct dm_buf *stash;      /* ciphertext left over while the owner stopped reading */
+    struct dm_buf *out;        /* ciphertext to write, oldest first (linked by next) */
+    struct dm_buf *out_tail;   /* the last of them, being filled */
+    char *subject;             /* the verified client certificate's subject, or NULL */
+    bool done;                 /* handshake complete */
+    bool failed;               /* a fatal error: no close_notify */
+    void (*pump)(void *owner); /* what the worker's idle pass calls (dm_tls_schedule) */
+    void *owner;
+    struct dm_tls *pump_next;
+    bool on_pump;
+    const char *subject_header; /* the listener's client_subject_header (its config's), or NULL */
+    char why[120];              /* why it failed */
+};
+
+/* A server-side connection of listener config t; NULL when out of memory. */
+struct dm_tls *dm_tls_new_server(struct dm_worker *w, const struct dm_conf_tls *t);
+
+/*
+ * A client-side connection with ctx, sending and verifying SNI name (NULL:
+ * none; the chain is still verified when ctx verifies), resuming session
+ * (NULL: none). NULL when out of memory.
+ */
+struct dm_tls *dm_tls_new_client(struct dm_worker *w, SSL_CTX *ctx, const char *name,
+                                 SSL_SESSION *session);
+
+/* Frees t and what it holds; NULL is a no-op. */
+void dm_tls_free(struct dm_tls *t);
+
+/*
+ * The ciphertext at p (n bytes, valid until the owner returns to libuv) is
+ * what the next calls read, after what is stashed. -1 out of memory.
+ */
+int dm_tls_feed(struct dm_tls *t, const char *p, size_t n);
+
+/*
+ * Keeps what the last feed left unread (the owner stops reading for a
+ * while): copied into t's stash, read by the next calls. -1 out of memory.
+ */
+int dm_tls_keep_input(struct dm_tls *t);
+
+/* Whether t holds input not yet read: plain text OpenSSL decrypted, or stashed ciphertext. */
+bool dm_tls_buffered(const struct dm_tls *t);
+
+/* Goes on with the handshake: 1 done, DM_TLS_WANT, or DM_TLS_ERROR. */
+int dm_tls_handshake(struct dm_tls *t);
+
+/* Up to cap bytes of plain text into p: bytes read (> 0), DM_TLS_WANT, DM_TLS_EOF or DM_TLS_ERROR.
+ */
+int dm_tls_read(struct dm_tls *t, char *p, size_t cap);
+
+/* Encrypts n bytes at p into t's output chain: 0, or DM_TLS_ERROR. */
+int dm_tls_write(struct dm_tls *t, const void *p, size_t n);
+
+/* Adds a close_notify to the output (once the handshake is done and nothing failed). */
+void dm_tls_shutdown(struct dm_tls *t);
+
+/* Takes the first buffer of the output chain (the caller's reference), or NULL. */
+struct dm_buf *dm_tls_take_output(struct dm_tls *t);
+
+/*
+ * Has pump(owner) called from the worker's next loop pass, before it polls
+ * (the owner starts reading again while t holds input: no read would come
+ * for it). Once per pass however often it is asked; dm_tls_free() cancels.
+ */
+void dm_tls_schedule(struct dm_tls *t, void (*pump)(void *owner), void *owner);
+
+/* Why the connection failed, for the log. */
+const char *dm_tls_error(const struct dm_tls *t);
+
+/* The negotiated protocol version ("TLSv1.3"), or "-". */
+const char *dm_tls_version(const struct dm_tls *t);
+
+#endif

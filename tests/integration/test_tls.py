@@ -1,0 +1,389 @@
+"""
+TLS termination (issue 13): listeners with tls:, checked with the clients
+people use, curl and `openssl s_client`, and with Python's ssl module. A CA,
+certificates and an OCSP response are made at the start with the openssl
+command (harness.new_ca / new_cert), never read from the repository.
+"""
+import base64
+import hashlib
+import os
+import re
+import shutil
+import signal
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(__file__))
+import harness as H  # noqa: E402
+
+WS_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+
+
+def s_client(port, *args, data=b"", timeout=20):
+    """openssl s_client to 127.0.0.1:port with args; (exit status, stdout + stderr as text)."""
+    p = subprocess.run(["openssl", "s_client", "-connect", "%s:%d" % (H.HOST, port)] + list(args),
+                       input=data, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       timeout=timeout)
+    return p.returncode, p.stdout.decode("latin-1")
+
+
+def served_subject(out):
+    m = re.search(r"^subject=(.*)$", out, re.M)
+    return m.group(1).strip() if m else None
+
+
+class TlsTest(H.DimmerTest):
+    @classmethod
+    def setUpClass(cls):
+        cls.pki = d = tempfile.mkdtemp(prefix="dimmer-it-pki-")
+        cls.ca = H.new_ca(d, "ca", "/CN=dimmer test CA")
+        cls.site = H.new_cert(d, "site", cls.ca, "/CN=localhost",
+                              ("DNS:localhost", "DNS:www.example.com", "IP:127.0.0.1"))
+        cls.wild = H.new_cert(d, "wild", cls.ca, "/CN=other.test", ("DNS:*.other.test",),
+                              kind="rsa")
+        cls.client_ca = H.new_ca(d, "client-ca", "/CN=dimmer client CA")
+        cls.alice = H.new_cert(d, "alice", cls.client_ca, "/O=Example, Inc./CN=alice", (),
+                               client=True)
+        cls.stranger_ca = H.new_ca(d, "stranger-ca")
+        cls.mallory = H.new_cert(d, "mallory", cls.stranger_ca, "/CN=mallory", (), client=True)
+        H.tls_cafile = cls.ca[0]
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.pki, ignore_errors=True)
+
+    def setUp(self):
+        super().setUp()
+        self.b = self.start_backend("b1")
+
+    def tls_dimmer(self, tls, workers=1, extra=""):
+        """dimmer with one TLS listener (the YAML flow mapping tls) in front of b1."""
+        text = ("workers: %d\nadmin: 127.0.0.1:0\nerror_log: \"%s\"\nlisten:\n"
+                "  - address: 127.0.0.1:0\n    tls: %s\npools:\n  web:\n    servers:\n"
+                "      - {name: b1, address: \"127.0.0.1:%d\"}\n%s" %
+                (workers, self.path("error.log"), tls, self.b.port, extra))
+        self.extra_logs = [self.path("error.log")]
+        conf = self.write_config(text)
+        d = self.start_dimmer_conf(conf)
+        H.tls_ports.add(d.port)
+        return d
+
+    def site_tls(self, more=""):
+        return "{cert: \"%s\", key: \"%s\"%s}" % (self.site[0], self.site[1], more)
+
+    def curl(self, d, *args, timeout=60):
+        return H.curl("--cacert", self.ca[0], "--resolve", "localhost:%d:127.0.0.1" % d.port,
+                      *args, timeout=timeout)
+
+    def url(self, d, path):
+        return "https://localhost:%d%s" % (d.port, path)
+
+    def log(self):
+        with open(self.path("error.log")) as f:
+            return f.read()
+
+    # ---- through curl ----
+
+    def test_curl_get_post_chunked_keepalive(self):
+        d = self.tls_dimmer(self.site_tls())
+        r = self.curl(d, self.url(d, "/bytes/100000"))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout, H.pattern(100000))
+        body = os.urandom(3 << 20)
+        up = self.path("up.bin")
+        with open(up, "wb") as f:
+            f.write(body)
+        for extra in ((), ("-H", "Transfer-Encoding: chunked")):
+            r = self.curl(d, "--data-binary", "@" + up, *extra, self.url(d, "/sha256"))
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn(hashlib.sha256(body).hexdigest().encode(), r.stdout, extra)
+        r = self.curl(d, "--data-binary", "@" + up, self.url(d, "/echo"))
+        self.assertEqual(r.stdout, body)
+        # Keep-alive: three requests on one connection, curl says so.
+        r = self.curl(d, "-w", "%{num_connects}\\n", "-o", "/dev/null", "-o", "/dev/null",
+                      "-o", "/dev/null", self.url(d, "/bytes/10"), self.url(d, "/bytes/20"),
+                      self.url(d, "/bytes/30"))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout.split(), [b"1", b"0", b"0"])
+
+    def test_forwarded_proto_is_https(self):
+        d = self.tls_dimmer(self.site_tls())
+        r = self.curl(d, "-H", "X-Forwarded-Proto: http", self.url(d, "/headers"))
+        head = r.stdout.decode().lower()
+        self.assertEqual(head.count("x-forwarded-proto:"), 1, head)
+        self.assertIn("x-forwarded-proto: https\r\n", head)
+
+    def test_websocket_over_tls(self):
+        d = self.tls_dimmer(self.site_tls())
+        key = base64.b64encode(os.urandom(16)).decode()
+        with H.Conn(d.port) as c:
+            c.send(H.build_request("GET", "/ws", [
+                ("Upgrade", "websocket"), ("Connection", "Upgrade"),
+                ("Sec-WebSocket-Key", key), ("Sec-WebSocket-Version", "13")]))
+            r = c.read_response()
+            self.assertEqual(r.status, 101)
+            accept = base64.b64encode(hashlib.sha1((key + WS_GUID).encode()).digest()).decode()
+            self.assertEqual(r.header("Sec-WebSocket-Accept"), accept)
+            payload = os.urandom(70000)
+            mask = os.urandom(4)
+            frame = bytes([0x82, 0x80 | 127]) + len(payload).to_bytes(8, "big") + mask + \
+                bytes(b ^ mask[i & 3] for i, b in enumerate(payload))
+            c.send(frame)
+            deadline = time.monotonic() + 10
+            while len(c.buf) < 10 + len(payload):
+                self.assertTrue(c._fill(deadline), "closed inside the echo")
+            self.assertEqual(c.buf[:2], bytes([0x82, 127]))
+            self.assertEqual(c.buf[10:10 + len(payload)], payload)
+
+    # ---- certificates, SNI, versions, ALPN ----
+
+    def test_sni_picks_the_certificate(self):
+        d = self.tls_dimmer("{certificates: [{cert: \"%s\", key: \"%s\"}, {cert: \"%s\", "
+                            "key: \"%s\"}]}" % (self.site + self.wild))
+        cases = (("localhost", "CN = localhost"), ("www.example.com", "CN = localhost"),
+                 ("a.other.test", "CN = other.test"), ("B.Other.Test", "CN = other.test"),
+                 ("a.b.other.test", "CN = localhost"), ("unknown.example", "CN = localhost"))
+        for name, subject in cases:
+            with self.subTest(name):
+                rc, out = s_client(d.port, "-servername", name)
+                self.assertEqual(served_subject(out), subject, out)
+        rc, out = s_client(d.port, "-noservername")
+        self.assertEqual(served_subject(out), "CN = localhost", out)
+        # The wildcard certificate is RSA and verifies for its names with curl.
+        r = H.curl("--cacert", self.ca[0], "--resolve", "x.other.test:%d:127.0.0.1" % d.port,
+                   "https://x.other.test:%d/bytes/5" % d.port)
+        self.assertEqual(r.stdout, H.pattern(5), r.stderr)
+
+    def test_strict_sni_refuses_unknown_and_missing_names(self):
+        d = self.tls_dimmer(self.site_tls(", strict_sni: true"))
+        rc, out = s_client(d.port, "-servername", "localhost")
+        self.assertEqual(served_subject(out), "CN = localhost", out)
+        for args in (("-servername", "unknown.example"), ("-noservername",)):
+            with self.subTest(args):
+                rc, out = s_client(d.port, *args)
+                self.assertIsNone(served_subject(out), out)
+                self.assertIn("unrecognized name", out)
+        H.wait_until(lambda: "no SNI name sent (strict_sni)" in self.log(), 5, "the log line")
+        self.assertIn('no certificate for the name "unknown.example" (strict_sni)', self.log())
+
+    def test_versions(self):
+        d = self.tls_dimmer(self.site_tls())
+        for flag, version in (("-tls1_2", "TLSv1.2"), ("-tls1_3", "TLSv1.3")):
+            rc, out = s_client(d.port, flag, "-servername", "localhost")
+            self.assertIn("New, %s," % version, out)
+        # TLS 1.1 is refused: the handshake fails and the log says why.
+        rc, out = s_client(d.port, "-tls1_1", "-cipher", "DEFAULT@SECLEVEL=0")
+        self.assertIsNone(served_subject(out), out)
+        H.wait_until(lambda: "TLS handshake failed: unsupported protocol" in self.log(), 5,
+                     "the refused TLS 1.1 handshake in the log")
+        d2 = self.tls_dimmer(self.site_tls(", min_version: \"1.3\""))
+        rc, out = s_client(d2.port, "-tls1_2")
+        self.assertIsNone(served_subject(out), out)
+        rc, out = s_client(d2.port, "-tls1_3")
+        self.assertIn("New, TLSv1.3,", out)
+
+    def test_alpn(self):
+        d = self.tls_dimmer(self.site_tls())
+        rc, out = s_client(d.port, "-alpn", "h2,http/1.1")
+        self.assertIn("ALPN protocol: http/1.1", out)
+        rc, out = s_client(d.port, "-alpn", "h2")
+        self.assertIn("No ALPN negotiated", out)
+        self.assertEqual(served_subject(out), "CN = localhost")
+
+    def test_ocsp_stapling(self):
+        d0 = self.pki
+        serial = H.openssl("x509", "-in", self.site[0], "-noout", "-serial").decode()
+        serial = serial.strip().split("=")[1]
+        index = os.path.join(d0, "index.txt")
+        with open(index, "w") as f:
+            f.write("V\t%s\t\t%s\tunknown\t/CN=localhost\n" % ("491231235959Z", serial))
+        resp = os.path.join(d0, "site.ocsp")
+        H.openssl("ocsp", "-index", index, "-rsigner", self.ca[0], "-rkey", self.ca[1], "-CA",
+                  self.ca[0], "-issuer", self.ca[0], "-cert", self.site[0], "-ndays", "1",
+                  "-respout", resp)
+        d = self.tls_dimmer(self.site_tls(", ocsp: \"%s\"" % resp))
+        rc, out = s_client(d.port, "-status", "-servername", "localhost")
+        self.assertIn("OCSP Response Status: successful", out)
+        self.assertIn("Cert Status: good", out)
+        # Without one, nothing is stapled.
+        d2 = self.tls_dimmer(self.site_tls())
+        rc, out = s_client(d2.port, "-status")
+        self.assertIn("OCSP response: no response sent", out)
+
+    # ---- resumption ----
+
+    def resumed(self, port, sess, *args):
+        """One handshake reading/writing session file sess; whether it was resumed."""
+        flags = ["-sess_out", sess] + (["-sess_in", sess] if os.path.exists(sess) else [])
+        # A request read to its end: the TLS 1.3 tickets come after the handshake.
+        rc, out = s_client(port, "-servername", "localhost", "-ign_eof", *flags, *args,
+                           data=b"GET /bytes/1 HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+        self.assertIn("HTTP/1.1 200", out)
+        return "\nReused, " in out
+
+    def test_resumption_by_tickets_across_workers_and_reloads(self):
+        d = self.tls_dimmer(self.site_tls(), workers=2)
+        for version in ("-tls1_3", "-tls1_2"):
+            sess = self.path("sess%s" % version)
+            self.assertFalse(self.resumed(d.port, sess, version))
+            # Each new connection may land on either worker: all resume.
+            for i in range(6):
+                self.assertTrue(self.resumed(d.port, sess, version), (version, i))
+        # A reload keeps the ticket keys.
+        d.proc.p.send_signal(signal.SIGHUP)
+        H.wait_until(lambda: "configuration reloaded" in self.log(), 10, "the reload")
+        self.assertTrue(self.resumed(d.port, self.path("sess-tls1_3"), "-tls1_3"))
+
+    def test_tickets_off(self):
+        d = self.tls_dimmer(self.site_tls(", tickets: false"))
+        sess = self.path("sess")
+        self.assertFalse(self.resumed(d.port, sess, "-tls1_3"))
+        self.assertFalse(self.resumed(d.port, sess, "-tls1_3"))
+        self.assertFalse(self.resumed(d.port, sess + "2", "-tls1_2"))
+        self.assertFalse(self.resumed(d.port, sess + "2", "-tls1_2"))
+
+    # ---- client certificates ----
+
+    def mtls(self, verify):
+        return self.tls_dimmer(self.site_tls(", client_ca: \"%s\", verify_client: %s, "
+                                             "client_subject_header: X-Client-Subject" %
+                                             (self.client_ca[0], verify)))
+
+    def subject_seen(self, d, *cert):
+        args = ["--cert", cert[0], "--key", cert[1]] if cert else []
+        r = self.curl(d, *args, "-H", "X-Client-Subject: CN=forged", self.url(d, "/headers"))
+        return r, [ln.split(":", 1)[1].strip() for ln in r.stdout.decode().split("\r\n")
+                   if ln.lower().startswith("x-client-subject:")]
+
+    def test_mtls_required(self):
+        d = self.mtls("required")
+        r, seen = self.subject_seen(d, *self.alice)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(seen, ["CN=alice,O=Example\\, Inc."])  # never the forged one
+        r, seen = self.subject_seen(d)
+        self.assertNotEqual(r.returncode, 0)
+        r, seen = self.subject_seen(d, *self.mallory)
+        self.assertNotEqual(r.returncode, 0)
+        H.wait_until(lambda: "certificate verify failed" in self.log(), 5, "the refusal logged")
+
+    def test_mtls_optional(self):
+        d = self.mtls("optional")
+        r, seen = self.subject_seen(d)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(seen, [])  # no certificate: the forged field is dropped, none added
+        r, seen = self.subject_seen(d, *self.alice)
+        self.assertEqual(seen, ["CN=alice,O=Example\\, Inc."])
+        r, seen = self.subject_seen(d, *self.mallory)
+        self.assertNotEqual(r.returncode, 0)
+
+    # ---- reload and checks ----
+
+    def test_sighup_rereads_certificates_and_keeps_the_old_on_error(self):
+        cert, key = self.path("live.pem"), self.path("live.key")
+        subprocess.run(["cp", self.site[0], cert])
+        subprocess.run(["cp", self.site[1], key])
+        d = self.tls_dimmer("{cert: \"%s\", key: \"%s\"}" % (cert, key))
+        self.assertEqual(served_subject(s_client(d.port)[1]), "CN = localhost")
+        # A new certificate for the same files: new connections get it after SIGHUP.
+        newer = H.new_cert(self.pki, "newer", self.ca, "/CN=newer.example",
+                           ("DNS:newer.example",))
+        subprocess.run(["cp", newer[0], cert])
+        subprocess.run(["cp", newer[1], key])
+        d.proc.p.send_signal(signal.SIGHUP)
+        H.wait_until(lambda: self.log().count("configuration reloaded") == 1, 10, "the reload")
+        self.assertEqual(served_subject(s_client(d.port)[1]), "CN = newer.example")
+        # A key that does not match: the reload fails, the running certificate stays.
+        subprocess.run(["cp", self.wild[1], key])
+        d.proc.p.send_signal(signal.SIGHUP)
+        H.wait_until(lambda: "reload failed" in self.log(), 10, "the failed reload")
+        self.assertIn("does not match the certificate", self.log())
+        self.assertEqual(served_subject(s_client(d.port)[1]), "CN = newer.example")
+        r = H.curl("--cacert", self.ca[0], "--resolve", "newer.example:%d:127.0.0.1" % d.port,
+                   "https://newer.example:%d/bytes/3" % d.port)
+        self.assertEqual(r.stdout, H.pattern(3), r.stderr)
+
+    def check(self, tls):
+        """dimmer -t on a config with this tls: block; (exit status, stderr)."""
+        conf = self.write_config("listen:\n  - address: 127.0.0.1:0\n    tls: %s\npools:\n"
+                                 "  web:\n    servers: [{name: a, address: \"127.0.0.1:9\"}]\n"
+                                 % tls, "check.yaml")
+        p = subprocess.run([H.DIMMER, "-t", "-c", conf], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, timeout=30)
+        return p.returncode, p.stderr.decode()
+
+    def test_config_check_names_file_position_and_reason(self):
+        leaf_only = H.new_cert(self.pki, "leafonly", self.ca, chain=False)
+        cases = (
+            ("{cert: \"%s\", key: \"%s\"}" % (self.site[0], self.wild[1]),
+             r"check\.yaml:3:\d+: key \S+wild\.key does not match the certificate in \S+site\.pem"),
+            ("{cert: \"%s\", key: \"%s\"}" % leaf_only,
+             r"check\.yaml:3:\d+: cert \S+leafonly\.crt: the chain is incomplete: "
+             r"/CN=leafonly is issued by /CN=dimmer test CA, which is neither in the file nor "
+             r"trusted by the system"),
+            ("{cert: \"/nonexistent.pem\", key: \"%s\"}" % self.site[1],
+             r"check\.yaml:3:\d+: cert /nonexistent\.pem: No such file or directory"),
+            ("{cert: \"%s\", key: \"%s\", ciphers: \"NOT-A-CIPHER\"}" % self.site,
+             r"check\.yaml:3:\d+: ciphers \"NOT-A-CIPHER\": no cipher match"),
+            ("{cert: \"%s\", key: \"%s\", min_version: \"1.1\"}" % self.site,
+             r"check\.yaml:3:\d+: unknown TLS version \"1\.1\" \(known: 1\.2, 1\.3\)"),
+            ("{cert: \"%s\"}" % self.site[0],
+             r"check\.yaml:3:\d+: tls: a certificate needs both cert and key"),
+            ("{cert: \"%s\", key: \"%s\", verify_client: required}" % self.site,
+             r"check\.yaml:3:\d+: verify_client required needs client_ca"),
+        )
+        for tls, want in cases:
+            with self.subTest(want):
+                rc, err = self.check(tls)
+                self.assertEqual(rc, 1, err)
+                self.assertRegex(err, want)
+        rc, err = self.check(self.site_tls())
+        self.assertEqual(rc, 0, err)
+
+    # ---- hostile clients ----
+
+    def test_hostile_handshakes_leave_it_serving(self):
+        d = self.tls_dimmer(self.site_tls(), extra="timeouts: {client_header: 1s}\n")
+        # Plain HTTP to the TLS port, random bytes, a ClientHello cut short:
+        # each connection is closed, none is answered in clear.
+        for name, data in (("plain http", b"GET / HTTP/1.1\r\nHost: a\r\n\r\n"),
+                           ("garbage", os.urandom(4096)),
+                           ("record header only", b"\x16\x03\x01\x02\x00")):
+            with self.subTest(name):
+                with H.Conn(d.port, tls=False) as c:
+                    c.send(data)
+                    self.assertTrue(c.closed_by_peer(5), name)
+                    self.assertNotIn(b"HTTP/1.1", c.buf)
+        # A handshake that never finishes is closed at timeouts.client_header.
+        with H.Conn(d.port, tls=False) as c:
+            start = time.monotonic()
+            self.assertTrue(c.closed_by_peer(6))
+            self.assertGreater(time.monotonic() - start, 0.5)
+        # A head trickled after the handshake gets its 408, over TLS.
+        with H.Conn(d.port) as c:
+            c.send(b"GET /bytes/1 HTTP/1.1\r\n")
+            r = c.read_response(timeout=6)
+            self.assertEqual(r.status, 408)
+        self.assertEqual(self.curl(d, self.url(d, "/bytes/7")).stdout, H.pattern(7))
+        self.assertTrue(d.proc.alive())
+
+    def test_client_gone_mid_upload_and_mid_download(self):
+        d = self.tls_dimmer(self.site_tls())
+        for _ in range(5):
+            with H.Conn(d.port) as c:
+                c.send(b"POST /echo HTTP/1.1\r\nHost: a\r\nContent-Length: 10000000\r\n\r\n" +
+                       os.urandom(200000))
+        for _ in range(5):
+            with H.Conn(d.port) as c:
+                c.send(b"GET /bytes/50000000 HTTP/1.1\r\nHost: a\r\n\r\n")
+                deadline = time.monotonic() + 10
+                while len(c.buf) < 100000:
+                    self.assertTrue(c._fill(deadline))
+        H.wait_until(lambda: d.servers()["b1"]["inflight"] == 0, 10, "every request to end")
+        self.assertEqual(self.curl(d, self.url(d, "/bytes/9")).stdout, H.pattern(9))
+
+
+if __name__ == "__main__":
+    H.main()
