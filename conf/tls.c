@@ -94,7 +94,10 @@ static int
 ticket_cb(SSL *s, unsigned char name[16], unsigned char *iv, EVP_CIPHER_CTX *ctx, EVP_MAC_CTX *hctx,
           int enc)
 {
-    (void)s;
+    /* A TLS 1.3 client uses a ticket once (RFC 8446, C.4): each resumption
+     * gets a new one. A TLS 1.2 ticket is renewed once its key is not the
+     * current one. */
+    bool tls13 = SSL_version(s) >= TLS1_3_VERSION;
     int rc = -1;
     pthread_mutex_lock(&tickets.lock);
     if (enc) {
@@ -113,7 +116,7 @@ ticket_cb(SSL *s, unsigned char name[16], unsigned char *iv, EVP_CIPHER_CTX *ctx
             if (memcmp(name, k->name, 16) == 0) {
                 rc = EVP_DecryptInit_ex(ctx, EVP_aes_256_cbc(), NULL, k->aes, iv) == 1 &&
                              ticket_mac_init(hctx, k->hmac) == 1
-                         ? (i == 0 ? 1 : 2)
+                         ? (i == 0 && !tls13 ? 1 : 2)
                          : -1;
                 break;
             }

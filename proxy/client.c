@@ -357,19 +357,12 @@ client_alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
     dm_buf_read_space(c->w, &c->in, c->rt->buf_cap, buf);
 }
 
-#define DM_TLS_SCRATCH (64 * 1024)
-
 /* A TLS client's ciphertext goes to the worker's scratch: it is fed to OpenSSL at once. */
 static void
 client_tls_alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
     (void)suggested;
-    struct dm_client *c = h->data;
-    struct dm_worker *w = c->w;
-    if (w->tls_scratch == NULL) {
-        w->tls_scratch = malloc(DM_TLS_SCRATCH);
-    }
-    *buf = uv_buf_init(w->tls_scratch, w->tls_scratch != NULL ? DM_TLS_SCRATCH : 0);
+    dm_tls_scratch(((struct dm_client *)h->data)->w, buf);
 }
 
 static void client_read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
@@ -1118,6 +1111,11 @@ dm_client_process(struct dm_client *c)
             struct dm_req *req = c->req;
             if (in == NULL || (in->off == in->len &&
                                !(req->info.chunked == false && req->info.content_length == 0))) {
+                /* Everything read is parsed: a full buffer must make room (or go
+                 * to its writers) here, or the next read finds no space (ENOBUFS,
+                 * reading stops for good): a head or a chunked body's last-chunk
+                 * line ending exactly at the end of the buffer. */
+                client_recycle_in(c);
                 return;
             }
             size_t used = 0;
@@ -1208,6 +1206,27 @@ client_log_abort(struct dm_client *c, const char *why)
                 (unsigned long long)c->req->body_raw);
 }
 
+/*
+ * No room to read into: pipelined requests waiting for the response before
+ * them (CONNECT, WAIT) stop reading until it is done, which starts reading
+ * again. In any other state nothing would start it again, and the exchange
+ * would hang with no timeout running: out of memory, or a buffer left full
+ * (a bug); the request is answered 500 and the connection closes.
+ */
+static void
+client_no_room(struct dm_client *c)
+{
+    dm_client_read_stop(c);
+    if (c->state == DM_C_CONNECT || c->state == DM_C_WAIT) {
+        return;
+    }
+    if (c->req != NULL) {
+        dm_client_respond_error(c, 500, "no buffer to read the request into");
+    } else {
+        dm_client_close(c);
+    }
+}
+
 /* The client sent FIN (or TLS's close_notify): what that means in each state. */
 static void
 client_eof(struct dm_client *c)
@@ -1287,8 +1306,13 @@ client_tls_pump(void *arg)
     if (!t->done) {
         int r = dm_tls_handshake(t);
         if (r == DM_TLS_ERROR) {
+            dm_stat_add(&c->w->lstats[c->listener].tls[DM_TLS_FAILED], 1);
             client_tls_failed(c);
             return;
+        }
+        if (r == 1) {
+            bool resumed = SSL_session_reused(t->ssl) == 1;
+            dm_stat_add(&c->w->lstats[c->listener].tls[resumed ? DM_TLS_RESUMED : DM_TLS_FULL], 1);
         }
         if (client_tls_flush(c) < 0) {
             dm_client_close(c);
@@ -1305,7 +1329,7 @@ client_tls_pump(void *arg)
         uv_buf_t space;
         dm_buf_read_space(c->w, &c->in, c->rt->buf_cap, &space);
         if (space.len == 0) {
-            dm_client_read_stop(c); /* as UV_ENOBUFS: read again once there is room */
+            client_no_room(c);
             break;
         }
         int n = dm_tls_read(t, space.base, space.len);
@@ -1346,7 +1370,7 @@ client_read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         return;
     }
     if (nread == UV_ENOBUFS) {
-        dm_client_read_stop(c);
+        client_no_room(c);
         return;
     }
     if (nread < 0) {

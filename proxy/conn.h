@@ -91,6 +91,7 @@ struct dm_upstream {
     uv_tcp_t tcp;
     uv_timer_t timer;
     uv_connect_t creq;
+    struct dm_tls *tls; /* a TLS pool's connection (proxy/tls.h), or NULL */
     struct dm_worker *w;
     struct dm_runtime *rt; /* reference */
     size_t pool;

@@ -34,9 +34,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
+
 #include "balancers/servers.h"
 #include "conf/conf.h"
+#include "conf/tls.h"
 #include "proxy/log.h"
+#include "proxy/tls.h"
 
 /* The longest status line accepted; a longer one is a failed check. */
 #define HEALTH_LINE_MAX 512
@@ -68,6 +73,8 @@ struct health_check {
     size_t req_len;
     char line[HEALTH_LINE_MAX]; /* the response so far, up to the status line */
     size_t line_len;
+    SSL *ssl;  /* a TLS pool's check: OpenSSL over memory BIOs, or NULL */
+    bool sent; /* TLS: the request is written (after the handshake) */
 
     enum health_state state;
     uint64_t started_ms; /* uv_now() when the current or last check began */
@@ -254,35 +261,15 @@ health_finish(struct health_check *c, bool ok, const char *reason)
     c->state = HEALTH_CLOSING;
     uv_timer_stop(&c->timer);
     health_verdict(c, ok, reason);
+    SSL_free(c->ssl);
+    c->ssl = NULL;
     uv_close((uv_handle_t *)&c->tcp, health_tcp_close_cb);
 }
 
+/* The response bytes so far in c->line: a verdict once the status line is whole. */
 static void
-health_alloc_cb(uv_handle_t *handle, size_t suggested, uv_buf_t *buf)
+health_got(struct health_check *c)
 {
-    struct health_check *c = handle->data;
-    (void)suggested;
-    /* health_read_cb ends the check when the buffer is full, so there is room here. */
-    *buf = uv_buf_init(c->line + c->line_len, (unsigned)(sizeof(c->line) - c->line_len));
-}
-
-static void
-health_read_cb(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
-{
-    struct health_check *c = stream->data;
-    (void)buf;
-    if (c->state != HEALTH_READING || nread == 0) {
-        return;
-    }
-    if (nread == UV_EOF) {
-        health_finish(c, false, "connection closed before the status line");
-        return;
-    }
-    if (nread < 0) {
-        health_finish(c, false, uv_strerror((int)nread));
-        return;
-    }
-    c->line_len += (size_t)nread;
     int status = 0;
     int rc = health_status_line_parse(c->line, c->line_len, &status);
     if (rc < 0) {
@@ -294,6 +281,168 @@ health_read_cb(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
     } else if (c->line_len == sizeof(c->line)) {
         health_finish(c, false, "status line too long");
     }
+}
+
+/* ---- TLS (a pool's tls: block): a check at the rate of its interval, so memory BIOs ---- */
+
+struct health_tls_write {
+    uv_write_t req;
+    char data[];
+};
+
+static void
+health_tls_write_cb(uv_write_t *req, int status)
+{
+    struct health_check *c = req->data;
+    free(req); /* the request is the start of its block */
+    if (status < 0 && c != NULL && c->state == HEALTH_READING) {
+        health_finish(c, false, uv_strerror(status));
+    }
+}
+
+/* Writes what OpenSSL left in the write BIO; false after finishing the check. */
+static bool
+health_tls_flush(struct health_check *c)
+{
+    BIO *wb = SSL_get_wbio(c->ssl);
+    size_t n = BIO_ctrl_pending(wb);
+    if (n == 0) {
+        return true;
+    }
+    struct health_tls_write *w = malloc(sizeof(*w) + n);
+    if (w == NULL) {
+        health_finish(c, false, "out of memory");
+        return false;
+    }
+    int got = BIO_read(wb, w->data, (int)n);
+    w->req.data = c;
+    uv_buf_t b = uv_buf_init(w->data, got > 0 ? (unsigned)got : 0);
+    int rc = uv_write(&w->req, (uv_stream_t *)&c->tcp, &b, 1, health_tls_write_cb);
+    if (rc < 0) {
+        free(w);
+        health_finish(c, false, uv_strerror(rc));
+        return false;
+    }
+    return true;
+}
+
+/* Drives the handshake, writes the request once it is done, reads the status line. */
+static void
+health_tls_step(struct health_check *c)
+{
+    char why[160], msg[200];
+    int e = SSL_ERROR_NONE;
+    if (!c->sent) {
+        int r = SSL_write(c->ssl, c->req, (int)c->req_len);
+        if (r > 0) {
+            c->sent = true;
+        } else {
+            e = SSL_get_error(c->ssl, r);
+        }
+    }
+    while (e == SSL_ERROR_NONE && c->sent && c->line_len < sizeof(c->line)) {
+        int n = SSL_read(c->ssl, c->line + c->line_len, (int)(sizeof(c->line) - c->line_len));
+        if (n <= 0) {
+            e = SSL_get_error(c->ssl, n);
+            break;
+        }
+        c->line_len += (size_t)n;
+        health_got(c);
+        if (c->state != HEALTH_READING) {
+            return;
+        }
+    }
+    if (e == SSL_ERROR_ZERO_RETURN) {
+        health_finish(c, false, "connection closed before the status line");
+        return;
+    }
+    if (e != SSL_ERROR_NONE && e != SSL_ERROR_WANT_READ && e != SSL_ERROR_WANT_WRITE) {
+        snprintf(msg, sizeof(msg), "TLS: %s", dm_tls_reason(c->ssl, e, why, sizeof(why)));
+        (void)health_tls_flush(c); /* the alert */
+        if (c->state == HEALTH_READING) {
+            health_finish(c, false, msg);
+        }
+        return;
+    }
+    (void)health_tls_flush(c);
+}
+
+/* A new TLS connection for check c with its pool's settings; false after finishing it. */
+static bool
+health_tls_start(struct health_check *c)
+{
+    const struct dm_conf_tls_client *t = c->pool->tls;
+    c->ssl = SSL_new(t->ctx);
+    BIO *rb = BIO_new(BIO_s_mem()), *wb = BIO_new(BIO_s_mem());
+    if (c->ssl == NULL || rb == NULL || wb == NULL) {
+        BIO_free(rb);
+        BIO_free(wb);
+        health_finish(c, false, "out of memory");
+        return false;
+    }
+    SSL_set_bio(c->ssl, rb, wb);
+    SSL_set_connect_state(c->ssl);
+    char name[256];
+    const char *sni = dm_tls_client_name(t, c->cs->addr.text, name, sizeof(name));
+    if (sni != NULL) {
+        SSL_set_tlsext_host_name(c->ssl, sni);
+        SSL_set1_host(c->ssl, sni);
+    } else {
+        char ip[INET6_ADDRSTRLEN];
+        const struct sockaddr *sa = (const struct sockaddr *)&c->cs->addr.sa;
+        const void *a = sa->sa_family == AF_INET6
+                            ? (const void *)&((const struct sockaddr_in6 *)sa)->sin6_addr
+                            : (const void *)&((const struct sockaddr_in *)sa)->sin_addr;
+        if (inet_ntop(sa->sa_family, a, ip, sizeof(ip)) != NULL) {
+            X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(c->ssl), ip);
+        }
+    }
+    c->sent = false;
+    return true;
+}
+
+/* Ciphertext for a TLS check. */
+static char health_tls_in[16384];
+
+static void
+health_alloc_cb(uv_handle_t *handle, size_t suggested, uv_buf_t *buf)
+{
+    struct health_check *c = handle->data;
+    (void)suggested;
+    if (c->ssl != NULL) {
+        /* One loop thread: fed to the read BIO before the next read. */
+        *buf = uv_buf_init(health_tls_in, sizeof(health_tls_in));
+        return;
+    }
+    /* health_read_cb ends the check when the buffer is full, so there is room here. */
+    *buf = uv_buf_init(c->line + c->line_len, (unsigned)(sizeof(c->line) - c->line_len));
+}
+
+static void
+health_read_cb(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
+{
+    struct health_check *c = stream->data;
+    if (c->state != HEALTH_READING || nread == 0) {
+        return;
+    }
+    if (nread == UV_EOF) {
+        health_finish(c, false, "connection closed before the status line");
+        return;
+    }
+    if (nread < 0) {
+        health_finish(c, false, uv_strerror((int)nread));
+        return;
+    }
+    if (c->ssl != NULL) {
+        if (BIO_write(SSL_get_rbio(c->ssl), buf->base, (int)nread) != (int)nread) {
+            health_finish(c, false, "out of memory");
+            return;
+        }
+        health_tls_step(c);
+        return;
+    }
+    c->line_len += (size_t)nread;
+    health_got(c);
 }
 
 static void
@@ -318,9 +467,16 @@ health_connect_cb(uv_connect_t *req, int status)
     }
     c->state = HEALTH_READING;
     /* Read at once: a server may answer (or refuse) before the request is all written. */
+    if (c->pool->tls != NULL && !health_tls_start(c)) {
+        return;
+    }
     int rc = uv_read_start((uv_stream_t *)&c->tcp, health_alloc_cb, health_read_cb);
     if (rc < 0) {
         health_finish(c, false, uv_strerror(rc));
+        return;
+    }
+    if (c->ssl != NULL) {
+        health_tls_step(c); /* the ClientHello */
         return;
     }
     uv_buf_t b = uv_buf_init(c->req, (unsigned)c->req_len);
@@ -526,6 +682,8 @@ dm_health_stop(struct dm_health *h, void (*done)(void *arg), void *arg)
         uv_close((uv_handle_t *)&c->timer, health_handle_close_cb);
         if (c->state == HEALTH_CONNECTING || c->state == HEALTH_READING) {
             c->state = HEALTH_CLOSING;
+            SSL_free(c->ssl);
+            c->ssl = NULL;
             uv_close((uv_handle_t *)&c->tcp, health_tcp_close_cb);
         }
     }

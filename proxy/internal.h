@@ -95,8 +95,12 @@ struct dm_srv_stats {
     atomic_uint_fast64_t retries;             /* attempts after the first */
     atomic_uint_fast64_t dur[DM_DUR_BUCKETS]; /* requests by duration, each bucket its own */
     atomic_uint_fast64_t dur_sum_us;
-    atomic_uint_fast64_t idle; /* keep-alive connections to it idle in the worker's pool now */
+    atomic_uint_fast64_t idle;   /* keep-alive connections to it idle in the worker's pool now */
+    atomic_uint_fast64_t tls[3]; /* TLS handshakes with it (a TLS pool): DM_TLS_FULL, ... */
 };
+
+/* The TLS handshake counters' slots: complete and full, complete and resumed, failed. */
+enum { DM_TLS_FULL, DM_TLS_RESUMED, DM_TLS_FAILED };
 
 /* Adds v to a counter that only the calling thread writes. */
 static inline void
@@ -112,6 +116,7 @@ struct dm_lst_stats {
     atomic_uint_fast64_t open;     /* open now (added and taken back by this worker) */
     atomic_uint_fast64_t requests; /* requests answered or cut short (dm_metrics_request_done) */
     atomic_uint_fast64_t local[6]; /* of which answered before routing (400, 408, 413, 431, 429) */
+    atomic_uint_fast64_t tls[3];   /* TLS handshakes (a TLS listener): DM_TLS_FULL, ... */
 };
 
 struct dm_rpool {
@@ -139,6 +144,9 @@ struct dm_rpool {
     /* The policy places sessions (DM_BAL_NEEDS_SESSIONS): the pool's placer,
      * which belongs to the process's placers (proxy/session.h); else NULL. */
     struct dm_placer *placer;
+    /* TLS to the servers: the last session of each, per worker:
+     * tls_sessions[worker * sv->n + server]; NULL for a plain pool. */
+    struct ssl_session_st **tls_sessions;
 };
 
 struct dm_runtime {
@@ -271,6 +279,7 @@ struct dm_worker {
     struct dm_tls *tls_pumps, *tls_pumping;
     uv_idle_t tls_idle;
     bool tls_idle_ready;
+    char up_why[200]; /* why a server connection failed, for the request's log line */
     unsigned ticks;
     uv_tcp_t *listeners;
     bool *held; /* per listener: a connection left pending at max_conns (libuv holds its fd) */

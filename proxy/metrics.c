@@ -81,6 +81,7 @@ dm_metrics_family(struct dm_sbuf *b, const char *name, const char *type, const c
 /* One server's (or the no-server slot's) counters summed over the workers. */
 struct srv_sum {
     uint64_t responses[6], bytes_in, bytes_out, retries, dur[DM_DUR_BUCKETS], dur_sum_us, idle;
+    uint64_t tls[3];
 };
 
 static void
@@ -96,6 +97,9 @@ sum_slot(const struct dm_runtime *rt, const struct dm_rpool *p, size_t slot, str
         out->bytes_in += dm_counter_get(&st->bytes_in);
         out->bytes_out += dm_counter_get(&st->bytes_out);
         out->retries += dm_counter_get(&st->retries);
+        for (int k = 0; k < 3; k++) {
+            out->tls[k] += dm_counter_get(&st->tls[k]);
+        }
         for (int k = 0; k < DM_DUR_BUCKETS; k++) {
             out->dur[k] += dm_counter_get(&st->dur[k]);
         }
@@ -136,6 +140,9 @@ enum srv_metric {
     SM_WEIGHT,
     SM_CAPACITY,
     SM_MAX_CONNS,
+    SM_TLS_FULL,
+    SM_TLS_RESUMED,
+    SM_TLS_FAILED,
     SM_N
 };
 
@@ -169,6 +176,14 @@ static const struct {
                       "Requests the server serves at once at full speed (capacity)." },
     [SM_MAX_CONNS] = { "dimmer_server_max_conns", "gauge",
                        "Requests the server may have in flight at once (0: no limit)." },
+    [SM_TLS_FULL] = { "dimmer_server_tls_full_handshakes_total", "counter",
+                      "TLS handshakes with the server (a TLS pool) that made a new session." },
+    [SM_TLS_RESUMED] = { "dimmer_server_tls_resumed_handshakes_total", "counter",
+                         "TLS handshakes with the server that resumed a pooled connection's "
+                         "session." },
+    [SM_TLS_FAILED] = { "dimmer_server_tls_failed_handshakes_total", "counter",
+                        "TLS handshakes with the server that failed (its certificate refused, "
+                        "...)." },
 };
 
 static uint64_t
@@ -208,6 +223,12 @@ srv_value(enum srv_metric m, const struct dm_rpool *p, size_t j, const struct sr
         return s->capacity;
     case SM_MAX_CONNS:
         return p->cf->servers[j].max_conns;
+    case SM_TLS_FULL:
+        return sum->tls[DM_TLS_FULL];
+    case SM_TLS_RESUMED:
+        return sum->tls[DM_TLS_RESUMED];
+    case SM_TLS_FAILED:
+        return sum->tls[DM_TLS_FAILED];
     default:
         return 0;
     }
@@ -370,6 +391,23 @@ listeners_text(struct dm_sbuf *b, const struct dm_metrics_view *v)
         { "dimmer_listener_requests_total", "counter",
           "Requests answered (by a server or by dimmer) or cut short." },
     };
+    static const char *const tls_results[3] = { "full", "resumed", "failed" };
+    dm_metrics_family(b, "dimmer_listener_tls_handshakes_total", "counter",
+                      "TLS handshakes of the listener's clients (a TLS listener): full, resumed "
+                      "(a session ticket), failed.");
+    for (size_t l = 0; l < nl && l < 256; l++) {
+        char text[DM_ADDR_TEXT];
+        listener_text(v, l, text, sizeof(text));
+        for (int k = 0; k < 3; k++) {
+            uint64_t sum = 0;
+            for (unsigned w = 0; w < v->nworkers; w++) {
+                sum += dm_counter_get(&v->workers[w].lstats[l].tls[k]);
+            }
+            dm_sb_printf(b, "dimmer_listener_tls_handshakes_total{listener=");
+            dm_metrics_label(b, text);
+            dm_sb_printf(b, ",result=\"%s\"} %llu\n", tls_results[k], (unsigned long long)sum);
+        }
+    }
     dm_metrics_family(b, "dimmer_listener_local_responses_total", "counter",
                       "Requests answered by the listener before any pool was chosen (a bad "
                       "head's 400, 408, 413, 431; limits.rate's 429), by status class.");

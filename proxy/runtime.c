@@ -11,8 +11,10 @@
 
 #include "balancers/balancer.h"
 #include "balancers/hosts.h"
+#include "conf/tls.h"
 #include "proxy/internal.h"
 #include "proxy/session.h"
+#include "proxy/tls.h"
 
 static _Atomic(struct dm_runtime *) current;
 static atomic_uint_fast64_t generations;
@@ -85,6 +87,15 @@ dm_runtime_create(struct dm_conf *conf, unsigned nworkers, struct dm_hosts *host
         if (p->idle == NULL || p->stats == NULL) {
             goto fail;
         }
+        if (pc->tls != NULL) {
+            /* One session per server and worker: a new connection resumes the last one's. */
+            p->tls_sessions = calloc((size_t)nworkers * (pc->nservers > 0 ? pc->nservers : 1),
+                                     sizeof(*p->tls_sessions));
+            if (p->tls_sessions == NULL) {
+                goto fail;
+            }
+            dm_tls_client_ctx_init(pc->tls->ctx);
+        }
     }
     for (size_t i = 0; i < conf->npools && placers != NULL; i++) {
         struct dm_rpool *p = &rt->pools[i];
@@ -120,6 +131,13 @@ dm_runtime_unref(struct dm_runtime *rt)
         return;
     }
     for (size_t i = 0; i < rt->npools && rt->pools != NULL; i++) {
+        if (rt->pools[i].tls_sessions != NULL) {
+            size_t ns = (size_t)rt->nworkers * rt->pools[i].sv->n;
+            for (size_t j = 0; j < ns; j++) {
+                SSL_SESSION_free(rt->pools[i].tls_sessions[j]);
+            }
+            free(rt->pools[i].tls_sessions);
+        }
         dm_balancer_destroy(rt->pools[i].bal);
         dm_servers_destroy(rt->pools[i].sv);
         free(rt->pools[i].idle);

@@ -12,6 +12,7 @@
 
 #include <openssl/err.h>
 #include <openssl/x509.h>
+#include <openssl/x509v3.h>
 
 #include "conf/tls.h"
 #include "proxy/buf.h"
@@ -99,6 +100,17 @@ bio_init_method(void)
     BIO_meth_free(m);
 }
 
+#define DM_TLS_SCRATCH (64 * 1024)
+
+void
+dm_tls_scratch(struct dm_worker *w, uv_buf_t *out)
+{
+    if (w->tls_scratch == NULL) {
+        w->tls_scratch = malloc(DM_TLS_SCRATCH);
+    }
+    *out = uv_buf_init(w->tls_scratch, w->tls_scratch != NULL ? DM_TLS_SCRATCH : 0);
+}
+
 static struct dm_tls *
 tls_new(struct dm_worker *w, SSL_CTX *ctx)
 {
@@ -122,6 +134,7 @@ tls_new(struct dm_worker *w, SSL_CTX *ctx)
     }
     BIO_set_data(b, t);
     SSL_set_bio(t->ssl, b, b); /* one BIO both ways: one reference taken */
+    SSL_set_app_data(t->ssl, t);
     return t;
 }
 
@@ -136,21 +149,47 @@ dm_tls_new_server(struct dm_worker *w, const struct dm_conf_tls *cf)
     return t;
 }
 
+/* A new session from the server (TLS 1.3 sends them after the handshake): kept in the slot. */
+static int
+new_session_cb(SSL *ssl, SSL_SESSION *sess)
+{
+    struct dm_tls *t = SSL_get_app_data(ssl); /* NULL: a health check's, kept by nobody */
+    if (t == NULL || t->slot == NULL) {
+        return 0;
+    }
+    SSL_SESSION_free(*t->slot);
+    *t->slot = sess;
+    return 1; /* the reference is the slot's now */
+}
+
+void
+dm_tls_client_ctx_init(SSL_CTX *ctx)
+{
+    SSL_CTX_sess_set_new_cb(ctx, new_session_cb);
+}
+
 struct dm_tls *
-dm_tls_new_client(struct dm_worker *w, SSL_CTX *ctx, const char *name, SSL_SESSION *session)
+dm_tls_new_client(struct dm_worker *w, SSL_CTX *ctx, const char *name, const char *ip,
+                  SSL_SESSION **slot)
 {
     struct dm_tls *t = tls_new(w, ctx);
     if (t == NULL) {
         return NULL;
     }
     SSL_set_connect_state(t->ssl);
-    if (name != NULL &&
-        (SSL_set_tlsext_host_name(t->ssl, name) != 1 || SSL_set1_host(t->ssl, name) != 1)) {
+    bool ok = true;
+    if (name != NULL) {
+        ok = SSL_set_tlsext_host_name(t->ssl, name) == 1 && SSL_set1_host(t->ssl, name) == 1;
+    } else if (ip != NULL) {
+        ok = X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(t->ssl), ip) == 1;
+    }
+    if (!ok) {
         dm_tls_free(t);
         return NULL;
     }
-    if (session != NULL) {
-        SSL_set_session(t->ssl, session);
+    t->slot = slot;
+    if (slot != NULL && *slot != NULL) {
+        SSL_set_session(t->ssl, *slot);
     }
     ERR_clear_error();
     return t;
@@ -275,34 +314,39 @@ dm_tls_buffered(const struct dm_tls *t)
     return t->in_len > 0 || SSL_pending(t->ssl) > 0 || SSL_has_pending(t->ssl);
 }
 
-/* Records why t failed: OpenSSL's reason, and the verify result when a certificate was refused. */
+const char *
+dm_tls_reason(SSL *ssl, int err, char *buf, size_t size)
+{
+    unsigned long e = ERR_peek_last_error();
+    long v = SSL_get_verify_result(ssl);
+    if (v != X509_V_OK) {
+        snprintf(buf, size, "certificate verify failed: %s", X509_verify_cert_error_string(v));
+    } else if (ERR_GET_REASON(e) == SSL_R_CALLBACK_FAILED && SSL_is_server(ssl)) {
+        /* The SNI callback refused it (strict_sni). */
+        const char *name = SSL_get_servername(ssl, TLSEXT_NAMETYPE_host_name);
+        if (name != NULL) {
+            snprintf(buf, size, "no certificate for the name \"%.60s\" (strict_sni)", name);
+        } else {
+            snprintf(buf, size, "no SNI name sent (strict_sni)");
+        }
+    } else if (e != 0) {
+        const char *r = ERR_reason_error_string(e);
+        snprintf(buf, size, "%s", r != NULL ? r : "TLS error");
+    } else if (err == SSL_ERROR_SYSCALL) {
+        snprintf(buf, size, "the connection ended in the handshake");
+    } else {
+        snprintf(buf, size, "TLS error %d", err);
+    }
+    ERR_clear_error();
+    return buf;
+}
+
+/* Records why t failed. */
 static int
 tls_fail(struct dm_tls *t, int err)
 {
     t->failed = true;
-    unsigned long e = ERR_peek_last_error();
-    long v = SSL_get_verify_result(t->ssl);
-    if (v != X509_V_OK) {
-        snprintf(t->why, sizeof(t->why), "certificate verify failed: %s",
-                 X509_verify_cert_error_string(v));
-    } else if (ERR_GET_REASON(e) == SSL_R_CALLBACK_FAILED && SSL_is_server(t->ssl)) {
-        /* The SNI callback refused it (strict_sni). */
-        const char *name = SSL_get_servername(t->ssl, TLSEXT_NAMETYPE_host_name);
-        if (name != NULL) {
-            snprintf(t->why, sizeof(t->why), "no certificate for the name \"%.60s\" (strict_sni)",
-                     name);
-        } else {
-            snprintf(t->why, sizeof(t->why), "no SNI name sent (strict_sni)");
-        }
-    } else if (e != 0) {
-        const char *r = ERR_reason_error_string(e);
-        snprintf(t->why, sizeof(t->why), "%s", r != NULL ? r : "TLS error");
-    } else if (err == SSL_ERROR_SYSCALL) {
-        snprintf(t->why, sizeof(t->why), "the connection ended in the handshake");
-    } else {
-        snprintf(t->why, sizeof(t->why), "TLS error %d", err);
-    }
-    ERR_clear_error();
+    dm_tls_reason(t->ssl, err, t->why, sizeof(t->why));
     return DM_TLS_ERROR;
 }
 

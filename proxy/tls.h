@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include <openssl/ssl.h>
+#include <uv.h>
 
 struct dm_buf;
 struct dm_conf_tls;
@@ -44,20 +45,32 @@ struct dm_tls {
     void *owner;
     struct dm_tls *pump_next;
     bool on_pump;
+    SSL_SESSION **slot;         /* a client connection's session slot, or NULL */
     const char *subject_header; /* the listener's client_subject_header (its config's), or NULL */
     char why[120];              /* why it failed */
 };
+
+/*
+ * For a libuv alloc callback: the worker's scratch buffer (made on first
+ * use), which the read callback feeds at once; empty when out of memory.
+ */
+void dm_tls_scratch(struct dm_worker *w, uv_buf_t *out);
 
 /* A server-side connection of listener config t; NULL when out of memory. */
 struct dm_tls *dm_tls_new_server(struct dm_worker *w, const struct dm_conf_tls *t);
 
 /*
- * A client-side connection with ctx, sending and verifying SNI name (NULL:
- * none; the chain is still verified when ctx verifies), resuming session
- * (NULL: none). NULL when out of memory.
+ * A client-side connection with ctx, sending SNI name and verifying the
+ * server's certificate for it (name NULL: for the numeric address ip, when
+ * not NULL; the chain is verified in any case when ctx verifies). It
+ * resumes the session in *slot, and keeps there the sessions the server
+ * gives (the slot is its worker's). NULL when out of memory.
  */
 struct dm_tls *dm_tls_new_client(struct dm_worker *w, SSL_CTX *ctx, const char *name,
-                                 SSL_SESSION *session);
+                                 const char *ip, SSL_SESSION **slot);
+
+/* Has ctx (a pool's client context) hand new sessions to the connections' slots. */
+void dm_tls_client_ctx_init(SSL_CTX *ctx);
 
 /* Frees t and what it holds; NULL is a no-op. */
 void dm_tls_free(struct dm_tls *t);
@@ -99,6 +112,13 @@ struct dm_buf *dm_tls_take_output(struct dm_tls *t);
  * for it). Once per pass however often it is asked; dm_tls_free() cancels.
  */
 void dm_tls_schedule(struct dm_tls *t, void (*pump)(void *owner), void *owner);
+
+/*
+ * Why an OpenSSL call on ssl failed with SSL_get_error() err, into buf: the
+ * certificate's verify result when it was refused, else OpenSSL's reason
+ * (this thread's error queue, emptied). Returns buf.
+ */
+const char *dm_tls_reason(SSL *ssl, int err, char *buf, size_t size);
 
 /* Why the connection failed, for the log. */
 const char *dm_tls_error(const struct dm_tls *t);

@@ -4,8 +4,12 @@
  */
 #include "proxy/upstream.h"
 
+#include <arpa/inet.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "conf/tls.h"
 
 #include "proxy/buf.h"
 #include "proxy/client.h"
@@ -14,6 +18,7 @@
 #include "proxy/learn.h"
 #include "proxy/log.h"
 #include "proxy/request.h"
+#include "proxy/tls.h"
 
 void
 dm_upstream_failed(struct dm_runtime *rt, size_t pool, int server, const char *why)
@@ -38,6 +43,7 @@ dm_upstream_failed(struct dm_runtime *rt, size_t pool, int server, const char *w
 
 static void up_timer_cb(uv_timer_t *t);
 static void up_cork_drop(struct dm_upstream *up);
+static void up_tls_pump(void *arg);
 
 /*
  * Server connection timeouts are lazy: activity only moves deadline_ms, and a
@@ -122,6 +128,8 @@ dm_upstream_close(struct dm_upstream *up)
     up_cork_drop(up);
     dm_buf_unref(up->w, up->in);
     up->in = NULL;
+    dm_tls_free(up->tls);
+    up->tls = NULL;
     uv_close((uv_handle_t *)&up->timer, up_timer_closed);
 }
 
@@ -159,6 +167,32 @@ up_write_done(void *arg, int status)
  * per burst rather than once per request (HAProxy sends at the end of its
  * polling loop for the same reason). A full cork is flushed at once.
  */
+/* Writes what TLS left in its output, four buffers to a write: 1 all out, 0 some queued, <0 failed.
+ */
+static int
+up_tls_flush(struct dm_upstream *up)
+{
+    int last = 1;
+    while (up->tls->out != NULL) {
+        struct dm_buf *hold[4];
+        uv_buf_t b[4];
+        unsigned k = 0;
+        while (k < 4 && (hold[k] = dm_tls_take_output(up->tls)) != NULL) {
+            b[k] = uv_buf_init(hold[k]->data, hold[k]->len);
+            k++;
+        }
+        int r = dm_buf_write(up->w, (uv_stream_t *)&up->tcp, b, k, hold, k, up_write_done, up);
+        for (unsigned i = 0; i < k; i++) {
+            dm_buf_unref(up->w, hold[i]);
+        }
+        up->writes += r == 0;
+        if (last >= 0) {
+            last = r < 0 ? r : (r == 0 ? 0 : last); /* 0 once one is queued */
+        }
+    }
+    return last;
+}
+
 static void
 up_flush(struct dm_upstream *up)
 {
@@ -167,13 +201,28 @@ up_flush(struct dm_upstream *up)
         return;
     }
     up->ncork = 0;
-    int r = dm_buf_write(up->w, (uv_stream_t *)&up->tcp, up->cork_bufs, n, up->cork_hold, n,
+    int r;
+    if (up->tls != NULL) {
+        /* Encrypted here (a copy), so the plain buffers go back at once. */
+        r = 1;
+        for (unsigned i = 0; i < n && r >= 0; i++) {
+            if (dm_tls_write(up->tls, up->cork_bufs[i].base, up->cork_bufs[i].len) < 0) {
+                r = -1;
+            }
+        }
+        r = r < 0 ? -1 : up_tls_flush(up);
+        if (r < 0) {
+            dm_tls_schedule(up->tls, up_tls_pump, up); /* which fails the request */
+        }
+    } else {
+        r = dm_buf_write(up->w, (uv_stream_t *)&up->tcp, up->cork_bufs, n, up->cork_hold, n,
                          up_write_done, up);
+        up->writes += r == 0;
+    }
     for (unsigned i = 0; i < n; i++) {
         dm_buf_unref(up->w, up->cork_hold[i]);
     }
     if (r == 0) {
-        up->writes++;
         struct dm_req *req = up->req;
         if (req != NULL &&
             uv_stream_get_write_queue_size((uv_stream_t *)&up->tcp) >= DM_WRITE_HIGH) {
@@ -251,10 +300,23 @@ dm_upstream_resume(struct dm_upstream *up)
     dm_upstream_read_start(up);
 }
 
+/* A TLS connection's ciphertext goes to the worker's scratch, fed to OpenSSL at once. */
+static void
+up_tls_alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+    (void)suggested;
+    dm_tls_scratch(((struct dm_upstream *)h->data)->w, buf);
+}
+
 void
 dm_upstream_read_start(struct dm_upstream *up)
 {
-    if (!up->closing) {
+    if (!up->closing && up->tls != NULL) {
+        uv_read_start((uv_stream_t *)&up->tcp, up_tls_alloc_cb, up_read_cb);
+        if (dm_tls_buffered(up->tls)) {
+            dm_tls_schedule(up->tls, up_tls_pump, up);
+        }
+    } else if (!up->closing) {
         uv_read_start((uv_stream_t *)&up->tcp, up_alloc_cb, up_read_cb);
     }
 }
@@ -565,16 +627,204 @@ up_process(struct dm_upstream *up)
     }
 }
 
+/* The connection ended (EOF, or error code nread) while it had a request, or was idle. */
+static void
+up_read_end(struct dm_upstream *up, ssize_t nread, const char *why)
+{
+    struct dm_req *req = up->req;
+    if (up->state == DM_U_IDLE || req == NULL) {
+        dm_upstream_close(up);
+        return;
+    }
+    if (up->state == DM_U_TUNNEL) {
+        struct dm_client *c = req->c;
+        req->up = NULL;
+        up->req = NULL;
+        dm_upstream_close(up);
+        dm_client_close_when_written(c);
+        return;
+    }
+    if (!up->got_bytes) {
+        if (dm_req_retry(req, up)) {
+            return;
+        }
+        up_fail(up, 502,
+                why != NULL       ? why
+                : nread == UV_EOF ? "server closed the connection without answering"
+                                  : uv_strerror((int)nread));
+        return;
+    }
+    if (nread == UV_EOF && up->state == DM_U_BODY &&
+        dm_http_parse_eof(&up->parser) == DM_HTTP_MSG_DONE) {
+        uv_read_stop((uv_stream_t *)&up->tcp);
+        req->rinfo.keep_alive = false;
+        dm_upstream_deadline(up, 0);
+        dm_req_finish(req);
+        return;
+    }
+    up_fail(up, 502,
+            why != NULL              ? why
+            : nread != UV_EOF        ? uv_strerror((int)nread)
+            : up->state == DM_U_HEAD ? "server closed the connection mid-head"
+                                     : "server closed the connection mid-response");
+}
+
+/* n response bytes arrived at the end of up->in. */
+static void
+up_received(struct dm_upstream *up, size_t n)
+{
+    if (!up->got_bytes) {
+        up->got_bytes = true;
+        up->head_start = up->in->off;
+    }
+    up->in->len += (uint32_t)n;
+    if (up->deadline_ms != UINT64_MAX) {
+        /* Only the deadline moves; the timer catches up when it fires. */
+        up->deadline_ms = uv_now(&up->w->loop) + up->rt->conf->timeouts.server_response_ms;
+    }
+    up_process(up);
+}
+
+/* The TLS handshake with the server is done: the connection is usable, as a plain one on connect.
+ */
+static void
+up_tls_connected(struct dm_upstream *up)
+{
+    bool resumed = SSL_session_reused(up->tls->ssl) == 1;
+    dm_stat_add(&idle_stats(up)->tls[resumed ? DM_TLS_RESUMED : DM_TLS_FULL], 1);
+    struct dm_req *req = up->req;
+    dm_upstream_ready_cb ready = up->ready;
+    dm_upstream_deadline(up, 0);
+    up->state = DM_U_HEAD;
+    if (req != NULL) {
+        ready(req, up, 0);
+    } else {
+        dm_upstream_release(up, true);
+    }
+}
+
+/* The TLS handshake with the server failed: as a failed connect, with the reason. */
+static void
+up_tls_connect_failed(struct dm_upstream *up)
+{
+    dm_stat_add(&idle_stats(up)->tls[DM_TLS_FAILED], 1);
+    struct dm_req *req = up->req;
+    dm_upstream_ready_cb ready = up->ready;
+    snprintf(up->w->up_why, sizeof(up->w->up_why), "TLS handshake failed: %s",
+             dm_tls_error(up->tls));
+    up->req = NULL;
+    dm_upstream_close(up);
+    if (req != NULL) {
+        ready(req, NULL, UV_EPROTO); /* the request takes up_why for the log */
+    } else {
+        const struct dm_conf_pool *pc = &up->rt->conf->pools[up->pool];
+        dm_log_warn("server %s/%s: %s", pc->name, pc->servers[up->server].name, up->w->up_why);
+    }
+    up->w->up_why[0] = 0;
+}
+
+/*
+ * Goes on with a TLS connection's input: the handshake, then plain text
+ * into the read buffer for up_process, while the connection is read
+ * (back-pressure stops it); what is left waits with OpenSSL or in the
+ * stash for dm_upstream_read_start.
+ */
+static void
+up_tls_pump(void *arg)
+{
+    struct dm_upstream *up = arg;
+    struct dm_tls *t = up->tls;
+    if (up->closing || t == NULL) {
+        return;
+    }
+    if (t->failed && up->state != DM_U_CONNECTING) {
+        char why[160];
+        snprintf(why, sizeof(why), "TLS: %s", dm_tls_error(t));
+        up_fail(up, 502, why);
+        return;
+    }
+    if (up->state == DM_U_CONNECTING) {
+        int r = dm_tls_handshake(t);
+        if (r == DM_TLS_ERROR || up_tls_flush(up) < 0) {
+            up_tls_connect_failed(up);
+            return;
+        }
+        if (r == DM_TLS_WANT) {
+            if (dm_tls_keep_input(t) < 0) {
+                up_tls_connect_failed(up);
+            }
+            return;
+        }
+        up_tls_connected(up);
+        if (up->closing || up->tls != t) {
+            return;
+        }
+    }
+    while (!up->closing && !up->paused) {
+        int n;
+        if (up->state == DM_U_IDLE || up->req == NULL) {
+            /* Idle: session tickets are taken in; plain text is a server
+             * talking unasked, and the connection goes. */
+            char tmp[64];
+            n = dm_tls_read(t, tmp, sizeof(tmp));
+            if (n != DM_TLS_WANT) {
+                dm_upstream_close(up);
+                return;
+            }
+            break;
+        }
+        uv_buf_t space;
+        dm_buf_read_space(up->w, &up->in, up->rt->buf_cap, &space);
+        if (space.len == 0) {
+            up_fail(up, 502, "no buffer for the response");
+            return;
+        }
+        n = dm_tls_read(t, space.base, space.len);
+        if (n == DM_TLS_WANT) {
+            break;
+        }
+        if (n == DM_TLS_EOF || n == DM_TLS_ERROR) {
+            char why[160];
+            if (n == DM_TLS_ERROR) {
+                snprintf(why, sizeof(why), "TLS: %s", dm_tls_error(t));
+            }
+            up_read_end(up, UV_EOF, n == DM_TLS_ERROR ? why : NULL);
+            return;
+        }
+        up_received(up, (size_t)n);
+        if (up->tls != t) {
+            return; /* closed (and freed) meanwhile */
+        }
+    }
+    if (!up->closing && (up_tls_flush(up) < 0 || dm_tls_keep_input(t) < 0)) {
+        up_fail(up, 502, "TLS: cannot write to the server");
+    }
+}
+
 static void
 up_read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 {
-    (void)buf;
     struct dm_upstream *up = s->data;
     if (nread == 0) {
         return;
     }
-    struct dm_req *req = up->req;
-    if (up->state == DM_U_IDLE || req == NULL) {
+    if (up->tls != NULL && nread > 0) {
+        if (dm_tls_feed(up->tls, buf->base, (size_t)nread) < 0) {
+            up_fail(up, 502, "out of memory");
+            return;
+        }
+        up_tls_pump(up);
+        return;
+    }
+    if (up->tls != NULL && up->state == DM_U_CONNECTING) {
+        dm_tls_feed(up->tls, NULL, 0);
+        snprintf(up->tls->why, sizeof(up->tls->why), "%s",
+                 nread == UV_EOF ? "the server closed the connection in the handshake"
+                                 : uv_strerror((int)nread));
+        up_tls_connect_failed(up);
+        return;
+    }
+    if (up->state == DM_U_IDLE || up->req == NULL) {
         /* An idle connection closed or sent something unasked for: drop it. */
         dm_upstream_close(up);
         return;
@@ -584,47 +834,10 @@ up_read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         return;
     }
     if (nread < 0) {
-        if (up->state == DM_U_TUNNEL) {
-            struct dm_client *c = req->c;
-            req->up = NULL;
-            up->req = NULL;
-            dm_upstream_close(up);
-            dm_client_close_when_written(c);
-            return;
-        }
-        if (!up->got_bytes) {
-            if (dm_req_retry(req, up)) {
-                return;
-            }
-            up_fail(up, 502,
-                    nread == UV_EOF ? "server closed the connection without answering"
-                                    : uv_strerror((int)nread));
-            return;
-        }
-        if (nread == UV_EOF && up->state == DM_U_BODY &&
-            dm_http_parse_eof(&up->parser) == DM_HTTP_MSG_DONE) {
-            uv_read_stop(s);
-            req->rinfo.keep_alive = false;
-            dm_upstream_deadline(up, 0);
-            dm_req_finish(req);
-            return;
-        }
-        up_fail(up, 502,
-                nread != UV_EOF          ? uv_strerror((int)nread)
-                : up->state == DM_U_HEAD ? "server closed the connection mid-head"
-                                         : "server closed the connection mid-response");
+        up_read_end(up, nread, NULL);
         return;
     }
-    if (!up->got_bytes) {
-        up->got_bytes = true;
-        up->head_start = up->in->off;
-    }
-    up->in->len += (uint32_t)nread;
-    if (up->deadline_ms != UINT64_MAX) {
-        /* Only the deadline moves; the timer catches up when it fires. */
-        up->deadline_ms = uv_now(&up->w->loop) + up->rt->conf->timeouts.server_response_ms;
-    }
-    up_process(up);
+    up_received(up, (size_t)nread);
 }
 
 static void
@@ -651,6 +864,34 @@ up_connect_cb(uv_connect_t *creq, int status)
     dm_counter_add(&host->connections, 1);
     dm_host_connect_sample(host, uv_hrtime() / 1000 - up->connect_us);
     uv_tcp_nodelay(&up->tcp, 1);
+    const struct dm_conf_pool *pc = &up->rt->conf->pools[up->pool];
+    if (pc->tls != NULL) {
+        /* The handshake, bounded by timeouts.connect as the connect was. */
+        char name[256], ip[INET6_ADDRSTRLEN];
+        const char *addr = pc->servers[up->server].addr.text;
+        const char *sni = dm_tls_client_name(pc->tls, addr, name, sizeof(name));
+        const struct sockaddr *sa = (const struct sockaddr *)&pc->servers[up->server].addr.sa;
+        const void *a = sa->sa_family == AF_INET6
+                            ? (const void *)&((const struct sockaddr_in6 *)sa)->sin6_addr
+                            : (const void *)&((const struct sockaddr_in *)sa)->sin_addr;
+        const char *iptext =
+            sni == NULL && inet_ntop(sa->sa_family, a, ip, sizeof(ip)) != NULL ? ip : NULL;
+        struct dm_rpool *p = &up->rt->pools[up->pool];
+        SSL_SESSION **slot = &p->tls_sessions[(size_t)up->w->id * p->sv->n + (size_t)up->server];
+        up->tls = dm_tls_new_client(up->w, pc->tls->ctx, sni, iptext, slot);
+        if (up->tls == NULL) {
+            up->req = NULL;
+            dm_upstream_close(up);
+            if (req != NULL) {
+                ready(req, NULL, UV_ENOMEM);
+            }
+            return;
+        }
+        dm_upstream_deadline(up, up->rt->conf->timeouts.connect_ms);
+        dm_upstream_read_start(up);
+        up_tls_pump(up); /* the ClientHello */
+        return;
+    }
     up->state = DM_U_HEAD;
     if (req != NULL) {
         ready(req, up, 0);

@@ -64,6 +64,26 @@ class ProxyTest(H.DimmerTest):
         self.assertEqual(got["bytes"], 3 * 1024 * 1024 + 17)
         self.assertEqual(got["sha256"], digest)
 
+    def test_chunked_body_ending_at_the_read_buffer_edge(self):
+        # Regression (a hung upload of the soak, 1 in 32768 chunked uploads):
+        # the last-chunk line "0\r\n" ending exactly at the end of dimmer's
+        # 32 KiB read buffer left the full buffer in place, the next read had
+        # no room and reading stopped for good; the server never saw the
+        # final CRLF and the exchange hung with no timeout running. Each
+        # shift is a fresh connection whose request is sent in one write.
+        head = b"POST /echo HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n"
+        for shift in (-2, -1, 0, 1, 2, 32768):
+            with self.subTest(shift=shift):
+                n = 32768 + shift - len(head) - 3 - 4 - 4  # "%x\r\n" (4 hex digits), "\r\n", "0\r\n"
+                body = bytes((i * 7) & 255 for i in range(n))
+                req = head + b"%x\r\n" % n + body + b"\r\n0\r\n"
+                self.assertEqual(len(req), 32768 + shift)
+                with H.Conn(self.d.port) as c:
+                    c.send(req + b"\r\n")
+                    r = c.read_response(timeout=5)
+                    self.assertEqual(r.status, 200)
+                    self.assertEqual(r.body, body)
+
     def test_curl_chunked_upload_sha256(self):
         path, digest = self.random_file("body.bin", 2 * 1024 * 1024 + 5)
         r = self.curl_ok("-H", "Transfer-Encoding: chunked", "--data-binary", "@" + path,

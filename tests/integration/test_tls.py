@@ -342,6 +342,78 @@ class TlsTest(H.DimmerTest):
         rc, err = self.check(self.site_tls())
         self.assertEqual(rc, 0, err)
 
+    # ---- TLS to the servers ----
+
+    def front(self, pools, extra=""):
+        """A plain-HTTP dimmer whose pools (YAML text) reach the servers over TLS."""
+        text = ("workers: 1\nadmin: 127.0.0.1:0\nlog_level: debug\nerror_log: \"%s\"\n"
+                "listen: 127.0.0.1:0\npools:\n%s%s" % (self.path("front.log"), pools, extra))
+        self.extra_logs = [self.path("error.log"), self.path("front.log")]
+        return self.start_dimmer_conf(self.write_config(text, "front.yaml"))
+
+    def front_log(self):
+        with open(self.path("front.log")) as f:
+            return f.read()
+
+    def metric(self, d, name, pool):
+        text = H.get(d.admin, "/metrics").body.decode()
+        m = re.search(r'^%s\{pool="%s",[^}]*\} (\d+)$' % (name, pool), text, re.M)
+        self.assertIsNotNone(m, "%s of pool %s in\n%s" % (name, pool, text[:3000]))
+        return int(m.group(1))
+
+    def test_upstream_tls_verifies_resumes_and_checks_health(self):
+        back = self.tls_dimmer(self.site_tls())
+        d = self.front(
+            "  web:\n    tls: {ca: \"%s\", sni: localhost}\n"
+            "    health_check: {interval: 200ms, timeout: 2s, fall: 1}\n"
+            "    servers: [{name: back, address: \"127.0.0.1:%d\"}]\n"
+            "  byip:\n    tls: {ca: \"%s\"}\n"
+            "    servers: [{name: back-ip, address: \"127.0.0.1:%d\"}]\n"
+            "  wrongca:\n    tls: {ca: \"%s\", sni: localhost}\n"
+            "    servers: [{name: back-wrong, address: \"127.0.0.1:%d\"}]\n"
+            % (self.ca[0], back.port, self.ca[0], back.port, self.client_ca[0], back.port),
+            "routes:\n  - {path: /ip/, pool: byip}\n  - {path: /wrong/, pool: wrongca}\n")
+        # Through the TLS hop: the back dimmer's listener is TLS, so b1 sees https.
+        r = H.get(d.port, "/headers")
+        self.assertEqual(r.status, 200)
+        self.assertIn(b"X-Forwarded-Proto: https\r\n", r.body)
+        body = os.urandom(1 << 20)
+        r = H.request(d.port, "POST", "/sha256", body=body)
+        self.assertIn(hashlib.sha256(body).hexdigest().encode(), r.body)
+        r = H.request(d.port, "POST", "/echo", [("Transfer-Encoding", "chunked")],
+                      body=b"%x\r\n" % len(body) + body + b"\r\n0\r\n\r\n")
+        self.assertEqual(r.body, body)
+        # Verified for the numeric address when no name is given (IP SAN 127.0.0.1).
+        self.assertEqual(H.get(d.port, "/ip/x").status, 404)  # b1's answer, through TLS
+        # A second connection to the server, while the first is busy, resumes its session.
+        with H.Conn(d.port) as slow:
+            slow.send(H.build_request("GET", "/slow/600"))
+            H.wait_until(lambda: back.servers()["b1"]["inflight"] == 1, 5, "the slow request")
+            self.assertEqual(H.get(d.port, "/bytes/5").body, H.pattern(5))
+            self.assertEqual(slow.read_response().status, 200)
+        self.assertGreaterEqual(self.metric(d, "dimmer_server_tls_full_handshakes_total", "web"), 1)
+        self.assertGreaterEqual(
+            self.metric(d, "dimmer_server_tls_resumed_handshakes_total", "web"), 1)
+        # The wrong CA: refused, 502, and the reason in the log.
+        r = H.get(d.port, "/wrong/x")
+        self.assertEqual(r.status, 502)
+        self.assertIn("server wrongca/back-wrong: TLS handshake failed: certificate verify "
+                      "failed", self.front_log())
+        self.assertGreaterEqual(
+            self.metric(d, "dimmer_server_tls_failed_handshakes_total", "wrongca"), 1)
+        # Health checks over TLS passed all along: the server stayed up.
+        self.assertNotIn("web/back is DOWN", self.front_log())
+        self.assertEqual(d.servers("web")["back"]["state"], "up")
+
+    def test_upstream_health_check_with_the_wrong_ca_marks_it_down(self):
+        back = self.tls_dimmer(self.site_tls())
+        d = self.front("  web:\n    tls: {ca: \"%s\", sni: localhost}\n"
+                       "    health_check: {interval: 100ms, fall: 1}\n"
+                       "    servers: [{name: back, address: \"127.0.0.1:%d\"}]\n" %
+                       (self.client_ca[0], back.port))
+        H.wait_until(lambda: "web/back is DOWN (health check: TLS: certificate verify failed"
+                     in self.front_log(), 10, "the server marked down by its TLS check")
+
     # ---- hostile clients ----
 
     def test_hostile_handshakes_leave_it_serving(self):
