@@ -592,7 +592,9 @@ server_ctx(struct dm_conf_loader *ld, const yaml_node_t *at, const struct tls_co
     SSL_CTX_set_session_id_context(ctx, sid, sizeof(sid) - 1);
     if (cm->tickets) {
         SSL_CTX_set_tlsext_ticket_key_evp_cb(ctx, ticket_cb);
-        SSL_CTX_set_timeout(ctx, (long)(cm->rotate_ms / 1000 > 0 ? cm->rotate_ms / 1000 : 1));
+        /* A session lives two rotations: a ticket made just before a rotation
+         * is then still under one of the three keys kept. */
+        SSL_CTX_set_timeout(ctx, (long)(2 * cm->rotate_ms / 1000));
     } else {
         SSL_CTX_set_options(ctx, SSL_OP_NO_TICKET);
         SSL_CTX_set_num_tickets(ctx, 0);

@@ -561,14 +561,12 @@ client_tls_flush(struct dm_client *c)
 static int
 client_tls_write(struct dm_client *c, uv_buf_t *bufs, unsigned n)
 {
-    for (unsigned i = 0; i < n; i++) {
-        if (dm_tls_write(c->tls, bufs[i].base, bufs[i].len) < 0) {
-            char addr[INET6_ADDRSTRLEN];
-            dm_accesslog_client_addr(c, addr, sizeof(addr));
-            dm_log_warn("client %s: TLS: %s", addr, dm_tls_error(c->tls));
-            client_tls_flush(c);
-            return UV_EPROTO;
-        }
+    if (dm_tls_writev(c->tls, bufs, n) < 0) {
+        char addr[INET6_ADDRSTRLEN];
+        dm_accesslog_client_addr(c, addr, sizeof(addr));
+        dm_log_warn("client %s: TLS: %s", addr, dm_tls_error(c->tls));
+        client_tls_flush(c);
+        return UV_EPROTO;
     }
     return client_tls_flush(c);
 }

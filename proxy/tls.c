@@ -433,6 +433,34 @@ dm_tls_write(struct dm_tls *t, const void *p, size_t n)
     return tls_fail(t, SSL_get_error(t->ssl, r));
 }
 
+int
+dm_tls_writev(struct dm_tls *t, const uv_buf_t *bufs, unsigned n)
+{
+    /* Small pieces (a head and a small body) go out as one record, as a
+     * peer that builds the whole response in one buffer sends it. */
+    char gather[16384];
+    size_t used = 0;
+    for (unsigned i = 0; i < n; i++) {
+        const uv_buf_t *b = &bufs[i];
+        if (used + b->len <= sizeof(gather)) {
+            memcpy(gather + used, b->base, b->len);
+            used += b->len;
+            continue;
+        }
+        if (dm_tls_write(t, gather, used) < 0) {
+            return DM_TLS_ERROR;
+        }
+        used = 0;
+        if (b->len <= sizeof(gather)) {
+            memcpy(gather, b->base, b->len);
+            used = b->len;
+        } else if (dm_tls_write(t, b->base, b->len) < 0) {
+            return DM_TLS_ERROR;
+        }
+    }
+    return dm_tls_write(t, gather, used);
+}
+
 void
 dm_tls_shutdown(struct dm_tls *t)
 {

@@ -100,6 +100,9 @@ int dm_tls_read(struct dm_tls *t, char *p, size_t cap);
 /* Encrypts n bytes at p into t's output chain: 0, or DM_TLS_ERROR. */
 int dm_tls_write(struct dm_tls *t, const void *p, size_t n);
 
+/* dm_tls_write() of n buffers, the small ones gathered into one record. */
+int dm_tls_writev(struct dm_tls *t, const uv_buf_t *bufs, unsigned n);
+
 /* Adds a close_notify to the output (once the handshake is done and nothing failed). */
 void dm_tls_shutdown(struct dm_tls *t);
 

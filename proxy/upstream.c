@@ -204,13 +204,7 @@ up_flush(struct dm_upstream *up)
     int r;
     if (up->tls != NULL) {
         /* Encrypted here (a copy), so the plain buffers go back at once. */
-        r = 1;
-        for (unsigned i = 0; i < n && r >= 0; i++) {
-            if (dm_tls_write(up->tls, up->cork_bufs[i].base, up->cork_bufs[i].len) < 0) {
-                r = -1;
-            }
-        }
-        r = r < 0 ? -1 : up_tls_flush(up);
+        r = dm_tls_writev(up->tls, up->cork_bufs, n) < 0 ? -1 : up_tls_flush(up);
         if (r < 0) {
             dm_tls_schedule(up->tls, up_tls_pump, up); /* which fails the request */
         }

@@ -245,6 +245,21 @@ class TlsTest(H.DimmerTest):
         self.assertFalse(self.resumed(d.port, sess + "2", "-tls1_2"))
         self.assertFalse(self.resumed(d.port, sess + "2", "-tls1_2"))
 
+    def test_ticket_keys_rotate(self):
+        # ticket_rotate 1s: a new key once a second (made when a ticket is
+        # made), and sessions live 2 s (counted in whole seconds). A ticket of
+        # the key before still resumes; past its lifetime it does not.
+        # Waiting here is the clock the keys follow.
+        d = self.tls_dimmer(self.site_tls(", ticket_rotate: 1s"))
+        kept = self.path("kept")
+        start = time.monotonic()
+        self.assertFalse(self.resumed(d.port, kept, "-tls1_2"))
+        time.sleep(1.1)
+        self.assertFalse(self.resumed(d.port, self.path("fresh"), "-tls1_2"))  # a new key
+        self.assertTrue(self.resumed(d.port, kept, "-tls1_2"))  # under the key before
+        time.sleep(max(0.0, start + 3.2 - time.monotonic()))
+        self.assertFalse(self.resumed(d.port, kept, "-tls1_2"), "resumed past its lifetime")
+
     # ---- client certificates ----
 
     def mtls(self, verify):
@@ -404,6 +419,20 @@ class TlsTest(H.DimmerTest):
         # Health checks over TLS passed all along: the server stayed up.
         self.assertNotIn("web/back is DOWN", self.front_log())
         self.assertEqual(d.servers("web")["back"]["state"], "up")
+
+    def test_upstream_client_certificate(self):
+        back = self.tls_dimmer(self.site_tls(", client_ca: \"%s\", client_subject_header: "
+                                             "X-Client-Subject" % self.client_ca[0]))
+        d = self.front("  web:\n    tls: {ca: \"%s\", sni: localhost, cert: \"%s\", key: \"%s\"}\n"
+                       "    servers: [{name: back, address: \"127.0.0.1:%d\"}]\n"
+                       "  anon:\n    tls: {ca: \"%s\", sni: localhost}\n"
+                       "    servers: [{name: back-anon, address: \"127.0.0.1:%d\"}]\n" %
+                       (self.ca[0], self.alice[0], self.alice[1], back.port, self.ca[0],
+                        back.port), "routes:\n  - {path: /anon/, pool: anon}\n")
+        r = H.get(d.port, "/headers")
+        self.assertEqual(r.status, 200)
+        self.assertIn(b"X-Client-Subject: CN=alice,O=Example\\, Inc.\r\n", r.body)
+        self.assertEqual(H.get(d.port, "/anon/x").status, 502)  # the back requires one
 
     def test_upstream_health_check_with_the_wrong_ca_marks_it_down(self):
         back = self.tls_dimmer(self.site_tls())
