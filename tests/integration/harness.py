@@ -714,8 +714,6 @@ class Dimmer:
         self.ports_file = ports_file
         self.ports = [port for kind, _, port in lines if kind == "listen"]
         self.port = self.ports[0]
-        if TLS:
-            tls_ports.update(self.ports)
         self.admin = next((port for kind, _, port in lines if kind == "admin"), None)
         self.conf_path = conf_path
 
@@ -741,9 +739,15 @@ class DimmerTest(unittest.TestCase):
         self.procs = []
         self.addCleanup(self._stop_all)
 
+    def mark_tls(self, d):
+        """Conn speaks TLS to d's listeners until the test ends (a port number is reused later)."""
+        self._tls_marked = getattr(self, "_tls_marked", []) + list(d.ports)
+        tls_ports.update(d.ports)
+
     def _stop_all(self):
         for p in reversed(self.procs):
             p.kill()
+        tls_ports.difference_update(getattr(self, "_tls_marked", []))
         # A sanitizer report fails the test even when every request looked fine.
         found = []
         for p in self.procs:
@@ -873,7 +877,10 @@ class DimmerTest(unittest.TestCase):
             return lines
 
         lines = wait_until(ready, START_TIMEOUT, "%s to write %s" % (name, ports_file))
-        return Dimmer(p, lines, conf_path, ports_file)
+        d = Dimmer(p, lines, conf_path, ports_file)
+        if TLS:
+            self.mark_tls(d)
+        return d
 
     def served_meanwhile(self, path="/bytes/16", bound=STALL_BOUND):
         """

@@ -68,7 +68,7 @@ class TlsTest(H.DimmerTest):
         self.extra_logs = [self.path("error.log")]
         conf = self.write_config(text)
         d = self.start_dimmer_conf(conf)
-        H.tls_ports.add(d.port)
+        self.mark_tls(d)
         return d
 
     def site_tls(self, more=""):
