@@ -240,7 +240,7 @@ struct dm_conf_tls;
 struct dm_conf_tls_client;
 
 /* A listener's tls: mapping n into *out (set even when it has errors, to be freed). */
-void dm_conf_load_listener_tls(struct dm_conf_loader *ld, const yaml_node_t *n,
+void dm_conf_load_listener_tls(struct dm_conf_loader *ld, const yaml_node_t *n, const char *addr,
                                struct dm_conf_tls **out);
 
 /* A pool's tls: mapping (or true) n into *out (NULL: false; set with errors too). */

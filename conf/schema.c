@@ -120,7 +120,7 @@ load_listener(struct dm_conf_loader *ld, const yaml_node_t *item)
     }
     c->nlisteners++;
     if (v[LI_TLS] != NULL) {
-        dm_conf_load_listener_tls(ld, v[LI_TLS], &c->listener_tls[c->nlisteners - 1]);
+        dm_conf_load_listener_tls(ld, v[LI_TLS], a->text, &c->listener_tls[c->nlisteners - 1]);
     }
     return true;
 }

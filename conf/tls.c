@@ -522,10 +522,49 @@ struct tls_common {
     const char *client_ca;
     const yaml_node_t *client_ca_at;
     STACK_OF(X509_NAME) * ca_names;
+    /* The session id context: a session resumes only where it was made with
+     * the same client certificate rules (sid_of). */
+    unsigned char sid[32];
 };
 
 static const char *const version_names[] = { "1.2", "1.3" };
 static const int version_codes[] = { TLS1_2_VERSION, TLS1_3_VERSION };
+
+/*
+ * The session id context of a listener: a digest of its address and of
+ * what its client certificates must be (the verify mode, the CA file's
+ * bytes, the header), so that a ticket made where no certificate was asked
+ * for, or under other CAs, never resumes here (OpenSSL refuses a session
+ * of another context). A reload that changes none of them keeps resuming.
+ */
+static void
+sid_of(struct tls_common *cm, const char *addr, const struct dm_conf_tls *t)
+{
+    EVP_MD_CTX *md = EVP_MD_CTX_new();
+    unsigned len = 0;
+    if (md == NULL || EVP_DigestInit_ex(md, EVP_sha256(), NULL) != 1) {
+        EVP_MD_CTX_free(md);
+        memset(cm->sid, 0, sizeof(cm->sid));
+        return;
+    }
+    int verify = (int)t->verify;
+    EVP_DigestUpdate(md, addr, strlen(addr) + 1);
+    EVP_DigestUpdate(md, &verify, sizeof(verify));
+    if (t->subject_header != NULL) {
+        EVP_DigestUpdate(md, t->subject_header, strlen(t->subject_header));
+    }
+    FILE *f = cm->client_ca != NULL ? fopen(cm->client_ca, "rb") : NULL;
+    if (f != NULL) {
+        char buf[4096];
+        size_t k;
+        while ((k = fread(buf, 1, sizeof(buf), f)) > 0) {
+            EVP_DigestUpdate(md, buf, k);
+        }
+        fclose(f);
+    }
+    EVP_DigestFinal_ex(md, cm->sid, &len);
+    EVP_MD_CTX_free(md);
+}
 
 /*
  * The cipher, cipher suite and group lists, tried once on a scratch context:
@@ -588,8 +627,7 @@ server_ctx(struct dm_conf_loader *ld, const yaml_node_t *at, const struct tls_co
     }
     /* Resumption by tickets only (no per-process session cache to share). */
     SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
-    static const unsigned char sid[] = "dimmer";
-    SSL_CTX_set_session_id_context(ctx, sid, sizeof(sid) - 1);
+    SSL_CTX_set_session_id_context(ctx, cm->sid, sizeof(cm->sid));
     if (cm->tickets) {
         SSL_CTX_set_tlsext_ticket_key_evp_cb(ctx, ticket_cb);
         /* A session lives two rotations: a ticket made just before a rotation
@@ -716,7 +754,8 @@ done:
 }
 
 void
-dm_conf_load_listener_tls(struct dm_conf_loader *ld, const yaml_node_t *n, struct dm_conf_tls **out)
+dm_conf_load_listener_tls(struct dm_conf_loader *ld, const yaml_node_t *n, const char *addr,
+                          struct dm_conf_tls **out)
 {
     yaml_node_t *v[TL_N];
     char why[256];
@@ -828,7 +867,7 @@ dm_conf_load_listener_tls(struct dm_conf_loader *ld, const yaml_node_t *n, struc
                             "tls: give either cert and key, or certificates, not both");
         }
         items = dm_conf_list_items(ld, v[TL_CERTIFICATES], &k);
-        if (k == 0 && items != NULL) {
+        if (k == 0) {
             dm_conf_fail_at(ld, v[TL_CERTIFICATES], "certificates: expected at least one");
         }
     } else if (v[TL_CERT] == NULL && v[TL_KEY] == NULL) {
@@ -837,6 +876,7 @@ dm_conf_load_listener_tls(struct dm_conf_loader *ld, const yaml_node_t *n, struc
         k = 1;
     }
     check_lists(ld, &cm);
+    sid_of(&cm, addr != NULL ? addr : "", t);
     if (k == 0) {
         sk_X509_NAME_pop_free(cm.ca_names, X509_NAME_free);
         return;
@@ -870,9 +910,27 @@ dm_conf_load_listener_tls(struct dm_conf_loader *ld, const yaml_node_t *n, struc
     }
     X509_STORE_free(trusted);
     sk_X509_NAME_pop_free(cm.ca_names, X509_NAME_free);
-    if (cm.tickets) {
+    t->ticket_rotate_ms = cm.tickets ? cm.rotate_ms : 0;
+    if (t->ncerts == 0 && !ld->oom) {
+        /* Each failed certificate was reported; this is for a list with none at all. */
+        dm_conf_fail_at(ld, n, "tls: no usable certificate");
+    }
+}
+
+void
+dm_conf_tls_apply(const struct dm_conf *c)
+{
+    /* The shortest ticket_rotate of the listeners: the keys are the process's. */
+    uint64_t ms = 0;
+    for (size_t i = 0; c->listener_tls != NULL && i < c->nlisteners; i++) {
+        const struct dm_conf_tls *t = c->listener_tls[i];
+        if (t != NULL && t->ticket_rotate_ms > 0 && (ms == 0 || t->ticket_rotate_ms < ms)) {
+            ms = t->ticket_rotate_ms;
+        }
+    }
+    if (ms > 0) {
         pthread_mutex_lock(&tickets.lock);
-        tickets.rotate_ms = cm.rotate_ms;
+        tickets.rotate_ms = ms;
         pthread_mutex_unlock(&tickets.lock);
     }
 }

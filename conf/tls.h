@@ -41,7 +41,8 @@ struct dm_conf_tls {
     size_t ncerts;
     bool strict_sni; /* no certificate for the name: refuse the handshake */
     enum dm_tls_verify verify;
-    char *subject_header; /* where the client certificate's subject goes; NULL: nowhere */
+    char *subject_header;      /* where the client certificate's subject goes; NULL: nowhere */
+    uint64_t ticket_rotate_ms; /* 0: tickets off */
 };
 
 /* A pool's tls: block: how its connections to the servers are made. */
@@ -61,6 +62,14 @@ const char *dm_tls_client_name(const struct dm_conf_tls_client *t, const char *a
 
 /* The certificate of t for SNI name (NULL: none): exact, then wildcard, then the default. */
 const struct dm_tls_cert *dm_tls_cert_for(const struct dm_conf_tls *t, const char *name);
+
+/*
+ * Makes c's ticket rotation the process's (the shortest of its listeners'):
+ * once c is the running configuration, not when it merely loads (a reload
+ * that fails changes nothing).
+ */
+struct dm_conf;
+void dm_conf_tls_apply(const struct dm_conf *c);
 
 void dm_conf_tls_free(struct dm_conf_tls *t);
 void dm_conf_tls_client_free(struct dm_conf_tls_client *t);

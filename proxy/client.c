@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "conf/tls.h"
 #include "parsers/catalog.h"
@@ -885,6 +886,26 @@ client_hold_trailers(struct dm_client *c, uint32_t from, uint32_t to)
     return 0;
 }
 
+/* Whether the trailer section t has a field called name (any case). */
+static bool
+trailers_name(const struct dm_buf *t, const char *name)
+{
+    size_t n = strlen(name);
+    const char *p = t->data, *end = t->data + t->len;
+    while (p < end) {
+        const char *eol = memchr(p, '\n', (size_t)(end - p));
+        const char *colon = memchr(p, ':', (size_t)((eol != NULL ? eol : end) - p));
+        if (colon != NULL && (size_t)(colon - p) == n && strncasecmp(p, name, n) == 0) {
+            return true;
+        }
+        if (eol == NULL) {
+            break;
+        }
+        p = eol + 1;
+    }
+    return false;
+}
+
 /* The request's trailer section is whole: checked, then forwarded (or 400). */
 static int
 client_send_trailers(struct dm_client *c)
@@ -893,6 +914,12 @@ client_send_trailers(struct dm_client *c)
     const char *reason = NULL;
     if (dm_http_check_trailers(req->trailers->data, req->trailers->len, &reason) != 0) {
         dm_client_respond_error(c, 400, reason);
+        return -1;
+    }
+    if (c->tls != NULL && c->tls->subject_header != NULL &&
+        trailers_name(req->trailers, c->tls->subject_header)) {
+        /* What only dimmer may set never comes from the client, in a trailer either. */
+        dm_client_respond_error(c, 400, "trailer field named as client_subject_header");
         return -1;
     }
     if (req->up != NULL) {
@@ -1328,6 +1355,9 @@ client_tls_pump(void *arg)
         dm_buf_read_space(c->w, &c->in, c->rt->buf_cap, &space);
         if (space.len == 0) {
             client_no_room(c);
+            if (c->closing) {
+                return;
+            }
             break;
         }
         int n = dm_tls_read(t, space.base, space.len);
@@ -1370,6 +1400,14 @@ client_read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
     if (nread == UV_ENOBUFS) {
         client_no_room(c);
         return;
+    }
+    if (nread == UV_EOF && c->tls != NULL && dm_tls_buffered(c->tls)) {
+        /* Input still with OpenSSL or stashed goes first; if some is left
+         * (reading stopped meanwhile), the next read sees the end again. */
+        client_tls_pump(c);
+        if (c->closing || c->tls == NULL || dm_tls_buffered(c->tls) || !c->reading) {
+            return;
+        }
     }
     if (nread < 0) {
         dm_client_read_stop(c);

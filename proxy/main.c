@@ -19,6 +19,7 @@
 
 #include "balancers/hosts.h"
 #include "conf/conf.h"
+#include "conf/tls.h"
 #include "parsers/catalog.h"
 #include "proxy/accesslog.h"
 #include "proxy/health.h"
@@ -36,6 +37,10 @@ struct control {
     unsigned nsignals;       /* initialized and not closed */
     struct dm_runtime *rt;   /* live runtime (our reference) */
     struct dm_runtime *prev; /* the one before, kept until the next reload */
+    /* The listeners bound at start: their addresses as written, and whether TLS. */
+    char **bound_text;
+    bool *bound_tls;
+    size_t nbound;
     struct dm_servers **servers;
     struct dm_servers **old_servers;
     struct dm_health *health;
@@ -195,6 +200,24 @@ reload_conf(struct control *ctl)
     }
     dm_conf_errors_fini(&err);
     if (!same_listeners(conf, ctl->rt->conf)) {
+        /* The sockets stay those bound at start, and listener i takes the tls
+         * block of the new listener i: one that would speak TLS where it did
+         * not, or stop where it did, on a socket other than its own, waits
+         * for the restart. */
+        for (size_t i = 0; i < ctl->nbound; i++) {
+            bool had = ctl->bound_tls[i];
+            bool same = i < conf->nlisteners && ctl->bound_text[i] != NULL &&
+                        strcmp(conf->listeners[i].text, ctl->bound_text[i]) == 0;
+            bool has =
+                i < conf->nlisteners && conf->listener_tls != NULL && conf->listener_tls[i] != NULL;
+            if (!same && (had || has)) {
+                dm_log_error("reload failed, keeping the running configuration: listener %s "
+                             "(TLS) moved or changed; listener changes need a restart",
+                             ctl->bound_text[i] != NULL ? ctl->bound_text[i] : "?");
+                dm_conf_destroy(conf);
+                return;
+            }
+        }
         dm_log_warn("reload: listener changes take effect at the next restart");
     }
     if (conf->admin.text != NULL && ctl->rt->conf->admin.text != NULL &&
@@ -218,6 +241,7 @@ reload_conf(struct control *ctl)
         return;
     }
     dm_runtime_publish(rt);
+    dm_conf_tls_apply(rt->conf);
     dm_log_set_level((enum dm_log_level)rt->conf->log_level);
     dm_workers_reload(ctl->workers, ctl->nworkers);
     dm_power_reload(ctl->power, rt);
@@ -647,6 +671,18 @@ main(int argc, char **argv)
         goto destroy_catalog;
     }
     dm_runtime_publish(ctl.rt);
+    dm_conf_tls_apply(ctl.rt->conf);
+    const struct dm_conf *bc = ctl.rt->conf;
+    ctl.nbound = bc->nlisteners;
+    ctl.bound_text = calloc(ctl.nbound + 1, sizeof(*ctl.bound_text));
+    ctl.bound_tls = calloc(ctl.nbound + 1, sizeof(*ctl.bound_tls));
+    for (size_t i = 0; ctl.bound_text != NULL && ctl.bound_tls != NULL && i < ctl.nbound; i++) {
+        ctl.bound_text[i] = strdup(bc->listeners[i].text);
+        ctl.bound_tls[i] = bc->listener_tls != NULL && bc->listener_tls[i] != NULL;
+    }
+    if (ctl.bound_text == NULL || ctl.bound_tls == NULL) {
+        ctl.nbound = 0;
+    }
     ctl.loop = uv_default_loop();
     if (ctl.loop == NULL) {
         fprintf(stderr, "dimmer: cannot make the control loop\n");
@@ -776,6 +812,11 @@ close_access_log:
     }
     free(ctl.access_path);
     free(ctl.beats_seen);
+    for (size_t i = 0; i < ctl.nbound; i++) {
+        free(ctl.bound_text[i]);
+    }
+    free(ctl.bound_text);
+    free(ctl.bound_tls);
 destroy_conf:
     dm_conf_destroy(conf);
     if (rc == 0 && !test_only) {

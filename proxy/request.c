@@ -439,6 +439,9 @@ req_send_head(struct dm_req *req, struct dm_upstream *up)
         }
         /* Sized to the head (plus what we add), so a request holds little memory. */
         uint32_t cap = req->head_len + 512;
+        if (fw.set_value[1] != NULL) {
+            cap += (uint32_t)(strlen(fw.set_name[1]) + strlen(fw.set_value[1]) + 4);
+        }
         struct dm_buf *b = dm_buf_get(c->w, cap);
         if (b == NULL) {
             dm_client_respond_error(c, 502, "out of memory");
@@ -600,6 +603,17 @@ dm_req_finish(struct dm_req *req)
         bool reusable = req->rinfo.keep_alive && req->body_done && !c->w->stopping &&
                         !dm_http_parser_needs_eof(&up->parser) && up->in != NULL &&
                         up->in->off == up->in->len;
+        if (reusable && up->tls != NULL && dm_tls_buffered(up->tls)) {
+            /* More than session tickets after the response (a record OpenSSL
+             * holds): bytes past it, as below. */
+            char extra[1];
+            reusable = dm_tls_read(up->tls, extra, 1) == DM_TLS_WANT;
+            if (!reusable) {
+                const struct dm_conf_pool *pc = &up->rt->conf->pools[up->pool];
+                dm_log_warn("server %s/%s sent bytes past its response: connection not reused",
+                            pc->name, pc->servers[up->server].name);
+            }
+        }
         if (up->in != NULL && up->in->off != up->in->len) {
             /* Bytes past the response are no next response: not reused. */
             const struct dm_conf_pool *pc = &up->rt->conf->pools[up->pool];

@@ -145,6 +145,7 @@ dm_tls_new_server(struct dm_worker *w, const struct dm_conf_tls *cf)
     if (t != NULL) {
         SSL_set_accept_state(t->ssl);
         t->subject_header = cf->subject_header;
+        t->require_cert = cf->verify == DM_TLS_VERIFY_REQUIRED;
     }
     return t;
 }
@@ -258,6 +259,11 @@ dm_tls_free(struct dm_tls *t)
         unlink_pump(&t->w->tls_pumps, t);
         unlink_pump(&t->w->tls_pumping, t);
     }
+    if (t->done && !t->failed) {
+        /* A connection that ends in order: without this, SSL_free takes its
+         * session for a bad one, and the session slot would never resume. */
+        SSL_set_shutdown(t->ssl, SSL_SENT_SHUTDOWN | SSL_RECEIVED_SHUTDOWN);
+    }
     SSL_free(t->ssl);
     struct dm_buf *b;
     while ((b = dm_tls_take_output(t)) != NULL) {
@@ -318,7 +324,7 @@ const char *
 dm_tls_reason(SSL *ssl, int err, char *buf, size_t size)
 {
     unsigned long e = ERR_peek_last_error();
-    long v = SSL_get_verify_result(ssl);
+    long v = SSL_get_verify_mode(ssl) & SSL_VERIFY_PEER ? SSL_get_verify_result(ssl) : X509_V_OK;
     if (v != X509_V_OK) {
         snprintf(buf, size, "certificate verify failed: %s", X509_verify_cert_error_string(v));
     } else if (ERR_GET_REASON(e) == SSL_R_CALLBACK_FAILED && SSL_is_server(ssl)) {
@@ -386,6 +392,12 @@ dm_tls_handshake(struct dm_tls *t)
     }
     ERR_clear_error();
     int r = SSL_do_handshake(t->ssl);
+    if (r == 1 && t->require_cert &&
+        (SSL_get0_peer_certificate(t->ssl) == NULL || SSL_get_verify_result(t->ssl) != X509_V_OK)) {
+        t->failed = true;
+        snprintf(t->why, sizeof(t->why), "no verified client certificate (verify_client required)");
+        return DM_TLS_ERROR;
+    }
     if (r == 1) {
         t->done = true;
         if (t->subject_header != NULL) {

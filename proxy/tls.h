@@ -40,6 +40,7 @@ struct dm_tls {
     struct dm_buf *out_tail;   /* the last of them, being filled */
     char *subject;             /* the verified client certificate's subject, or NULL */
     bool done;                 /* handshake complete */
+    bool require_cert;         /* a listener's verify_client: required */
     bool failed;               /* a fatal error: no close_notify */
     void (*pump)(void *owner); /* what the worker's idle pass calls (dm_tls_schedule) */
     void *owner;

@@ -181,7 +181,10 @@ up_tls_flush(struct dm_upstream *up)
             b[k] = uv_buf_init(hold[k]->data, hold[k]->len);
             k++;
         }
-        int r = dm_buf_write(up->w, (uv_stream_t *)&up->tcp, b, k, hold, k, up_write_done, up);
+        /* After a failed write the rest is dropped: a hole would break the stream. */
+        int r = last < 0 ? last
+                         : dm_buf_write(up->w, (uv_stream_t *)&up->tcp, b, k, hold, k,
+                                        up_write_done, up);
         for (unsigned i = 0; i < k; i++) {
             dm_buf_unref(up->w, hold[i]);
         }
@@ -809,6 +812,16 @@ up_read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         }
         up_tls_pump(up);
         return;
+    }
+    if (nread == UV_EOF && up->tls != NULL && up->state != DM_U_CONNECTING &&
+        dm_tls_buffered(up->tls)) {
+        /* Input still with OpenSSL or stashed goes first; if some is left
+         * (paused meanwhile), the next read sees the end again. */
+        struct dm_tls *t = up->tls;
+        up_tls_pump(up);
+        if (up->closing || up->tls != t || up->paused || dm_tls_buffered(t)) {
+            return;
+        }
     }
     if (up->tls != NULL && up->state == DM_U_CONNECTING) {
         dm_tls_feed(up->tls, NULL, 0);

@@ -10,6 +10,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import ssl
 import subprocess
 import sys
@@ -294,6 +295,70 @@ class TlsTest(H.DimmerTest):
         r, seen = self.subject_seen(d, *self.mallory)
         self.assertNotEqual(r.returncode, 0)
 
+    def test_a_session_resumes_only_under_the_same_client_certificate_rules(self):
+        # Two listeners, one asking for no certificate and one requiring one:
+        # a ticket of the first must not let a client into the second without
+        # a certificate (nor carry a subject across).
+        text = ("workers: 1\nadmin: 127.0.0.1:0\nerror_log: \"%s\"\nlisten:\n"
+                "  - address: 127.0.0.1:0\n    tls: %s\n"
+                "  - address: 127.0.0.1:0\n    tls: %s\npools:\n  web:\n    servers:\n"
+                "      - {name: b1, address: \"127.0.0.1:%d\"}\n" %
+                (self.path("error.log"), self.site_tls(),
+                 self.site_tls(", client_ca: \"%s\"" % self.client_ca[0]), self.b.port))
+        self.extra_logs = [self.path("error.log")]
+        d = self.start_dimmer_conf(self.write_config(text))
+        open_port, strict_port = d.ports
+        for version in ("-tls1_2", "-tls1_3"):
+            with self.subTest(version):
+                sess = self.path("sess%s" % version)
+                self.assertFalse(self.resumed(open_port, sess, version))
+                self.assertTrue(self.resumed(open_port, sess, version))
+                rc, out = s_client(strict_port, "-servername", "localhost", "-sess_in", sess,
+                                   version, "-ign_eof",
+                                   data=b"GET /bytes/1 HTTP/1.1\r\nHost: a\r\n\r\n")
+                self.assertNotIn("\nReused, ", out)
+                self.assertNotIn("HTTP/1.1 200", out)
+
+    def test_trailer_cannot_carry_the_subject_header(self):
+        d = self.mtls("optional")
+        with H.Conn(d.port) as c:
+            c.send(b"POST /echo HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n"
+                   b"2\r\nhi\r\n0\r\nx-client-subject: CN=admin\r\n\r\n")
+            self.assertEqual(c.read_response().status, 400)
+
+    def test_a_tunnel_that_fills_after_its_server_went_does_not_crash(self):
+        # Regression: a tunnel over TLS whose server is gone while the client
+        # does not read the echo (writes pending) and keeps sending: the read
+        # buffer fills with no server to take it, and the TLS path freed the
+        # connection's TLS state and then used it.
+        d = self.tls_dimmer(self.site_tls())
+        key = base64.b64encode(os.urandom(16)).decode()
+        c = H.Conn(d.port)
+        c.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        c.send(H.build_request("GET", "/ws", [
+            ("Upgrade", "websocket"), ("Connection", "Upgrade"),
+            ("Sec-WebSocket-Key", key), ("Sec-WebSocket-Version", "13")]))
+        self.assertEqual(c.read_response().status, 101)
+        payload = os.urandom(1 << 20)
+        mask = os.urandom(4)
+        frame = bytes([0x82, 0x80 | 127]) + len(payload).to_bytes(8, "big") + mask + \
+            bytes(b ^ mask[i & 3] for i, b in enumerate(payload))
+        c.sock.settimeout(0.5)
+        try:
+            c.sock.sendall(frame)  # echoed back, unread: dimmer's writes to it queue up
+        except (socket.timeout, ssl.SSLError, OSError):
+            pass
+        self.b.proc.kill()
+        H.wait_until(lambda: d.servers()["b1"]["connections"] == 0, 10,
+                     "dimmer to see its server gone")
+        try:
+            c.sock.sendall(os.urandom(1 << 19))
+        except (socket.timeout, ssl.SSLError, OSError):
+            pass
+        c.close()
+        self.assertTrue(d.proc.alive(), "dimmer died")
+        self.assertTrue(H.port_answers(d.admin))
+
     # ---- reload and checks ----
 
     def test_sighup_rereads_certificates_and_keeps_the_old_on_error(self):
@@ -319,6 +384,28 @@ class TlsTest(H.DimmerTest):
         r = H.curl("--cacert", self.ca[0], "--resolve", "newer.example:%d:127.0.0.1" % d.port,
                    "https://newer.example:%d/bytes/3" % d.port)
         self.assertEqual(r.stdout, H.pattern(3), r.stderr)
+
+    def test_reload_that_moves_a_tls_listener_keeps_the_running_config(self):
+        # The sockets stay those bound at start: a reload that would put TLS
+        # on another listener's socket (here: the order swapped) is refused.
+        def conf(first, second):
+            return ("workers: 1\nerror_log: \"%s\"\nlisten:\n  - %s\n  - %s\npools:\n"
+                    "  web:\n    servers:\n      - {name: b1, address: \"127.0.0.1:%d\"}\n" %
+                    (self.path("error.log"), first, second, self.b.port))
+        self.extra_logs = [self.path("error.log")]
+        d = self.start_dimmer_conf(self.write_config(conf("127.0.0.1:0", "{address: 127.0.0.1:0, "
+                                                          "tls: %s}" % self.site_tls())))
+        plain, secure = d.ports
+        with open(d.conf_path, "w") as f:
+            f.write(conf("{address: 127.0.0.1:%d, tls: %s}" % (secure, self.site_tls()),
+                         "127.0.0.1:%d" % plain))
+        d.proc.p.send_signal(signal.SIGHUP)
+        H.wait_until(lambda: "moved or changed; listener changes need a restart" in self.log(),
+                     10, "the refused reload")
+        self.assertEqual(H.get(plain, "/bytes/3").body, H.pattern(3))
+        r = H.curl("--cacert", self.ca[0], "--resolve", "localhost:%d:127.0.0.1" % secure,
+                   "https://localhost:%d/bytes/4" % secure)
+        self.assertEqual(r.stdout, H.pattern(4), r.stderr)
 
     def check(self, tls):
         """dimmer -t on a config with this tls: block; (exit status, stderr)."""
@@ -346,6 +433,7 @@ class TlsTest(H.DimmerTest):
              r"check\.yaml:3:\d+: unknown TLS version \"1\.1\" \(known: 1\.2, 1\.3\)"),
             ("{cert: \"%s\"}" % self.site[0],
              r"check\.yaml:3:\d+: tls: a certificate needs both cert and key"),
+            ("{certificates: }", r"check\.yaml:3:\d+: certificates: expected at least one"),
             ("{cert: \"%s\", key: \"%s\", verify_client: required}" % self.site,
              r"check\.yaml:3:\d+: verify_client required needs client_ca"),
         )
