@@ -533,29 +533,8 @@ client_write_done(void *arg, int status)
 static int
 client_tls_flush(struct dm_client *c)
 {
-    struct dm_tls *t = c->tls;
-    int rc = 0;
-    while (t->out != NULL) {
-        struct dm_buf *hold[4];
-        uv_buf_t b[4];
-        unsigned k = 0;
-        while (k < 4 && (hold[k] = dm_tls_take_output(t)) != NULL) {
-            b[k] = uv_buf_init(hold[k]->data, hold[k]->len);
-            k++;
-        }
-        int r = rc < 0 ? rc
-                       : dm_buf_write(c->w, (uv_stream_t *)&c->tcp, b, k, hold, k,
-                                      client_write_done, c);
-        for (unsigned i = 0; i < k; i++) {
-            dm_buf_unref(c->w, hold[i]); /* the write holds its own references */
-        }
-        if (r == 0) {
-            c->writes++;
-        } else if (r < 0) {
-            rc = r;
-        }
-    }
-    return rc;
+    int r = dm_tls_flush(c->tls, (uv_stream_t *)&c->tcp, client_write_done, c, &c->writes);
+    return r < 0 ? r : 0;
 }
 
 /* Writes to a TLS client: encrypted (copied), then written. 0 or <0. */

@@ -35,7 +35,6 @@
 #include <string.h>
 
 #include <openssl/ssl.h>
-#include <openssl/x509v3.h>
 
 #include "balancers/servers.h"
 #include "conf/conf.h"
@@ -382,21 +381,7 @@ health_tls_start(struct health_check *c)
     }
     SSL_set_bio(c->ssl, rb, wb);
     SSL_set_connect_state(c->ssl);
-    char name[256];
-    const char *sni = dm_tls_client_name(t, c->cs->addr.text, name, sizeof(name));
-    if (sni != NULL) {
-        SSL_set_tlsext_host_name(c->ssl, sni);
-        SSL_set1_host(c->ssl, sni);
-    } else {
-        char ip[INET6_ADDRSTRLEN];
-        const struct sockaddr *sa = (const struct sockaddr *)&c->cs->addr.sa;
-        const void *a = sa->sa_family == AF_INET6
-                            ? (const void *)&((const struct sockaddr_in6 *)sa)->sin6_addr
-                            : (const void *)&((const struct sockaddr_in *)sa)->sin_addr;
-        if (inet_ntop(sa->sa_family, a, ip, sizeof(ip)) != NULL) {
-            X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(c->ssl), ip);
-        }
-    }
+    dm_tls_set_target(c->ssl, t, c->cs->addr.text, (const struct sockaddr *)&c->cs->addr.sa);
     c->sent = false;
     return true;
 }

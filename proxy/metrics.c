@@ -4,6 +4,7 @@
  */
 #include "proxy/metrics.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -379,6 +380,32 @@ listener_text(const struct dm_metrics_view *v, size_t l, char *text, size_t cap)
     }
 }
 
+/*
+ * A counter family of one series per listener and per value of label: the
+ * n counters at byte offset off of each worker's struct dm_lst_stats, summed.
+ */
+static void
+listener_split(struct dm_sbuf *b, const struct dm_metrics_view *v, const char *name,
+               const char *help, size_t off, const char *label, const char *const *values, int n)
+{
+    size_t nl = v->workers != NULL && v->nworkers > 0 ? v->workers[0].nlisteners : 0;
+    dm_metrics_family(b, name, "counter", help);
+    for (size_t l = 0; l < nl && l < 256; l++) {
+        char text[DM_ADDR_TEXT];
+        listener_text(v, l, text, sizeof(text));
+        for (int k = 0; k < n; k++) {
+            uint64_t sum = 0;
+            for (unsigned w = 0; w < v->nworkers; w++) {
+                const char *st = (const char *)&v->workers[w].lstats[l];
+                sum += dm_counter_get((const atomic_uint_fast64_t *)(st + off) + k);
+            }
+            dm_sb_printf(b, "%s{listener=", name);
+            dm_metrics_label(b, text);
+            dm_sb_printf(b, ",%s=\"%s\"} %llu\n", label, values[k], (unsigned long long)sum);
+        }
+    }
+}
+
 static void
 listeners_text(struct dm_sbuf *b, const struct dm_metrics_view *v)
 {
@@ -392,38 +419,14 @@ listeners_text(struct dm_sbuf *b, const struct dm_metrics_view *v)
           "Requests answered (by a server or by dimmer) or cut short." },
     };
     static const char *const tls_results[3] = { "full", "resumed", "failed" };
-    dm_metrics_family(b, "dimmer_listener_tls_handshakes_total", "counter",
-                      "TLS handshakes of the listener's clients (a TLS listener): full, resumed "
-                      "(a session ticket), failed.");
-    for (size_t l = 0; l < nl && l < 256; l++) {
-        char text[DM_ADDR_TEXT];
-        listener_text(v, l, text, sizeof(text));
-        for (int k = 0; k < 3; k++) {
-            uint64_t sum = 0;
-            for (unsigned w = 0; w < v->nworkers; w++) {
-                sum += dm_counter_get(&v->workers[w].lstats[l].tls[k]);
-            }
-            dm_sb_printf(b, "dimmer_listener_tls_handshakes_total{listener=");
-            dm_metrics_label(b, text);
-            dm_sb_printf(b, ",result=\"%s\"} %llu\n", tls_results[k], (unsigned long long)sum);
-        }
-    }
-    dm_metrics_family(b, "dimmer_listener_local_responses_total", "counter",
-                      "Requests answered by the listener before any pool was chosen (a bad "
-                      "head's 400, 408, 413, 431; limits.rate's 429), by status class.");
-    for (size_t l = 0; l < nl && l < 256; l++) {
-        char text[DM_ADDR_TEXT];
-        listener_text(v, l, text, sizeof(text));
-        for (int k = 0; k < 6; k++) {
-            uint64_t sum = 0;
-            for (unsigned w = 0; w < v->nworkers; w++) {
-                sum += dm_counter_get(&v->workers[w].lstats[l].local[k]);
-            }
-            dm_sb_printf(b, "dimmer_listener_local_responses_total{listener=");
-            dm_metrics_label(b, text);
-            dm_sb_printf(b, ",code=\"%s\"} %llu\n", code_names[k], (unsigned long long)sum);
-        }
-    }
+    listener_split(b, v, "dimmer_listener_tls_handshakes_total",
+                   "TLS handshakes of the listener's clients (a TLS listener): full, resumed "
+                   "(a session ticket), failed.",
+                   offsetof(struct dm_lst_stats, tls), "result", tls_results, 3);
+    listener_split(b, v, "dimmer_listener_local_responses_total",
+                   "Requests answered by the listener before any pool was chosen (a bad "
+                   "head's 400, 408, 413, 431; limits.rate's 429), by status class.",
+                   offsetof(struct dm_lst_stats, local), "code", code_names, 6);
     for (size_t f = 0; f < sizeof(fam) / sizeof(fam[0]); f++) {
         dm_metrics_family(b, fam[f].name, fam[f].type, fam[f].help);
         for (size_t l = 0; l < nl && l < 256; l++) {

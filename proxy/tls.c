@@ -5,6 +5,7 @@
  */
 #include "proxy/tls.h"
 
+#include <arpa/inet.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -170,24 +171,15 @@ dm_tls_client_ctx_init(SSL_CTX *ctx)
 }
 
 struct dm_tls *
-dm_tls_new_client(struct dm_worker *w, SSL_CTX *ctx, const char *name, const char *ip,
-                  SSL_SESSION **slot)
+dm_tls_new_client(struct dm_worker *w, const struct dm_conf_tls_client *cf, const char *addr,
+                  const struct sockaddr *sa, SSL_SESSION **slot)
 {
-    struct dm_tls *t = tls_new(w, ctx);
+    struct dm_tls *t = tls_new(w, cf->ctx);
     if (t == NULL) {
         return NULL;
     }
     SSL_set_connect_state(t->ssl);
-    bool ok = true;
-    if (name != NULL) {
-        ok = SSL_set_tlsext_host_name(t->ssl, name) == 1 && SSL_set1_host(t->ssl, name) == 1;
-    } else if (ip != NULL) {
-        ok = X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(t->ssl), ip) == 1;
-    }
-    if (!ok) {
-        dm_tls_free(t);
-        return NULL;
-    }
+    dm_tls_set_target(t->ssl, cf, addr, sa);
     t->slot = slot;
     if (slot != NULL && *slot != NULL) {
         SSL_set_session(t->ssl, *slot);
@@ -480,6 +472,48 @@ dm_tls_shutdown(struct dm_tls *t)
         ERR_clear_error();
         (void)SSL_shutdown(t->ssl);
         ERR_clear_error();
+    }
+}
+
+int
+dm_tls_flush(struct dm_tls *t, uv_stream_t *s, dm_write_cb done, void *arg, uint32_t *writes)
+{
+    int rc = 1;
+    while (t->out != NULL) {
+        struct dm_buf *hold[4];
+        uv_buf_t b[4];
+        unsigned k = 0;
+        while (k < 4 && (hold[k] = dm_tls_take_output(t)) != NULL) {
+            b[k] = uv_buf_init(hold[k]->data, hold[k]->len);
+            k++;
+        }
+        /* After a failed write the rest is dropped: a hole would break the stream. */
+        int r = rc < 0 ? rc : dm_buf_write(t->w, s, b, k, hold, k, done, arg);
+        for (unsigned i = 0; i < k; i++) {
+            dm_buf_unref(t->w, hold[i]); /* the write holds its own references */
+        }
+        *writes += r == 0;
+        rc = rc < 0 || r < 0 ? (rc < 0 ? rc : r) : (r == 0 ? 0 : rc);
+    }
+    return rc;
+}
+
+void
+dm_tls_set_target(SSL *ssl, const struct dm_conf_tls_client *t, const char *addr,
+                  const struct sockaddr *sa)
+{
+    char name[256], ip[INET6_ADDRSTRLEN];
+    const char *sni = dm_tls_client_name(t, addr, name, sizeof(name));
+    if (sni != NULL) {
+        SSL_set_tlsext_host_name(ssl, sni);
+        SSL_set1_host(ssl, sni);
+        return;
+    }
+    const void *a = sa->sa_family == AF_INET6
+                        ? (const void *)&((const struct sockaddr_in6 *)sa)->sin6_addr
+                        : (const void *)&((const struct sockaddr_in *)sa)->sin_addr;
+    if (inet_ntop(sa->sa_family, a, ip, sizeof(ip)) != NULL) {
+        X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), ip);
     }
 }
 

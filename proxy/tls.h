@@ -19,8 +19,12 @@
 #include <openssl/ssl.h>
 #include <uv.h>
 
+#include "proxy/buf.h" /* dm_write_cb */
+
 struct dm_buf;
 struct dm_conf_tls;
+struct dm_conf_tls_client;
+struct sockaddr;
 struct dm_worker;
 
 /* Results of dm_tls_handshake() and dm_tls_read(). */
@@ -61,14 +65,29 @@ void dm_tls_scratch(struct dm_worker *w, uv_buf_t *out);
 struct dm_tls *dm_tls_new_server(struct dm_worker *w, const struct dm_conf_tls *t);
 
 /*
- * A client-side connection with ctx, sending SNI name and verifying the
- * server's certificate for it (name NULL: for the numeric address ip, when
- * not NULL; the chain is verified in any case when ctx verifies). It
- * resumes the session in *slot, and keeps there the sessions the server
- * gives (the slot is its worker's). NULL when out of memory.
+ * A client-side connection of a pool's tls: block cf to the server at addr
+ * (as written; sa resolved), sending SNI and checking the certificate as
+ * dm_tls_set_target() says. It resumes the session in *slot, and keeps
+ * there the sessions the server gives (the slot is its worker's). NULL when
+ * out of memory.
  */
-struct dm_tls *dm_tls_new_client(struct dm_worker *w, SSL_CTX *ctx, const char *name,
-                                 const char *ip, SSL_SESSION **slot);
+struct dm_tls *dm_tls_new_client(struct dm_worker *w, const struct dm_conf_tls_client *cf,
+                                 const char *addr, const struct sockaddr *sa, SSL_SESSION **slot);
+
+/*
+ * What ssl sends as SNI and checks the server's certificate for: the pool's
+ * sni, else the host of addr when it is a name, else the numeric address sa
+ * against the certificate's IP addresses.
+ */
+void dm_tls_set_target(SSL *ssl, const struct dm_conf_tls_client *t, const char *addr,
+                       const struct sockaddr *sa);
+
+/*
+ * Writes t's output chain to s, four buffers to a write, each queued one
+ * counted in *writes with done(arg) to come; after a failed write the rest
+ * is dropped. 1 all went out, 0 some is queued, <0 a write failed.
+ */
+int dm_tls_flush(struct dm_tls *t, uv_stream_t *s, dm_write_cb done, void *arg, uint32_t *writes);
 
 /* Has ctx (a pool's client context) hand new sessions to the connections' slots. */
 void dm_tls_client_ctx_init(SSL_CTX *ctx);

@@ -4,7 +4,6 @@
  */
 #include "proxy/upstream.h"
 
-#include <arpa/inet.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -172,28 +171,7 @@ up_write_done(void *arg, int status)
 static int
 up_tls_flush(struct dm_upstream *up)
 {
-    int last = 1;
-    while (up->tls->out != NULL) {
-        struct dm_buf *hold[4];
-        uv_buf_t b[4];
-        unsigned k = 0;
-        while (k < 4 && (hold[k] = dm_tls_take_output(up->tls)) != NULL) {
-            b[k] = uv_buf_init(hold[k]->data, hold[k]->len);
-            k++;
-        }
-        /* After a failed write the rest is dropped: a hole would break the stream. */
-        int r = last < 0 ? last
-                         : dm_buf_write(up->w, (uv_stream_t *)&up->tcp, b, k, hold, k,
-                                        up_write_done, up);
-        for (unsigned i = 0; i < k; i++) {
-            dm_buf_unref(up->w, hold[i]);
-        }
-        up->writes += r == 0;
-        if (last >= 0) {
-            last = r < 0 ? r : (r == 0 ? 0 : last); /* 0 once one is queued */
-        }
-    }
-    return last;
+    return dm_tls_flush(up->tls, (uv_stream_t *)&up->tcp, up_write_done, up, &up->writes);
 }
 
 static void
@@ -874,18 +852,10 @@ up_connect_cb(uv_connect_t *creq, int status)
     const struct dm_conf_pool *pc = &up->rt->conf->pools[up->pool];
     if (pc->tls != NULL) {
         /* The handshake, bounded by timeouts.connect as the connect was. */
-        char name[256], ip[INET6_ADDRSTRLEN];
-        const char *addr = pc->servers[up->server].addr.text;
-        const char *sni = dm_tls_client_name(pc->tls, addr, name, sizeof(name));
-        const struct sockaddr *sa = (const struct sockaddr *)&pc->servers[up->server].addr.sa;
-        const void *a = sa->sa_family == AF_INET6
-                            ? (const void *)&((const struct sockaddr_in6 *)sa)->sin6_addr
-                            : (const void *)&((const struct sockaddr_in *)sa)->sin_addr;
-        const char *iptext =
-            sni == NULL && inet_ntop(sa->sa_family, a, ip, sizeof(ip)) != NULL ? ip : NULL;
         struct dm_rpool *p = &up->rt->pools[up->pool];
         SSL_SESSION **slot = &p->tls_sessions[(size_t)up->w->id * p->sv->n + (size_t)up->server];
-        up->tls = dm_tls_new_client(up->w, pc->tls->ctx, sni, iptext, slot);
+        const struct dm_conf_addr *a = &pc->servers[up->server].addr;
+        up->tls = dm_tls_new_client(up->w, pc->tls, a->text, (const struct sockaddr *)&a->sa, slot);
         if (up->tls == NULL) {
             up->req = NULL;
             dm_upstream_close(up);
