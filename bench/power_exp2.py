@@ -7,13 +7,19 @@ dimmer-load playing the exp2 shape, once per policy. One table as the seed's
 Table 8, CSV files of every run, and a plot of active and booting servers and
 power over time per policy (the seed's Figs. 30-32).
 
+`static:N` is a yardstick, not a policy: no power management, N nodes awake
+and the others asleep for the whole run (dimmer's always-on policy pinned
+to N servers through the admin listener before the load starts), as an
+operator who provisions for the peak would run the cluster.
+
 Energy is the nodes' own meters (each dimmer-backend integrates its power
 model exactly: asleep, booting, idle to full by the requests in service);
 the quality of service is dimmer-load's score of every response (good < 2 s,
 tolerable < 4 s, else failed, as SPECweb's banking workload scores them).
 
     python3 bench/power_exp2.py [--policies always-on,single,...] [--scale 6]
-        [--nodes 8] [--sessions 430] [--out build/power_exp2] [--build build]
+        [--nodes 8] [--sessions 90] [--out build/power_exp2] [--build build]
+    (--policies takes static:N too: the yardstick of N nodes always awake)
 """
 import argparse
 import json
@@ -52,6 +58,10 @@ def wait_for(pred, timeout, what, show=None):
 class Run:
     def __init__(self, args, policy, tmp):
         self.args, self.policy, self.tmp = args, policy, tmp
+        # static:N: always-on pinned to N servers (the module's docstring).
+        self.pin = int(policy.split(":", 1)[1]) if policy.startswith("static:") else None
+        self.dimmer_policy = "always-on" if self.pin is not None else policy
+        self.label = policy.replace(":", "-")
         self.procs = []
 
     def start(self, name, argv):
@@ -134,13 +144,21 @@ pools:
       slow_start: 0
     servers:
 %s
-""" % (self.metrics, self.key, self.policy, a.period, a.boot_ms, a.delay_off, a.tcp_max,
+""" % (self.metrics, self.key, self.dimmer_policy, a.period, a.boot_ms, a.delay_off, a.tcp_max,
                 servers))
         self.start("dimmer", [os.path.join(a.build, "dimmer"), "-c", conf, "--ports-file", ports])
         lines = wait_for(lambda: os.path.exists(ports) and open(ports).read().splitlines(), 15,
                          "dimmer")
         port = int(lines[0].split()[2].rsplit(":", 1)[1])
         admin = int(lines[1].split()[2].rsplit(":", 1)[1])
+        if self.pin is not None:
+            req = urllib.request.Request("http://%s:%d/power/web/pin?servers=%d"
+                                         % (HOST, admin, self.pin), method="POST")
+            with urllib.request.urlopen(req, timeout=5) as r:
+                r.read()
+            wait_for(lambda: [s["state"] for s in http_json(admin, "/power")["pools"][0]["servers"]]
+                     .count("sleeping") == a.nodes - self.pin, 60,
+                     "%d nodes asleep" % (a.nodes - self.pin))
         # Every node reporting before the load starts (all start awake; the
         # policy may already be sleeping some: the pattern starts low).
         wait_for(lambda: all(s["agent"] is not None or s["state"] != "active"
@@ -149,11 +167,11 @@ pools:
                  lambda: json.dumps(http_json(admin, "/power"))[:3000] +
                  open(os.path.join(self.tmp, "dimmer.err")).read()[-3000:])
         e0 = sum(http_json(c, "/stats")["energy_wh"] for _, c in nodes)
-        summary = os.path.join(a.out, "%s-load.json" % self.policy)
+        summary = os.path.join(a.out, "%s-load.json" % self.label)
         load = self.start("load", [
             os.path.join(a.build, "dimmer-load"), "--pattern", "exp2", "--scale", str(a.scale),
             "--max-sessions", str(a.sessions), "--conns-per-user", "2", "--quiet",
-            "--json", summary, "--csv", os.path.join(a.out, "%s-load.csv" % self.policy),
+            "--json", summary, "--csv", os.path.join(a.out, "%s-load.csv" % self.label),
             "--source", "127.0.0.2-127.0.0.9", "http://%s:%d/" % (HOST, port)])
         t0 = time.monotonic()
         rows = []
@@ -166,12 +184,12 @@ pools:
         e1 = sum(http_json(c, "/stats")["energy_wh"] for _, c in nodes)
         lost = sum(http_json(c, "/stats")["lost_at_sleep"] for _, c in nodes)
         decisions = len(http_json(admin, "/power")["decisions"])
-        with open(os.path.join(a.out, "%s-power.csv" % self.policy), "w") as f:
+        with open(os.path.join(a.out, "%s-power.csv" % self.label), "w") as f:
             f.write("second,active,booting,estimated_w,node_w\n")
             for r in rows:
                 f.write("%.1f,%d,%d,%.1f,%.1f\n" % r)
         shutil.copy(os.path.join(self.tmp, "dimmer.err"),
-                    os.path.join(a.out, "%s-dimmer.log" % self.policy))
+                    os.path.join(a.out, "%s-dimmer.log" % self.label))
         with open(summary) as f:
             s = json.load(f)
         return {"policy": self.policy, "seconds": elapsed, "energy_wh": e1 - e0,
@@ -209,7 +227,7 @@ def plot(results, out):
          "set datafile separator ','", "set key top left", "set multiplot layout %d,1" % n,
          "set ytics nomirror", "set y2tics", "set ylabel 'servers'", "set y2label 'W'"]
     for r in results:
-        csv = os.path.join(out, "%s-power.csv" % r["policy"])
+        csv = os.path.join(out, "%s-power.csv" % r["policy"].replace(":", "-"))
         g += ["set title '%s'" % r["policy"],
               "plot '%s' every ::1 using 1:2 with steps title 'active', "
               "'' every ::1 using 1:3 with steps title 'booting', "

@@ -32,6 +32,8 @@ dm_buf_get(struct dm_worker *w, uint32_t cap)
     if (b != NULL && b->cap == cap) {
         *list = b->next;
         (*count)--;
+        unsigned *low = list == &w->free_small ? &w->low_small : &w->low_bufs;
+        *low = *count < *low ? *count : *low;
     } else {
         b = malloc(sizeof(*b) + cap);
         if (b == NULL) {
@@ -91,6 +93,39 @@ free_list(struct dm_buf **list, unsigned *count)
     *count = 0;
 }
 
+/* Frees the first n of a list; returns their bytes. */
+static size_t
+free_some(struct dm_buf **list, unsigned *count, unsigned n)
+{
+    size_t bytes = 0;
+    for (; n > 0 && *list != NULL; n--) {
+        struct dm_buf *b = *list;
+        *list = b->next;
+        (*count)--;
+        bytes += sizeof(*b) + b->cap;
+        free(b);
+    }
+    return bytes;
+}
+
+size_t
+dm_buf_decay(struct dm_worker *w)
+{
+    size_t bytes = free_some(&w->free_bufs, &w->nfree_bufs, w->low_bufs);
+    bytes += free_some(&w->free_small, &w->nfree_small, w->low_small);
+    for (unsigned n = w->low_reqs; n > 0 && w->free_reqs != NULL; n--) {
+        struct dm_req_free *r = w->free_reqs;
+        w->free_reqs = r->next;
+        w->nfree_reqs--;
+        bytes += r->size;
+        free(r);
+    }
+    w->low_bufs = w->nfree_bufs;
+    w->low_small = w->nfree_small;
+    w->low_reqs = w->nfree_reqs;
+    return bytes;
+}
+
 /* Frees every pooled buffer and request of the worker. */
 void
 dm_buf_trim(struct dm_worker *w)
@@ -103,6 +138,7 @@ dm_buf_trim(struct dm_worker *w)
         free(r);
     }
     w->nfree_reqs = 0;
+    w->low_bufs = w->low_small = w->low_reqs = 0;
 }
 
 struct wreq {

@@ -46,6 +46,13 @@ void dm_buf_read_space(struct dm_worker *w, struct dm_buf **in, uint32_t cap, uv
  * once the worker is quiet, and when it stops.
  */
 void dm_buf_trim(struct dm_worker *w);
+/*
+ * Frees the pooled buffers and requests that sat unused since the last
+ * call (the fewest the pool held meanwhile), so that a pool filled by a
+ * peak of load gives its memory back once the peak is over, in steps of one
+ * decay period. Returns the bytes freed.
+ */
+size_t dm_buf_decay(struct dm_worker *w);
 
 /*
  * Writes bufs to s, holding a reference to each of hold[] (at most 4) until

@@ -294,6 +294,10 @@ struct dm_worker {
     unsigned nfree_small;
     struct dm_req_free *free_reqs; /* requests, for reuse (proxy/request.c) */
     unsigned nfree_reqs;
+    /* The fewest pooled of each kind since the last decay pass: that many
+     * sat unused the whole time, and the pass frees them (dm_buf_decay). */
+    unsigned low_bufs, low_small, low_reqs;
+    bool busy_since_decay;     /* a tick saw requests in progress since the last decay pass */
     struct dm_client *clients; /* every open client connection */
     size_t nclients;
     size_t busy;      /* requests in progress */

@@ -38,6 +38,7 @@ dm_req_get(struct dm_client *c)
         struct dm_req_free *f = w->free_reqs;
         w->free_reqs = f->next;
         w->nfree_reqs--;
+        w->low_reqs = w->nfree_reqs < w->low_reqs ? w->nfree_reqs : w->low_reqs;
         req = (struct dm_req *)f;
     } else {
         req = malloc(size > sizeof(struct dm_req_free) ? size : sizeof(struct dm_req_free));

@@ -21,7 +21,8 @@
 
 #define DM_TRIM_PEAK     64 /* requests at once that make a trim worth it */
 #define DM_TRIM_QUIET_MS 500
-#define DM_TICK_MS       50 /* resolution of client timeouts */
+#define DM_DECAY_TICKS   200 /* 10 s: the pools' decay period (dm_buf_decay) */
+#define DM_TICK_MS       50  /* resolution of client timeouts */
 
 enum {
     WAKE_RELOAD = 1,
@@ -460,6 +461,17 @@ tick_cb(uv_timer_t *t)
      * has been quiet for a moment: idle connections should cost only their
      * own few hundred bytes, not the peak's buffers. */
     uint64_t now = uv_now(&w->loop);
+    w->busy_since_decay |= w->busy > 0;
+    if ((w->ticks + w->id * 37) % DM_DECAY_TICKS == 0) { /* workers apart */
+        /* Under a steady load too: what a peak pooled goes back in steps of
+         * the period, and the heap's free pages with it, so that memory
+         * follows the load instead of keeping its highest mark. */
+        size_t freed = dm_buf_decay(w);
+        if (freed > 0 || w->busy_since_decay) {
+            malloc_trim(0);
+        }
+        w->busy_since_decay = false;
+    }
     if (w->busy > 0) {
         w->idle_since_ms = now;
     } else if (w->busy_peak >= DM_TRIM_PEAK && now - w->idle_since_ms >= DM_TRIM_QUIET_MS) {

@@ -86,7 +86,9 @@ struct pw_params {
     char balancer[32];
     char policy[32];
     double period_s, trend_s, min_change_s, drain_timeout_s, slow_start_s, delay_off_s, margin;
-    double oracle_u;  /* 0: u1 */
+    double oracle_u; /* 0: u1 */
+    double
+        static_n; /* the static yardstick's servers; 0: the pattern's peak at the oracle's share */
     double history_s; /* boot-aware */
     double action_interval_s;
     double t1_w, tcp_max;
@@ -806,6 +808,39 @@ static const struct dm_power_ops oracle_ops = {
     .decide = oracle_decide,
 };
 
+/*
+ * The static yardstick: no power management, a fixed number of servers
+ * awake from the first decision on, by default as many as the pattern's
+ * peak needs at the oracle's share of each (provisioning for the peak, as
+ * an operator without a power manager would). A policy that does not beat
+ * it on both power and quality of service has not earned its wakes.
+ */
+struct static_state {
+    unsigned n;
+};
+
+static void
+static_decide(void *state, const struct dm_power_params *p, const struct dm_power_metrics *m,
+              uint64_t now_us, struct dm_power_target *out)
+{
+    (void)now_us;
+    const struct static_state *st = state;
+    unsigned n = st->n < m->n_total ? st->n : m->n_total;
+    *out = (struct dm_power_target){
+        .servers = n,
+        .immediate = true,
+        .cls = DM_PC_STEADY,
+        .threshold_w = p->t1_w,
+        .need_w = n * p->t1_w,
+    };
+}
+
+static const struct dm_power_ops static_ops = {
+    .name = "static",
+    .state_size = sizeof(struct static_state),
+    .decide = static_decide,
+};
+
 /* ---- a run ---- */
 
 static void
@@ -845,7 +880,9 @@ run_one(const struct pw_params *p, struct pw_result *r)
         dm_load_pattern_scale(&run->pattern, p->time_scale);
     }
     run->end_s = dm_load_pattern_duration(&run->pattern);
-    run->ops = strcmp(p->policy, "oracle") == 0 ? &oracle_ops : dm_power_find(p->policy);
+    run->ops = strcmp(p->policy, "oracle") == 0   ? &oracle_ops
+               : strcmp(p->policy, "static") == 0 ? &static_ops
+                                                  : dm_power_find(p->policy);
     run->sv = dm_servers_create(p->servers);
     if (run->ops == NULL || run->sv == NULL) {
         goto out_pattern;
@@ -880,18 +917,24 @@ run_one(const struct pw_params *p, struct pw_result *r)
     if (run->ops->init != NULL) {
         run->ops->init(run->state, &run->pp);
     }
+    double span = p->full_w - p->idle_w;
+    double u1 = p->oracle_u > 0 ? p->oracle_u : span > 0 ? (p->t1_w - p->idle_w) / span : 1;
     if (run->ops == &oracle_ops) {
         struct oracle_state *os = (struct oracle_state *)run->state;
-        double span = p->full_w - p->idle_w;
         *os = (struct oracle_state){
             .pattern = &run->pattern,
             .conns = p->conns,
             .tcp_max = p->tcp_max,
-            .u1 = p->oracle_u > 0 ? p->oracle_u
-                  : span > 0      ? (p->t1_w - p->idle_w) / span
-                                  : 1,
+            .u1 = u1,
             .horizon_s = p->boot_s + p->period_s,
         };
+    } else if (run->ops == &static_ops) {
+        double most = 0;
+        for (size_t i = 0; i < run->pattern.n; i++) {
+            most = run->pattern.sessions[i] > most ? run->pattern.sessions[i] : most;
+        }
+        double n = p->static_n > 0 ? p->static_n : ceil(most * p->conns / p->tcp_max / u1 - 1e-9);
+        ((struct static_state *)run->state)->n = n < 1 ? 1 : (unsigned)n;
     }
     run->rules = (struct dm_pm_rules){
         .drain_timeout_us = (uint64_t)(p->drain_timeout_s * 1e6),
@@ -1148,7 +1191,8 @@ static const char usage_text[] =
     "\n"
     "  --exp 1|2|both        which experiment (default both)\n"
     "  --periods LIST        control periods, s (default 5,1)\n"
-    "  --policies LIST       of always-on,single,dual,multi,flexible,boot-aware (default all)\n"
+    "  --policies LIST       of always-on,single,dual,multi,flexible,boot-aware, and the\n"
+    "                        yardsticks oracle and static (default all)\n"
     "  --mech LIST|all|none  QoS mechanisms on: affinity,abrupt,saturation,burst,bounds\n"
     "                        (default all)\n"
     "  --no-ablation         skip the mechanism table\n"
@@ -1172,7 +1216,9 @@ static const char usage_text[] =
     "  --delay-off S         30        --margin X         0.25 (boot-aware)\n"
     "  --history S           3600 (boot-aware's memory of steps, half-life)\n"
     "  --seeds N             1 (runs pooled a row: seeds S, S+1, ...; the mechanism table: 1)\n"
-    "  --oracle-u X          share of a server the oracle fills (default (T1-idle)/(full-idle))\n";
+    "  --oracle-u X          share of a server the oracle fills (default (T1-idle)/(full-idle))\n"
+    "  --static-n N          servers the static yardstick keeps awake (default: the\n"
+    "                        pattern's peak at the oracle's share)\n";
 
 struct opts {
     struct pw_params p;
@@ -1214,8 +1260,8 @@ parse_list_names(const char *val, char out[][32], int cap, int *n, const char *c
 static int
 parse(int argc, char **argv, struct opts *o)
 {
-    static const char *const policies[] = { "always-on", "single",     "dual",   "multi",
-                                            "flexible",  "boot-aware", "oracle", NULL };
+    static const char *const policies[] = { "always-on",  "single", "dual",   "multi", "flexible",
+                                            "boot-aware", "oracle", "static", NULL };
     defaults(&o->p);
     o->exps = 3;
     o->periods[0] = 5;
@@ -1262,7 +1308,7 @@ parse(int argc, char **argv, struct opts *o)
             if (!ok) {
                 fprintf(stderr,
                         "dimmer-sim power: --policies: a list of always-on, single, "
-                        "dual, multi, flexible, boot-aware, oracle, not '%s'\n",
+                        "dual, multi, flexible, boot-aware, oracle, static, not '%s'\n",
                         v);
             }
         } else if (strcmp(a, "--mech") == 0) {
@@ -1331,6 +1377,7 @@ parse(int argc, char **argv, struct opts *o)
                 { "--margin", offsetof(struct pw_params, margin), 0, 100 },
                 { "--history", offsetof(struct pw_params, history_s), 0, 1e7 },
                 { "--oracle-u", offsetof(struct pw_params, oracle_u), 0.05, 1 },
+                { "--static-n", offsetof(struct pw_params, static_n), 0, 10000 },
             };
             size_t k = 0;
             while (k < sizeof(num) / sizeof(num[0]) && strcmp(num[k].name, a) != 0) {
