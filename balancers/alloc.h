@@ -1,6 +1,6 @@
 /*
  * Session allocation for game streaming (DESIGN.md "Session allocation";
- * /work/shared/papers/game-streaming-allocation.txt, Kim 2020): groups of
+ * ../shared/papers/game-streaming-allocation.txt, Kim 2020): groups of
  * clients, each group one game session, are placed on servers so that the
  * servers' GPU load is spread evenly, within delay limits, and, when the
  * servers cannot carry every session at the rate it asks for, with frame

@@ -1,6 +1,6 @@
 /*
  * Experiment 5, "alloc": session allocation for game streaming (Kim 2020,
- * /work/shared/papers/game-streaming-allocation.txt; DESIGN.md "Session
+ * ../shared/papers/game-streaming-allocation.txt; DESIGN.md "Session
  * allocation"), on the pure allocator of balancers/alloc.h. It reproduces
  * the paper's Figs. 6-12:
  *
