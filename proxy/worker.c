@@ -457,10 +457,6 @@ tick_cb(uv_timer_t *t)
     if (w->tq[DM_T_QUEUE].head != NULL) {
         dm_clients_queue_retry(w);
     }
-    /* After a burst, hand the memory of its requests back once the worker
-     * has been quiet for a moment: idle connections should cost only their
-     * own few hundred bytes, not the peak's buffers. */
-    uint64_t now = uv_now(&w->loop);
     w->busy_since_decay |= w->busy > 0;
     if ((w->ticks + w->id * 37) % DM_DECAY_TICKS == 0) { /* workers apart */
         /* Under a steady load too: what a peak pooled goes back in steps of
@@ -472,6 +468,10 @@ tick_cb(uv_timer_t *t)
         }
         w->busy_since_decay = false;
     }
+    /* After a burst, hand the memory of its requests back once the worker
+     * has been quiet for a moment: idle connections should cost only their
+     * own few hundred bytes, not the peak's buffers. */
+    uint64_t now = uv_now(&w->loop);
     if (w->busy > 0) {
         w->idle_since_ms = now;
     } else if (w->busy_peak >= DM_TRIM_PEAK && now - w->idle_since_ms >= DM_TRIM_QUIET_MS) {
