@@ -75,6 +75,7 @@ struct policy {
     const struct dm_balancer_ops *ops;
     bool weighted;     /* weight = capacity (WRR, WLC, ...); else weight 1 */
     bool by_conns;     /* s->conns counts open connections, not requests (lc-conn, wlc-conn) */
+    bool per_request;  /* NAME/request: balanced per request whatever --affinity says */
     double age_weight; /* age:W; < 0: --age-weight */
 };
 
@@ -619,7 +620,8 @@ run_one(struct run *run)
     w->user_seed = mix(run->seed, 0x05e7);
     const struct dm_balancer_ops *ops = run->pol->ops;
     w->work = (ops->needs & (DM_BAL_NEEDS_WORK | DM_BAL_NEEDS_OBJECTS)) != 0;
-    w->bind = o->affinity == AFF_ALL || (ops->needs & DM_BAL_BINDS_CONNECTIONS) != 0 ||
+    w->bind = (o->affinity == AFF_ALL && !run->pol->per_request) ||
+              (ops->needs & DM_BAL_BINDS_CONNECTIONS) != 0 ||
               run->pol->by_conns; /* a connection is on one server: what it counts */
     double unit = o->speed * o->nservers / cap_sum(o); /* bytes/s per unit of capacity */
     w->sv = dm_servers_create(o->nservers);
@@ -758,7 +760,9 @@ static const char usage[] =
     "                     lc-conn and wlc-conn the same counting open connections (as\n"
     "                     LVS and haproxy count them), not requests in flight (dimmer),\n"
     "                     age with --age-weight, age:W with weight W, or any dimmer\n"
-    "                     policy name (weight = capacity). AGE vs WLC: the first age one\n"
+    "                     policy name (weight = capacity). AGE vs WLC: the first age one.\n"
+    "                     NAME/request (not age, lc-conn, wlc-conn): that column balances\n"
+    "                     every request, whatever --affinity says (label NAME/req)\n"
     "  --age-weight W     AGE's weight of potential load (default 0.1, dimmer's default)\n"
     "  --half-life S      AGE's potential half-life in seconds (default 10)\n"
     "  --time T           virtual seconds per run (default 200; --quick: 30)\n"
@@ -802,6 +806,12 @@ parse_policies(const char *val, struct opts *o)
         name[n] = '\0';
         struct policy *pl = &o->pol[o->npol];
         memset(pl, 0, sizeof(*pl));
+        static const char suffix[] = "/request";
+        size_t sl = sizeof(suffix) - 1;
+        if (n > sl && strcmp(name + n - sl, suffix) == 0) {
+            pl->per_request = true;
+            name[n - sl] = '\0';
+        }
         pl->age_weight = -1;
         pl->weighted = true;
         if (strcmp(name, "rr") == 0 || strcmp(name, "wrr") == 0) {
@@ -836,6 +846,16 @@ parse_policies(const char *val, struct opts *o)
         } else {
             fprintf(stderr, "dimmer-sim age: --policies: unknown policy '%s'\n", name);
             return false;
+        }
+        if (pl->per_request) {
+            if ((pl->ops->needs & DM_BAL_BINDS_CONNECTIONS) != 0 || pl->by_conns) {
+                fprintf(stderr,
+                        "dimmer-sim age: --policies: %s binds its connections, no /request\n",
+                        name);
+                return false;
+            }
+            size_t ll = strlen(pl->label);
+            snprintf(pl->label + ll, sizeof(pl->label) - ll, "/req");
         }
         o->npol++;
         p = e != NULL ? e + 1 : p + n;
