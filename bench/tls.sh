@@ -57,6 +57,13 @@ Usage: tls.sh [options]
   --port N         project ports: N for ecdsa, N+1 for rsa (default base+5)
   --pin            taskset: clients (dimmer-tlsload, wrk, tls_idle.py) on CPU 0,
                    origin and proxies on CPU 1 (override with WRK_CPU / SRV_CPU)
+  --cap PCT        server-bound runs: each proxy (not the origin) in a cgroup of
+                   its own limited to PCT % of one CPU (CFS quota; cgroup v1 or
+                   v2, needs root), so that the proxy and not the client bounds
+                   the rate; `srv %` in the table shows the proxy at its cap
+  --max-steal PCT  run a case again (twice at most) when the hypervisor took
+                   more than PCT % of the CPUs during it (steal, /proc/stat):
+                   on a shared machine such a run measured a slower machine
   --idle N         before the load runs, hold N idle TLS keep-alive connections
                    (handshake, one GET /1k) on each proxy and certificate and
                    report the RSS growth per connection (python3)
@@ -68,12 +75,13 @@ Usage: tls.sh [options]
   -h, --help       this text
 Env: HX_REUSE = HAProxy http-reuse mode (default always, as in peers.sh).
 Prints per case and certificate: median handshakes/s or req/s, ratio to
-haproxy, the target's own CPU time per handshake or request, the share of
-handshakes resumed, the client's CPU share, and errors.
+haproxy, the target's own CPU time per handshake or request and its CPU share
+(srv %, of one CPU), the share of handshakes resumed, the client's CPU share,
+and errors; then how much CPU time the hypervisor took (steal) during the runs.
 EOF
 }
 
-ROUNDS=3 DUR=5 WARM=1 CONNS=50 BASE=18100 PIN=0 IDLE=0
+ROUNDS=3 DUR=5 WARM=1 CONNS=50 BASE=18100 PIN=0 IDLE=0 CAP=0 MAXSTEAL=0 REPEATED=0
 CASES=handshake-new,handshake-resume,1k-keepalive CERTS=ecdsa,rsa TLSV=1.3 TARGETS=haproxy,nginx
 CMD= CONF= PPORT= TLSLOAD= REUSE=latest OUT="tls-$(date +%Y%m%d-%H%M%S).csv"
 WRK_CPU=${WRK_CPU:-0} SRV_CPU=${SRV_CPU:-1} HX_REUSE=${HX_REUSE:-always}
@@ -87,7 +95,8 @@ while [ $# -gt 0 ]; do
     --conf) CONF=$2; shift ;;         --port) PPORT=$2; shift ;;
     --idle) IDLE=$2; shift ;;         --tlsload) TLSLOAD=$2; shift ;;
     --reuse) REUSE=$2; shift ;;       --out) OUT=$2; shift ;;
-    --pin) PIN=1 ;;
+    --pin) PIN=1 ;;                   --cap) CAP=$2; shift ;;
+    --max-steal) MAXSTEAL=$2; shift ;;
     -h|--help) usage; exit 0 ;;
     *) echo "unknown option: $1" >&2; usage >&2; exit 2 ;;
   esac
@@ -99,10 +108,11 @@ for t in wrk haproxy nginx openssl python3 timeout; do
   command -v $t >/dev/null || { echo "missing: $t (apt-get install wrk haproxy nginx openssl python3)" >&2; exit 1; }
 done
 [ -x "$TLSLOAD" ] || { echo "missing $TLSLOAD: cmake --build build --target dimmer-tlsload" >&2; exit 1; }
-for v in "$ROUNDS" "$DUR" "$WARM" "$CONNS" "$BASE" "$IDLE"; do
+for v in "$ROUNDS" "$DUR" "$WARM" "$CONNS" "$BASE" "$IDLE" "$CAP" "$MAXSTEAL"; do
   case $v in ''|*[!0-9]*) echo "not a whole number: $v" >&2; exit 2 ;; esac
 done
 [ "$DUR" -ge 1 ] || { echo "--duration must be at least 1" >&2; exit 2; }
+[ "$CAP" -le 100 ] || { echo "--cap: a share of one CPU, 1-100" >&2; exit 2; }
 case $REUSE in first|latest) ;; *) echo "--reuse: first or latest" >&2; exit 2 ;; esac
 for c in ${CERTS//,/ }; do case $c in ecdsa|rsa) ;; *) echo "unknown cert: $c" >&2; exit 2 ;; esac; done
 for v in ${TLSV//,/ }; do case $v in 1.2|1.3) ;; *) echo "unknown TLS version: $v" >&2; exit 2 ;; esac; done
@@ -117,7 +127,7 @@ PIN_WRK= PIN_SRV=
 ulimit -n "$(ulimit -Hn)" 2>/dev/null    # proxies below need ~2 x 9000 descriptors
 
 TMP=$(mktemp -d /tmp/tlsbench.XXXXXX) && chmod 755 "$TMP" || exit 1
-PIDS=() CLIENT_PID=
+PIDS=() CLIENT_PID= CGROUPS=()
 cleanup() {
   trap - EXIT INT TERM
   [ -n "$CLIENT_PID" ] && kill "$CLIENT_PID" 2>/dev/null
@@ -127,6 +137,9 @@ cleanup() {
     [ $alive = 0 ] && break; sleep 0.1
   done
   for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
+  for g in "${CGROUPS[@]}"; do
+    for _ in $(seq 20); do rmdir "$g" 2>/dev/null && break; sleep 0.1; done
+  done
   rm -rf "$TMP"
 }
 trap cleanup EXIT
@@ -185,10 +198,32 @@ wait_ready() { # instance port; gives up after about 10 s
     --sni localhost --cafile "$PKI/ca.crt" >&2
   exit 1
 }
+# --cap: a cgroup per proxy with a CPU quota (v1 cpu controller, else v2 cpu.max);
+# prints the file to write a PID to, so that it and its children are capped
+cap_group() { # instance
+  local g
+  if [ -w /sys/fs/cgroup/cpu/cgroup.procs ]; then
+    g=/sys/fs/cgroup/cpu/tlsbench-$$-$1
+    mkdir "$g" && echo 100000 >"$g/cpu.cfs_period_us" && echo $((CAP * 1000)) >"$g/cpu.cfs_quota_us" || return 1
+  elif grep -qw cpu /sys/fs/cgroup/cgroup.controllers 2>/dev/null; then
+    grep -qw cpu /sys/fs/cgroup/cgroup.subtree_control || echo +cpu >/sys/fs/cgroup/cgroup.subtree_control || return 1
+    g=/sys/fs/cgroup/tlsbench-$$-$1
+    mkdir "$g" && echo "$((CAP * 1000)) 100000" >"$g/cpu.max" || return 1
+  else
+    return 1
+  fi
+  echo "$g/cgroup.procs"
+}
 start() { # instance command...  (runs in background, remembers the PID)
   local name=$1; shift
   timeout 1 bash -c "exec 3<>/dev/tcp/127.0.0.1/$(port_of "$name")" 2>/dev/null &&
     { echo "port $(port_of "$name") already in use" >&2; exit 1; }
+  if [ "$CAP" -gt 0 ] && [ "$name" != origin ]; then
+    local procs_file
+    procs_file=$(cap_group "$name") && CGROUPS+=("${procs_file%/cgroup.procs}") ||
+      { echo "--cap: cannot make a CPU-limited cgroup (root, cgroup v1 cpu or v2 cpu.max)" >&2; exit 1; }
+    set -- sh -c 'echo $$ >"$0" && exec "$@"' "$procs_file" "$@"
+  fi
   "$@" >"$TMP/$name.log" 2>&1 &
   PIDS+=($!); eval "$(var_of "$name")=$!"
   wait_ready "$name" "$(port_of "$name")"
@@ -256,7 +291,7 @@ for k in "${KLIST[@]}"; do
   fi
 done
 echo "targets: $TARGETS  certs: $CERTS  cases: $CASES  TLS (handshake cases): $TLSV"
-echo "rounds: $ROUNDS x ${DUR}s  conns: $CONNS  pinned: $PIN  handshake-resume: --reuse $REUSE"
+echo "rounds: $ROUNDS x ${DUR}s  conns: $CONNS  pinned: $PIN  cap: ${CAP:-0} % of a CPU per proxy (0: none)  handshake-resume: --reuse $REUSE"
 
 procs() { # PIDs that do the instance's work: the nginx worker, else the started PID + children
   local p; eval "p=\$$(var_of "$1")"
@@ -339,8 +374,11 @@ run_case() { # case instance tls seconds -> CSV tail in $TMP/row
   fi
 }
 [ "$ROUNDS" -gt 0 ] || exit 0
-HZ=$(getconf CLK_TCK)
-echo "pinned,case,cert,tls,round,target,ops_per_s,p50_us,p99_us,errors,resumed_pct,client_cpu_pct,start_unix,cpu_us_per_op" >"$OUT"
+HZ=$(getconf CLK_TCK) NCPU=$(getconf _NPROCESSORS_ONLN)
+# CPU time the hypervisor gave to other guests (the machine is shared): a run
+# with much of it measured a slower machine than the others
+steal_ticks() { awk '$1 == "cpu" { print $9; exit }' /proc/stat; }
+echo "pinned,case,cert,tls,round,target,ops_per_s,p50_us,p99_us,errors,resumed_pct,client_cpu_pct,start_unix,cpu_us_per_op,steal_pct" >"$OUT"
 if [ "$WARM" -gt 0 ]; then
   for k in "${KLIST[@]}"; do
     for t in "${TLIST[@]}"; do run_case handshake-new "$t-$k" - "$WARM"; run_case 1k-keepalive "$t-$k" - "$WARM"; done
@@ -354,9 +392,19 @@ for r in $(seq "$ROUNDS"); do
     for k in "${KLIST[@]}"; do
       for v in "${vs[@]}"; do
         for t in "${TLIST[@]}"; do
-          ts=$(date +%s); c0=$(cpu_ticks "$t-$k"); run_case "$c" "$t-$k" "$v" "$DUR"; c1=$(cpu_ticks "$t-$k")
-          line="$PIN,$c,$k,$v,$r,$t,$(cat "$TMP/row"),$ts"
-          line="$line,$(echo "$line" | awk -F, -v t=$((c1 - c0)) -v hz="$HZ" -v d="$DUR" '{ printf "%.1f", ($7 > 0 ? t / hz * 1e6 / ($7 * d) : 0) }')"
+          for try in 1 2 3; do
+            ts=$(date +%s); c0=$(cpu_ticks "$t-$k"); s0=$(steal_ticks)
+            run_case "$c" "$t-$k" "$v" "$DUR"; c1=$(cpu_ticks "$t-$k"); s1=$(steal_ticks)
+            line="$PIN,$c,$k,$v,$r,$t,$(cat "$TMP/row"),$ts"
+            line="$line,$(echo "$line" | awk -F, -v t=$((c1 - c0)) -v hz="$HZ" -v d="$DUR" '{ printf "%.1f", ($7 > 0 ? t / hz * 1e6 / ($7 * d) : 0) }')"
+            st=$(awk -v s=$((s1 - s0)) -v hz="$HZ" -v d="$DUR" -v n="$NCPU" 'BEGIN { printf "%.1f", 100 * s / (hz * d * n) }')
+            line="$line,$st"
+            # --max-steal: a run that the hypervisor slowed more than that is run again (twice at most)
+            if [ "$MAXSTEAL" -gt 0 ] && [ "$try" -lt 3 ] && awk -v s="$st" -v m="$MAXSTEAL" 'BEGIN { exit !(s > m) }'; then
+              REPEATED=$((REPEATED + 1)); echo "  run again, steal $st %: $line" >&2; continue
+            fi
+            break
+          done
           echo "$line" >>"$OUT"
           echo "  $(date -d @"$ts" +%T) round $r $c $k $v $t: $line" >&2
         done
@@ -374,15 +422,19 @@ awk -F, -v order="$TARGETS" -v rounds="$ROUNDS" '
   function ratio(a, b) { return b > 0 ? sprintf("%.2f", a / b) : "-" }
   NR > 1 { g = $2 " " $3 ($4 == "-" ? "" : " TLS " $4); k = g SUBSEP $6; i = ++n[k]
            ops[k, i] = $7; p99[k, i] = $9; res[k, i] = $11; ccpu[k, i] = $12; cpu[k, i] = $14; err[k] += $10
+           srv[k, i] = $7 * $14 / 1e4
            if (!(g in seen)) { seen[g] = 1; groups[++ng] = g } }
   END { nt = split(order, T, ",")
     for (c = 1; c <= ng; c++) {
       g = groups[c]; hs = (g !~ /^1k-keepalive/)
       h = n[g, "haproxy"] ? med(ops, g SUBSEP "haproxy") : 0
-      printf "\n== %s  (median of %d rounds)\n%-9s %10s %10s %8s %10s %10s %7s\n", g, rounds, "target",
-        hs ? "hs/s" : "req/s", "x haproxy", "us/op", hs ? "resumed %" : "p99 ms", hs ? "client %" : "", "errors"
+      printf "\n== %s  (median of %d rounds)\n%-9s %10s %10s %8s %6s %10s %10s %7s\n", g, rounds, "target",
+        hs ? "hs/s" : "req/s", "x haproxy", "us/op", "srv %", hs ? "resumed %" : "p99 ms", hs ? "client %" : "", "errors"
       for (t = 1; t <= nt; t++) { k = g SUBSEP T[t]; if (!n[k]) continue; v = med(ops, k)
-        printf "%-9s %10.0f %10s %8.1f %10s %10s %7d\n", T[t], v, ratio(v, h), med(cpu, k),
+        printf "%-9s %10.0f %10s %8.1f %6.0f %10s %10s %7d\n", T[t], v, ratio(v, h), med(cpu, k), med(srv, k),
           hs ? sprintf("%.1f", med(res, k)) : sprintf("%.3f", med(p99, k) / 1000),
           hs ? sprintf("%.0f", med(ccpu, k)) : "", err[k] } } }' "$OUT"
+awk -F, 'NR > 1 && $15 != "" { n++; s += $15; if ($15 > m) m = $15; if ($15 >= 5) k++ }
+  END { if (n) printf "\nsteal (CPU time the hypervisor gave to other guests): mean %.1f %%, max %.1f %%; %d of %d runs at 5 %% or more\n", s / n, m, k, n }' "$OUT"
+[ "$MAXSTEAL" -gt 0 ] && echo "runs made again for steal over $MAXSTEAL %: $REPEATED (the table has the last of each)"
 echo; echo "raw results: $OUT"
