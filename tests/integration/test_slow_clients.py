@@ -9,6 +9,7 @@ import hashlib
 import os
 import selectors
 import socket
+import ssl
 import sys
 import threading
 import time
@@ -21,10 +22,20 @@ import harness as H  # noqa: E402
 SLACK = 4.0
 
 
-def open_many(port, n):
+def open_many(port, n, first=None):
+    """
+    n connections to port, non-blocking. With first, each one sends it at
+    once and, when the port is a TLS listener (DIMMER_IT_TLS), speaks TLS
+    (handshake first, so that the bytes are a request's, not a handshake's);
+    without, each stays silent, which over TLS is a handshake never begun.
+    """
     socks = []
     for _ in range(n):
         s = socket.create_connection((H.HOST, port), timeout=H.IO_TIMEOUT)
+        if first is not None:
+            if port in H.tls_ports:
+                s = H.tls_client_context().wrap_socket(s, server_hostname="localhost")
+            s.sendall(first)
         s.setblocking(False)
         socks.append(s)
     return socks
@@ -54,9 +65,10 @@ def wait_closed(socks, deadline, on_tick=None, tick=None):
                 s = key.fileobj
                 try:
                     data = s.recv(65536)
-                except BlockingIOError:
-                    continue
-                except (ConnectionResetError, BrokenPipeError):
+                except (BlockingIOError, ssl.SSLWantReadError):
+                    continue  # no byte yet, or only part of a TLS record
+                except (ConnectionResetError, BrokenPipeError, ssl.SSLEOFError,
+                        ssl.SSLZeroReturnError):
                     data = b""
                 if data:
                     got[s] += data
@@ -201,10 +213,8 @@ class SlowClientTest(H.DimmerTest):
         self.d = self.start_dimmer({"web": self.pool(self.b1)},
                                    timeouts={"client_header": "1s"})
         opened = time.monotonic()
-        socks = open_many(self.d.port, 150)
+        socks = open_many(self.d.port, 150, first=b"GET /bytes/10 HTTP/1.1\r\nHost: test\r\n")
         try:
-            for s in socks:
-                s.send(b"GET /bytes/10 HTTP/1.1\r\nHost: test\r\n")
             n = [0]
 
             def trickle(open_socks):
