@@ -112,39 +112,54 @@ dm_tls_scratch(struct dm_worker *w, uv_buf_t *out)
     *out = uv_buf_init(w->tls_scratch, w->tls_scratch != NULL ? DM_TLS_SCRATCH : 0);
 }
 
-static struct dm_tls *
-tls_new(struct dm_worker *w, SSL_CTX *ctx)
+/* t's SSL object and BIO, from ctx; -1 when out of memory. */
+static int
+tls_make_ssl(struct dm_tls *t, SSL_CTX *ctx)
 {
     pthread_once(&bio_once, bio_init_method);
     if (bio_method == NULL) {
-        return NULL;
+        return -1;
     }
-    struct dm_tls *t = calloc(1, sizeof(*t));
-    if (t == NULL) {
-        return NULL;
-    }
-    t->w = w;
     t->ssl = SSL_new(ctx);
     BIO *b = BIO_new(bio_method);
     if (t->ssl == NULL || b == NULL) {
         BIO_free(b);
         SSL_free(t->ssl);
-        free(t);
+        t->ssl = NULL;
         ERR_clear_error();
-        return NULL;
+        return -1;
     }
     BIO_set_data(b, t);
     SSL_set_bio(t->ssl, b, b); /* one BIO both ways: one reference taken */
     SSL_set_app_data(t->ssl, t);
+    return 0;
+}
+
+static struct dm_tls *
+tls_new(struct dm_worker *w, SSL_CTX *ctx)
+{
+    struct dm_tls *t = calloc(1, sizeof(*t));
+    if (t == NULL) {
+        return NULL;
+    }
+    t->w = w;
+    if (tls_make_ssl(t, ctx) < 0) {
+        free(t);
+        return NULL;
+    }
     return t;
 }
 
 struct dm_tls *
 dm_tls_new_server(struct dm_worker *w, const struct dm_conf_tls *cf)
 {
-    struct dm_tls *t = tls_new(w, cf->certs[0].ctx);
+    /* The SSL object (about 9 KiB) waits for the client's first bytes, as
+     * nginx's does: a connection that never starts its handshake costs the
+     * little a plain one does. */
+    struct dm_tls *t = calloc(1, sizeof(*t));
     if (t != NULL) {
-        SSL_set_accept_state(t->ssl);
+        t->w = w;
+        t->ctx = cf->certs[0].ctx;
         t->subject_header = cf->subject_header;
         t->require_cert = cf->verify == DM_TLS_VERIFY_REQUIRED;
     }
@@ -269,6 +284,13 @@ dm_tls_free(struct dm_tls *t)
 int
 dm_tls_feed(struct dm_tls *t, const char *p, size_t n)
 {
+    if (t->ssl == NULL) {
+        /* A server connection's first bytes: its SSL object now. */
+        if (tls_make_ssl(t, t->ctx) < 0) {
+            return -1;
+        }
+        SSL_set_accept_state(t->ssl);
+    }
     if (t->stash == NULL) {
         t->in = p;
         t->in_len = n;
@@ -309,7 +331,8 @@ dm_tls_keep_input(struct dm_tls *t)
 bool
 dm_tls_buffered(const struct dm_tls *t)
 {
-    return t->in_len > 0 || SSL_pending(t->ssl) > 0 || SSL_has_pending(t->ssl);
+    return t->in_len > 0 ||
+           (t->ssl != NULL && (SSL_pending(t->ssl) > 0 || SSL_has_pending(t->ssl)));
 }
 
 const char *
@@ -382,6 +405,9 @@ dm_tls_handshake(struct dm_tls *t)
     if (t->done) {
         return 1;
     }
+    if (t->ssl == NULL) {
+        return DM_TLS_WANT; /* nothing came yet */
+    }
     ERR_clear_error();
     int r = SSL_do_handshake(t->ssl);
     if (r == 1 && t->require_cert &&
@@ -407,6 +433,9 @@ dm_tls_handshake(struct dm_tls *t)
 int
 dm_tls_read(struct dm_tls *t, char *p, size_t cap)
 {
+    if (t->ssl == NULL) {
+        return DM_TLS_WANT;
+    }
     ERR_clear_error();
     int n = SSL_read(t->ssl, p, cap > INT32_MAX ? INT32_MAX : (int)cap);
     if (n > 0) {
@@ -427,6 +456,11 @@ dm_tls_write(struct dm_tls *t, const void *p, size_t n)
 {
     if (n == 0) {
         return 0;
+    }
+    if (t->ssl == NULL) {
+        t->failed = true;
+        snprintf(t->why, sizeof(t->why), "a write before the handshake began");
+        return DM_TLS_ERROR;
     }
     ERR_clear_error();
     /* The BIO takes everything, so a write is whole or fails. */
