@@ -25,8 +25,14 @@ sh scripts/build.sh build -DCMAKE_BUILD_TYPE=RelWithDebInfo
 pids=""
 cleanup() {
     trap - EXIT INT TERM
-    for p in $pids; do kill "$p" 2>/dev/null || true; done
-    wait 2>/dev/null || true
+    # The load first, then dimmer (it drains what is in flight), then the
+    # backends, so that no request of the demo's ends in a 502 at the stop.
+    rev=""
+    for p in $pids; do rev="$p $rev"; done
+    for p in $rev; do
+        kill "$p" 2>/dev/null || true
+        wait "$p" 2>/dev/null || true
+    done
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
