@@ -243,20 +243,27 @@ ssl_why(char *buf, size_t size, const char *none)
     return buf;
 }
 
-/* SSL_CTX_use_PrivateKey_file failed: a key that does not match the
- * certificate (OpenSSL checks the pair as it loads the key) or one it cannot read. */
-static void
-key_failed(struct dm_conf_loader *ld, const yaml_node_t *key_n, const char *key, const char *cert)
+/* The key into ctx and checked against its certificate; false after
+ * reporting. OpenSSL refuses a key of the certificate's own type that does
+ * not match as it loads it; one of another type only at the pair check. */
+static bool
+use_key(struct dm_conf_loader *ld, SSL_CTX *ctx, const yaml_node_t *key_n, const char *key,
+        const char *cert)
 {
     char why[256];
-    unsigned long e = ERR_peek_last_error();
-    if (ERR_GET_LIB(e) == ERR_LIB_X509 && ERR_GET_REASON(e) == X509_R_KEY_VALUES_MISMATCH) {
-        ERR_clear_error();
-        dm_conf_fail_at(ld, key_n, "key %s does not match the certificate in %s", key, cert);
-        return;
+    if (SSL_CTX_use_PrivateKey_file(ctx, key, SSL_FILETYPE_PEM) != 1) {
+        unsigned long e = ERR_peek_last_error();
+        if (ERR_GET_LIB(e) != ERR_LIB_X509 || ERR_GET_REASON(e) != X509_R_KEY_VALUES_MISMATCH) {
+            dm_conf_fail_at(ld, key_n, "key %s: %s (an unencrypted PEM key is needed)", key,
+                            ssl_why(why, sizeof(why), "cannot read the key"));
+            return false;
+        }
+    } else if (SSL_CTX_check_private_key(ctx) == 1) {
+        return true;
     }
-    dm_conf_fail_at(ld, key_n, "key %s: %s (an unencrypted PEM key is needed)", key,
-                    ssl_why(why, sizeof(why), "cannot read the key"));
+    ERR_clear_error();
+    dm_conf_fail_at(ld, key_n, "key %s does not match the certificate in %s", key, cert);
+    return false;
 }
 
 static const char *
@@ -718,13 +725,7 @@ load_cert(struct dm_conf_loader *ld, const yaml_node_t *at, const yaml_node_t *c
     if (!readable(ld, key_n, "key", key)) {
         goto done;
     }
-    if (SSL_CTX_use_PrivateKey_file(c->ctx, key, SSL_FILETYPE_PEM) != 1) {
-        key_failed(ld, key_n, key, cert);
-        goto done;
-    }
-    if (SSL_CTX_check_private_key(c->ctx) != 1) {
-        ERR_clear_error();
-        dm_conf_fail_at(ld, key_n, "key %s does not match the certificate in %s", key, cert);
+    if (!use_key(ld, c->ctx, key_n, key, cert)) {
         goto done;
     }
     if (names_n != NULL) {
@@ -1061,12 +1062,8 @@ dm_conf_load_pool_tls(struct dm_conf_loader *ld, const yaml_node_t *n,
         if (SSL_CTX_use_certificate_chain_file(ctx, cert) != 1) {
             dm_conf_fail_at(ld, v[TP_CERT], "cert %s: %s", cert,
                             ssl_why(why, sizeof(why), "cannot use the certificate"));
-        } else if (SSL_CTX_use_PrivateKey_file(ctx, key, SSL_FILETYPE_PEM) != 1) {
-            key_failed(ld, v[TP_KEY], key, cert);
-        } else if (SSL_CTX_check_private_key(ctx) != 1) {
-            ERR_clear_error();
-            dm_conf_fail_at(ld, v[TP_KEY], "key %s does not match the certificate in %s", key,
-                            cert);
+        } else {
+            (void)use_key(ld, ctx, v[TP_KEY], key, cert);
         }
     }
     ERR_clear_error();

@@ -433,9 +433,6 @@ dm_tls_handshake(struct dm_tls *t)
 int
 dm_tls_read(struct dm_tls *t, char *p, size_t cap)
 {
-    if (t->ssl == NULL) {
-        return DM_TLS_WANT;
-    }
     ERR_clear_error();
     int n = SSL_read(t->ssl, p, cap > INT32_MAX ? INT32_MAX : (int)cap);
     if (n > 0) {
@@ -456,11 +453,6 @@ dm_tls_write(struct dm_tls *t, const void *p, size_t n)
 {
     if (n == 0) {
         return 0;
-    }
-    if (t->ssl == NULL) {
-        t->failed = true;
-        snprintf(t->why, sizeof(t->why), "a write before the handshake began");
-        return DM_TLS_ERROR;
     }
     ERR_clear_error();
     /* The BIO takes everything, so a write is whole or fails. */

@@ -35,7 +35,8 @@ enum {
 };
 
 struct dm_tls {
-    SSL *ssl;     /* a server connection's: NULL until its first bytes (dm_tls_feed) */
+    SSL *ssl;     /* a server connection's: NULL until its first bytes (dm_tls_feed);
+                   * dm_tls_read and dm_tls_write come after a done handshake */
     SSL_CTX *ctx; /* a server connection's listener context, for that */
     struct dm_worker *w;
     const char *in; /* ciphertext being fed (the worker's scratch, or stash) */
