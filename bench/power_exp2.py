@@ -18,7 +18,7 @@ the quality of service is dimmer-load's score of every response (good < 2 s,
 tolerable < 4 s, else failed, as SPECweb's banking workload scores them).
 
     python3 bench/power_exp2.py [--policies always-on,single,...] [--scale 6]
-        [--nodes 8] [--sessions 90] [--out build/power_exp2] [--build build]
+        [--nodes 8] [--sessions 90] [--ramp S] [--out build/power_exp2] [--build build]
     (--policies takes static:N too: the yardstick of N nodes always awake)
 """
 import argparse
@@ -140,11 +140,12 @@ pools:
       min_change_interval: 0
       boot_time: %dms
       delay_off: %ds
+      history: %ds
       tcp_max: %g
       slow_start: 0
     servers:
 %s
-""" % (self.metrics, self.key, self.dimmer_policy, a.period, a.boot_ms, a.delay_off, a.tcp_max,
+""" % (self.metrics, self.key, self.dimmer_policy, a.period, a.boot_ms, a.delay_off, a.history, a.tcp_max,
                 servers))
         self.start("dimmer", [os.path.join(a.build, "dimmer"), "-c", conf, "--ports-file", ports])
         lines = wait_for(lambda: os.path.exists(ports) and open(ports).read().splitlines(), 15,
@@ -170,6 +171,7 @@ pools:
         summary = os.path.join(a.out, "%s-load.json" % self.label)
         load = self.start("load", [
             os.path.join(a.build, "dimmer-load"), "--pattern", "exp2", "--scale", str(a.scale),
+            "--ramp", str(a.ramp),
             "--max-sessions", str(a.sessions), "--conns-per-user", "2", "--quiet",
             "--json", summary, "--csv", os.path.join(a.out, "%s-load.csv" % self.label),
             "--source", "127.0.0.2-127.0.0.9", "http://%s:%d/" % (HOST, port)])
@@ -250,6 +252,11 @@ def main():
     ap.add_argument("--tcp-max", type=float, default=200)
     ap.add_argument("--period", type=int, default=5)
     ap.add_argument("--delay-off", type=int, default=30)
+    ap.add_argument("--history", type=int, default=3600,
+                    help="boot-aware's memory of steps, s (its half-life)")
+    ap.add_argument("--ramp", type=float, default=0,
+                    help="every rise and fall of exp2 at least this long, s of the pattern "
+                         "(dimmer-load --ramp; 0: exp2's 5 s)")
     ap.add_argument("--metrics-port", type=int, default=19902)
     ap.add_argument("--out", default="build/power_exp2")
     ap.add_argument("--build", default="build")

@@ -59,6 +59,9 @@ usage(FILE *f)
                "  --max-sessions N     the built-in pattern's peak (exp1 1200, exp2 800,\n"
                "                       others 100)\n"
                "  --scale F            play the pattern F times faster (10: 30 min in 3)\n"
+               "  --ramp S             every rise and fall of the pattern lasts at least S s\n"
+               "                       (before --scale), widened about its middle into the\n"
+               "                       levels beside it (default 0: as the pattern has it)\n"
                "  --conns-per-user N   connections a user loads objects over (default 6)\n"
                "  --think MS           mean of the exponential think time (default 10000)\n"
                "  --session-pages N    pages per session, then a new user (default 0: no bound)\n"
@@ -382,7 +385,7 @@ parse_args(int argc, char **argv, struct dm_load_opts *o, struct outputs *out)
 {
     const char *mode = NULL, *pattern = "exp1", *urls = NULL, *url = NULL, *sources = NULL;
     const char *manifest = NULL;
-    double max_sessions = -1, scale = 1;
+    double max_sessions = -1, scale = 1, ramp = 0;
     bool have_c = false, have_d = false;
     *o = (struct dm_load_opts){
         .threads = 1,
@@ -435,6 +438,9 @@ parse_args(int argc, char **argv, struct dm_load_opts *o, struct outputs *out)
         } else if (strcmp(a, "--scale") == 0) {
             VALUE();
             scale = parse_number(a, v, 0.0001, 1e6);
+        } else if (strcmp(a, "--ramp") == 0) {
+            VALUE();
+            ramp = parse_number(a, v, 0, 1e6);
         } else if (strcmp(a, "--conns-per-user") == 0) {
             VALUE();
             o->conns_per_user = (unsigned)parse_number(a, v, 1, DM_LOAD_MAX_CPU);
@@ -559,6 +565,15 @@ parse_args(int argc, char **argv, struct dm_load_opts *o, struct outputs *out)
             }
         } else if (dm_load_pattern_load(&o->pattern, pattern, err, sizeof(err)) < 0) {
             die_usage("--pattern: %s", err);
+        }
+        if (ramp > 0) {
+            double got = dm_load_pattern_ramp(&o->pattern, ramp);
+            if (got < ramp) {
+                fprintf(stderr,
+                        "dimmer-load: --ramp %g: the pattern's levels leave room for %g s "
+                        "ramps at the shortest\n",
+                        ramp, got);
+            }
         }
         dm_load_pattern_scale(&o->pattern, scale);
         o->duration_s = dm_load_pattern_duration(&o->pattern);

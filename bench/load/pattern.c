@@ -346,6 +346,46 @@ dm_load_pattern_scale(struct dm_load_pattern *p, double scale)
     }
 }
 
+/* Whether segment i (points i, i + 1) of p is a level: both points at the same sessions. */
+static bool
+is_level(const struct dm_load_pattern *p, size_t i)
+{
+    return i + 1 < p->n && p->sessions[i] == p->sessions[i + 1];
+}
+
+double
+dm_load_pattern_ramp(struct dm_load_pattern *p, double seconds)
+{
+    assert(isfinite(seconds) && seconds >= 0);
+    double shortest = INFINITY;
+    /* Each ramp moves only its own two points, by at most half of each level
+     * beside it: the other half belongs to the ramp on the level's other
+     * side, so widening one ramp never changes what another can take. The
+     * lengths are those of the points as they were (t0: point i-1, t1: i). */
+    double t0 = 0, t1 = p->n > 0 ? p->t[0] : 0;
+    for (size_t i = 0; i + 1 < p->n; i++) {
+        double t2 = p->t[i + 1]; /* not moved yet: only this ramp or the next moves it */
+        double len = t2 - t1;
+        if (p->sessions[i] != p->sessions[i + 1] && len < seconds) {
+            double half = (seconds - len) / 2, left = 0, right = 0;
+            if (i > 0 && is_level(p, i - 1)) {
+                left = half < (t1 - t0) / 2 ? half : (t1 - t0) / 2;
+            }
+            if (is_level(p, i + 1)) {
+                double room = (p->t[i + 2] - t2) / 2;
+                right = half < room ? half : room;
+            }
+            p->t[i] = t1 - left;
+            p->t[i + 1] = t2 + right;
+            double got = len + left + right;
+            shortest = got < shortest ? got : shortest;
+        }
+        t0 = t1;
+        t1 = t2;
+    }
+    return shortest;
+}
+
 double
 dm_load_pattern_at(const struct dm_load_pattern *p, double t)
 {

@@ -98,6 +98,21 @@ int dm_load_pattern_builtin(struct dm_load_pattern *p, const char *name, double 
 void dm_load_pattern_scale(struct dm_load_pattern *p, double scale);
 
 /*
+ * Makes every ramp of p last at least `seconds` (finite, >= 0; the caller
+ * checks its option), for patterns of levels joined by short ramps such as
+ * exp2. A ramp is a segment between two points whose sessions differ and
+ * which lasts less than `seconds`; it is widened about its middle, each end
+ * taking time from the level (a segment whose two points are equal) beside
+ * it, at most half of that level, so that two ramps never overlap. A side
+ * without a level does not move. Returns the shortest ramp that p has
+ * afterwards among those it tried to widen (`seconds` when every one got
+ * its length; +inf when none was shorter), so that the caller can say that
+ * a level was too short. Times stay non-decreasing (a level may shrink to
+ * no time). Any thread.
+ */
+double dm_load_pattern_ramp(struct dm_load_pattern *p, double seconds);
+
+/*
  * Target sessions at t seconds from the start: linear interpolation between
  * the two points around t, the value of a point at its time, the first
  * point's value before it, and 0 after the last point (the run is over) or

@@ -80,6 +80,8 @@ struct pw_params {
     /* workload */
     char pattern[16];
     double max_sessions, time_scale;
+    double ramp_s; /* every ramp of the pattern at least this long (dm_load_pattern_ramp); 0: as it
+                      is */
     double think_s, objects, page_work, obj_work, session_pages;
     unsigned conns; /* connections a session (1..MAX_CONNS) */
     /* dimmer */
@@ -876,6 +878,9 @@ run_one(const struct pw_params *p, struct pw_result *r)
         fprintf(stderr, "dimmer-sim power: %s\n", err);
         goto out_sim;
     }
+    if (p->ramp_s > 0) {
+        (void)dm_load_pattern_ramp(&run->pattern, p->ramp_s); /* power_run said what it got */
+    }
     if (p->time_scale != 1.0) {
         dm_load_pattern_scale(&run->pattern, p->time_scale);
     }
@@ -1203,6 +1208,9 @@ static const char usage_text[] =
     "  --boot S              7 (boot delay)\n"
     "  --sessions N          peak sessions (default 1200 for exp1, 800 for exp2)\n"
     "  --time-scale X        play the pattern X times faster (default 1)\n"
+    "  --ramp S              every rise and fall of the pattern lasts at least S s (of\n"
+    "                        the pattern, before --time-scale), widened about its\n"
+    "                        middle into the levels beside it (default 0: exp2's 5 s)\n"
     "  --think S             10 (mean think time)\n"
     "  --objects N           8 (mean embedded objects a page)\n"
     "  --page-work S         0.1 (mean slot-seconds of a page request)\n"
@@ -1364,6 +1372,7 @@ parse(int argc, char **argv, struct opts *o)
                 { "--sat-w", offsetof(struct pw_params, sat_w), 0, 1e4 },
                 { "--boot", offsetof(struct pw_params, boot_s), 0, 3600 },
                 { "--time-scale", offsetof(struct pw_params, time_scale), 0.01, 100 },
+                { "--ramp", offsetof(struct pw_params, ramp_s), 0, 3600 },
                 { "--think", offsetof(struct pw_params, think_s), 0.01, 3600 },
                 { "--objects", offsetof(struct pw_params, objects), 0, 1000 },
                 { "--page-work", offsetof(struct pw_params, page_work), 1e-6, 1000 },
@@ -1534,6 +1543,26 @@ power_run(const struct dm_sim_ctx *ctx, int argc, char **argv)
         if (ctx->quick) {
             base.max_sessions = base.max_sessions * 6 / 15;
         }
+        char ramp[64] = "";
+        if (base.ramp_s > 0) {
+            /* Said once here, not by each run: how long the ramps got. */
+            struct dm_load_pattern pat = { 0 };
+            char err[256];
+            if (dm_load_pattern_builtin(&pat, base.pattern, base.max_sessions, err, sizeof(err)) !=
+                0) {
+                fprintf(stderr, "dimmer-sim power: %s\n", err);
+                return 1;
+            }
+            double got = dm_load_pattern_ramp(&pat, base.ramp_s);
+            dm_load_pattern_fini(&pat);
+            if (got < base.ramp_s) {
+                fprintf(stderr,
+                        "dimmer-sim power: --ramp %g: exp%d's levels leave room for %g s "
+                        "ramps at the shortest\n",
+                        base.ramp_s, e, got);
+            }
+            snprintf(ramp, sizeof(ramp), ", ramps %g s", isinf(got) ? base.ramp_s : got);
+        }
         size_t np = (size_t)o.npolicies, nper = (size_t)o.nperiods;
         struct job *jobs = calloc(np * nper, sizeof(*jobs));
         if (jobs == NULL) {
@@ -1555,10 +1584,10 @@ power_run(const struct dm_sim_ctx *ctx, int argc, char **argv)
             mech_text(base.mech, mech, sizeof(mech));
             snprintf(name, sizeof(name), "power_exp%d_%gs", e, o.periods[q]);
             snprintf(title, sizeof(title),
-                     "Experiment %s (%s, %.0f sessions at most, %.0f s), %g s period: %u servers, "
-                     "%s, mechanisms %s",
+                     "Experiment %s (%s, %.0f sessions at most, %.0f s%s), %g s period: %u "
+                     "servers, %s, mechanisms %s",
                      e == 1 ? "I" : "II", e == 1 ? "a day in an hour" : "rapid changes",
-                     base.max_sessions, jobs[q * np].r.seconds, o.periods[q], base.servers,
+                     base.max_sessions, jobs[q * np].r.seconds, ramp, o.periods[q], base.servers,
                      base.balancer, mech);
             for (size_t k = 0; k < np; k++) {
                 rc |= jobs[q * np + k].rc != 0;

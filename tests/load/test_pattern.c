@@ -415,6 +415,71 @@ test_exp2_rises_and_falls_rapidly(void **state)
     dm_load_pattern_fini(&p);
 }
 
+/*
+ * dm_load_pattern_ramp: every ramp of exp2 widened about its middle, the
+ * levels giving the time, the sessions at each level's middle unchanged;
+ * a ramp beside no level keeps that end; a level too short for both of its
+ * ramps gives each half of itself, and the return says how far it got.
+ */
+static void
+test_ramp_widens_each_rise_and_fall(void **state)
+{
+    (void)state;
+    struct dm_load_pattern p = { 0 }, orig = { 0 };
+    char err[ERR_CAP];
+    assert_int_equal(dm_load_pattern_builtin(&p, "exp2", 800, err, sizeof err), 0);
+    assert_int_equal(dm_load_pattern_builtin(&orig, "exp2", 800, err, sizeof err), 0);
+    /* exp2's shortest levels last 30 s: 20 s ramps fit, taking 7.5 s from each side. */
+    assert_true(dm_load_pattern_ramp(&p, 20) == 20);
+    assert_int_equal(p.n, orig.n);
+    unsigned ramps = 0;
+    for (size_t i = 0; i + 1 < p.n; i++) {
+        assert_true(p.t[i + 1] >= p.t[i]);
+        assert_true(p.sessions[i] == orig.sessions[i]);
+        double mid = (p.t[i] + p.t[i + 1]) / 2, omid = (orig.t[i] + orig.t[i + 1]) / 2;
+        if (orig.sessions[i] != orig.sessions[i + 1]) {
+            ramps++;
+            assert_near(p.t[i + 1] - p.t[i], 20);
+            assert_near(mid, omid); /* about its middle */
+        } else {
+            /* A level keeps its middle and its sessions there, shorter by 7.5 s at each
+             * end that a ramp took (the first and the last have one ramp beside them). */
+            assert_near(dm_load_pattern_at(&p, omid), orig.sessions[i]);
+            double lost = (orig.t[i + 1] - orig.t[i]) - (p.t[i + 1] - p.t[i]);
+            assert_near(lost, i == 0 || i + 2 == p.n ? 7.5 : 15);
+        }
+    }
+    assert_true(ramps >= 20);
+    assert_near(dm_load_pattern_duration(&p), 1800);
+    /* Already long enough: nothing moves, nothing was tried. */
+    struct dm_load_pattern q = { 0 };
+    assert_int_equal(dm_load_pattern_builtin(&q, "exp2", 800, err, sizeof err), 0);
+    assert_true(isinf(dm_load_pattern_ramp(&q, 5)));
+    for (size_t i = 0; i < q.n; i++) {
+        assert_true(q.t[i] == orig.t[i]);
+    }
+    /* Too long for the 30 s levels: each gives half of itself. The shortest ramp
+     * is 395..400 s, between a 120 s level (27.5 s of it) and a 30 s one (15 s). */
+    assert_near(dm_load_pattern_ramp(&q, 60), 5 + 27.5 + 15);
+    for (size_t i = 0; i + 1 < q.n; i++) {
+        assert_true(q.t[i + 1] >= q.t[i]);
+    }
+    dm_load_pattern_fini(&q);
+    dm_load_pattern_fini(&p);
+    dm_load_pattern_fini(&orig);
+
+    /* Two ramps with no level between: the shared point stays; the outer ends move. */
+    const char *csv = "0,0\n10,0\n12,50\n14,100\n24,100\n";
+    assert_int_equal(parse(&p, csv, err), 0);
+    assert_near(dm_load_pattern_ramp(&p, 6), 4);
+    assert_point(&p, 0, 0, 0);
+    assert_point(&p, 1, 8, 0);   /* took 2 s: half of the 4 s it wanted */
+    assert_point(&p, 2, 12, 50); /* between two ramps: no level beside it */
+    assert_point(&p, 3, 16, 100);
+    assert_point(&p, 4, 24, 100);
+    dm_load_pattern_fini(&p);
+}
+
 static void
 test_steps_ramp_and_constant(void **state)
 {
@@ -482,6 +547,7 @@ main(void)
         cmocka_unit_test(test_parse_error_fits_errlen),
         cmocka_unit_test(test_at_interpolates_between_points),
         cmocka_unit_test(test_at_finds_every_segment),
+        cmocka_unit_test(test_ramp_widens_each_rise_and_fall),
         cmocka_unit_test(test_empty_pattern_is_zero_everywhere),
         cmocka_unit_test(test_single_point),
         cmocka_unit_test(test_scale_plays_faster_or_slower),
