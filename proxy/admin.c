@@ -33,6 +33,13 @@ free_handle(uv_handle_t *h)
 #define ADMIN_REQ_MAX 8192
 #define ADMIN_ACK_MS  5000 /* a command not acknowledged by every worker by then: 504 */
 #define ADMIN_POLL_MS 100  /* pending commands are checked at least this often */
+/* A connection is answered 408 when its request is not in within
+ * ADMIN_REQ_MS, and closed when its answer is not read within ADMIN_CONN_MS
+ * of its opening: one that sends a few bytes and waits would otherwise hold
+ * its socket, and dimmer's stop, for ever. */
+#define ADMIN_REQ_MS    10000
+#define ADMIN_CONN_MS   30000
+#define ADMIN_CONNS_MAX 64 /* open admin connections at most; the oldest idle one makes room */
 
 struct admin_conn;
 
@@ -44,6 +51,9 @@ struct dm_admin {
     struct dm_worker *workers;
     unsigned nworkers;
     struct admin_conn *pending; /* commands waiting for every worker's acknowledgement */
+    struct admin_conn *conns;   /* every open connection, the newest first */
+    unsigned nconns;
+    bool stopping;
     struct dm_powermgr *power;
     const char *token; /* POSTs need "Authorization: Bearer <token>"; NULL: none */
     bool loopback;     /* bound to a loopback address: POSTs without a token are taken */
@@ -57,6 +67,9 @@ struct admin_conn {
     size_t len;
     char *out;
     bool answered;
+    bool waiting; /* in the admin's pending list */
+    uint64_t opened_ms;
+    struct admin_conn *cprev, *cnext; /* in the admin's conns */
     /* A command waiting for its acknowledgements. */
     struct admin_conn *next;
     struct dm_host *host;
@@ -244,8 +257,26 @@ static void
 conn_closed(uv_handle_t *h)
 {
     struct admin_conn *ac = h->data;
+    struct dm_admin *a = ac->admin;
+    if (ac->cprev != NULL) {
+        ac->cprev->cnext = ac->cnext;
+    } else {
+        a->conns = ac->cnext;
+    }
+    if (ac->cnext != NULL) {
+        ac->cnext->cprev = ac->cprev;
+    }
+    a->nconns--;
     free(ac->out);
     free(ac);
+}
+
+static void
+conn_close(struct admin_conn *ac)
+{
+    if (!uv_is_closing((uv_handle_t *)&ac->tcp)) {
+        uv_close((uv_handle_t *)&ac->tcp, conn_closed);
+    }
 }
 
 static void
@@ -253,7 +284,7 @@ written(uv_write_t *w, int status)
 {
     (void)status;
     struct admin_conn *ac = w->data;
-    uv_close((uv_handle_t *)&ac->tcp, conn_closed);
+    conn_close(ac); /* also when the write was cancelled by a close */
 }
 
 static void
@@ -278,7 +309,7 @@ respond(struct admin_conn *ac, const char *status, const char *type, struct dm_s
     uv_buf_t b = uv_buf_init(out.p, (unsigned)out.len);
     ac->wreq.data = ac;
     if (out.p == NULL || uv_write(&ac->wreq, (uv_stream_t *)&ac->tcp, &b, 1, written) < 0) {
-        uv_close((uv_handle_t *)&ac->tcp, conn_closed);
+        conn_close(ac);
     }
 }
 
@@ -288,6 +319,15 @@ respond_text(struct admin_conn *ac, const char *status, const char *text)
     struct dm_sbuf body = { 0 };
     dm_sb_printf(&body, "%s\n", text);
     respond(ac, status, "text/plain", body);
+}
+
+/* Answers a request that is not read to its end (too long, too slow), and closes. */
+static void
+refuse(struct admin_conn *ac, const char *status, const char *text)
+{
+    ac->answered = true;
+    uv_read_stop((uv_stream_t *)&ac->tcp);
+    respond_text(ac, status, text);
 }
 
 /*
@@ -364,20 +404,52 @@ pending_check(struct dm_admin *a, bool stopping)
         unsigned acked = dm_workers_acked(a->workers, a->nworkers, ac->epoch);
         if (acked == a->nworkers || now >= ac->deadline_ms || stopping) {
             *pp = ac->next;
+            ac->waiting = false;
             command_answer(ac, acked);
         } else {
             pp = &ac->next;
         }
     }
-    if (a->pending == NULL && a->timer_open) {
-        uv_timer_stop(&a->timer);
+}
+
+/* A request not in within ADMIN_REQ_MS is answered 408, an answer not read within
+ * ADMIN_CONN_MS is dropped. A command waiting for the workers is not: it is answered
+ * within ADMIN_ACK_MS. */
+static void
+conns_reap(struct dm_admin *a)
+{
+    uint64_t now = uv_now(a->tcp.loop);
+    for (struct admin_conn *ac = a->conns; ac != NULL; ac = ac->cnext) {
+        uint64_t age = now - ac->opened_ms;
+        if (ac->waiting || uv_is_closing((uv_handle_t *)&ac->tcp)) {
+            continue;
+        }
+        if (!ac->answered && age >= ADMIN_REQ_MS) {
+            refuse(ac, "408 Request Timeout", "the request did not come in within 10 s");
+        } else if (ac->answered && age >= ADMIN_CONN_MS) {
+            conn_close(ac);
+        }
     }
 }
 
 static void
 admin_timer_cb(uv_timer_t *t)
 {
-    pending_check(t->data, false);
+    struct dm_admin *a = t->data;
+    pending_check(a, false);
+    conns_reap(a);
+    if (a->pending == NULL && a->conns == NULL) {
+        uv_timer_stop(&a->timer);
+    }
+}
+
+/* The timer runs while a command waits or a connection is open. */
+static void
+timer_wanted(struct dm_admin *a)
+{
+    if (a->timer_open && !uv_is_active((uv_handle_t *)&a->timer)) {
+        uv_timer_start(&a->timer, admin_timer_cb, ADMIN_POLL_MS, ADMIN_POLL_MS);
+    }
 }
 
 void
@@ -457,9 +529,8 @@ wait:
     ac->deadline_ms = uv_now(a->tcp.loop) + ADMIN_ACK_MS;
     ac->next = a->pending;
     a->pending = ac;
-    if (!uv_is_active((uv_handle_t *)&a->timer)) {
-        uv_timer_start(&a->timer, admin_timer_cb, ADMIN_POLL_MS, ADMIN_POLL_MS);
-    }
+    ac->waiting = true;
+    timer_wanted(a);
     pending_check(a, false); /* no workers at all: answered at once */
 }
 
@@ -616,7 +687,7 @@ read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         return;
     }
     if (nread < 0) {
-        uv_close((uv_handle_t *)&ac->tcp, conn_closed);
+        conn_close(ac);
         return;
     }
     ac->len += (size_t)nread;
@@ -624,7 +695,7 @@ read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
     if (strstr(ac->req, "\r\n\r\n") != NULL || strstr(ac->req, "\n\n") != NULL) {
         answer(ac);
     } else if (ac->len >= ADMIN_REQ_MAX - 1) {
-        uv_close((uv_handle_t *)&ac->tcp, conn_closed);
+        refuse(ac, "431 Request Header Fields Too Large", "the request is over 8 KiB");
     }
 }
 
@@ -642,12 +713,38 @@ on_conn(uv_stream_t *server, int status)
         free(ac); /* never initialized: no close */
         return;
     }
+    struct dm_admin *a = server->data;
     ac->tcp.data = ac;
-    ac->admin = server->data;
-    if (uv_accept(server, (uv_stream_t *)&ac->tcp) < 0 ||
-        uv_read_start((uv_stream_t *)&ac->tcp, alloc_cb, read_cb) < 0) {
-        uv_close((uv_handle_t *)&ac->tcp, conn_closed);
+    ac->admin = a;
+    ac->opened_ms = uv_now(server->loop);
+    ac->cnext = a->conns;
+    if (a->conns != NULL) {
+        a->conns->cprev = ac;
     }
+    a->conns = ac;
+    a->nconns++;
+    if (uv_accept(server, (uv_stream_t *)&ac->tcp) < 0 || a->stopping ||
+        uv_read_start((uv_stream_t *)&ac->tcp, alloc_cb, read_cb) < 0) {
+        conn_close(ac);
+        return;
+    }
+    if (a->nconns > ADMIN_CONNS_MAX) {
+        /* The oldest one still sending its request makes room: a few idle
+         * connections do not lock the operator out. */
+        struct admin_conn *old = NULL;
+        for (struct admin_conn *o = ac->cnext; o != NULL; o = o->cnext) {
+            if (!o->answered && !uv_is_closing((uv_handle_t *)&o->tcp)) {
+                old = o;
+            }
+        }
+        if (old != NULL) {
+            refuse(old, "503 Service Unavailable", "too many admin connections");
+        } else {
+            conn_close(ac); /* all of them being answered: this one waits for none */
+            return;
+        }
+    }
+    timer_wanted(a);
 }
 
 struct dm_admin *
@@ -745,6 +842,13 @@ dm_admin_stop(struct dm_admin *a)
         return;
     }
     pending_check(a, true); /* what is still waiting is answered as it stands */
+    /* No connection holds the stop: the answers just given were written at
+     * once if the socket took them; the rest, and every request still coming
+     * in, are cut. */
+    a->stopping = true;
+    for (struct admin_conn *ac = a->conns; ac != NULL; ac = ac->cnext) {
+        conn_close(ac);
+    }
     a->timer_open = false;
     uv_close((uv_handle_t *)&a->timer, timer_closed);
 }

@@ -200,6 +200,51 @@ class RunTest(H.DimmerTest):
             self.assertLess(took, 3, "exit took %.2fs with shutdown: 300ms" % took)
             self.assertTrue(slow.closed_by_peer(2))
 
+    def test_admin_connections_do_not_hold_the_stop(self):
+        # One admin connection with half a request and one with nothing: a stop
+        # does not wait for them (it waited until they closed).
+        d = self.start_dimmer({"web": self.pool(self.b1)}, timeouts={"shutdown": "300ms"})
+        with H.Conn(d.admin, timeout=10) as half, H.Conn(d.admin, timeout=10) as mute:
+            half.send("GET /stats HTTP/1.1\r\nHost: x\r\n")
+            self.assertEqual(H.get(d.admin, "/help").status, 200)  # both are open by now
+            t0 = time.monotonic()
+            d.proc.signal(signal.SIGTERM)
+            code = d.proc.wait(8)
+            took = time.monotonic() - t0
+            self.assertEqual(code, 0)
+            self.assertLess(took, 3, "exit took %.2fs with two admin connections open" % took)
+            self.assertTrue(half.closed_by_peer(2))
+            self.assertTrue(mute.closed_by_peer(2))
+
+    def test_admin_answers_long_slow_and_many_requests(self):
+        d = self.start_dimmer({"web": self.pool(self.b1)})
+        # Over 8 KiB without the end of its head: 431, not a silent close.
+        with H.Conn(d.admin) as c:
+            c.send("GET /stats HTTP/1.1\r\nX-Long: " + "a" * 9000)
+            self.assertEqual(c.read_response().status, 431)
+        # 100 connections that send nothing: the admin keeps 64 open at most, the
+        # oldest idle ones answered 503 to make room, and an operator still gets in.
+        idle = [H.Conn(d.admin, timeout=10) for _ in range(100)]
+        try:
+            r = H.get(d.admin, "/help")
+            self.assertEqual(r.status, 200)
+            # The 65th to the 100th each pushed out the oldest.
+            for c in idle[:36]:
+                r = c.read_response(timeout=5)
+                self.assertEqual(r.status, 503, r.body)
+                self.assertTrue(c.closed_by_peer(2))
+            # Half a request is answered 408 once 10 s have passed since it opened.
+            with H.Conn(d.admin, timeout=20) as half:
+                t0 = time.monotonic()
+                half.send("GET /stats HTTP/1.1\r\n")
+                r = half.read_response(timeout=15)
+                self.assertEqual(r.status, 408)
+                self.assertGreater(time.monotonic() - t0, 9)
+                self.assertTrue(half.closed_by_peer(2))
+        finally:
+            for c in idle:
+                c.close()
+
     def test_access_log_lines(self):
         log = self.path("access.log")
         d = self.start_dimmer({"web": self.pool(self.b1)}, access_log=log)
