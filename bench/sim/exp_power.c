@@ -80,8 +80,7 @@ struct pw_params {
     /* workload */
     char pattern[16];
     double max_sessions, time_scale;
-    double ramp_s; /* every ramp of the pattern at least this long (dm_load_pattern_ramp); 0: as it
-                      is */
+    double ramp_s; /* --ramp: each ramp at least this long (dm_load_pattern_ramp); 0: none */
     double think_s, objects, page_work, obj_work, session_pages;
     unsigned conns; /* connections a session (1..MAX_CONNS) */
     /* dimmer */
@@ -112,6 +111,7 @@ struct pw_result {
     uint64_t requests, pages;
     uint64_t wakes, sleeps, events;
     double mean_rt;
+    double ramp_s; /* the shortest ramp the pattern got with --ramp (inf: none widened) */
     struct pw_sample *series; /* one a second when timeline */
     size_t nseries;
     bool failed;
@@ -879,7 +879,7 @@ run_one(const struct pw_params *p, struct pw_result *r)
         goto out_sim;
     }
     if (p->ramp_s > 0) {
-        (void)dm_load_pattern_ramp(&run->pattern, p->ramp_s); /* power_run said what it got */
+        r->ramp_s = dm_load_pattern_ramp(&run->pattern, p->ramp_s);
     }
     if (p->time_scale != 1.0) {
         dm_load_pattern_scale(&run->pattern, p->time_scale);
@@ -1543,26 +1543,6 @@ power_run(const struct dm_sim_ctx *ctx, int argc, char **argv)
         if (ctx->quick) {
             base.max_sessions = base.max_sessions * 6 / 15;
         }
-        char ramp[64] = "";
-        if (base.ramp_s > 0) {
-            /* Said once here, not by each run: how long the ramps got. */
-            struct dm_load_pattern pat = { 0 };
-            char err[256];
-            if (dm_load_pattern_builtin(&pat, base.pattern, base.max_sessions, err, sizeof(err)) !=
-                0) {
-                fprintf(stderr, "dimmer-sim power: %s\n", err);
-                return 1;
-            }
-            double got = dm_load_pattern_ramp(&pat, base.ramp_s);
-            dm_load_pattern_fini(&pat);
-            if (got < base.ramp_s) {
-                fprintf(stderr,
-                        "dimmer-sim power: --ramp %g: exp%d's levels leave room for %g s "
-                        "ramps at the shortest\n",
-                        base.ramp_s, e, got);
-            }
-            snprintf(ramp, sizeof(ramp), ", ramps %g s", isinf(got) ? base.ramp_s : got);
-        }
         size_t np = (size_t)o.npolicies, nper = (size_t)o.nperiods;
         struct job *jobs = calloc(np * nper, sizeof(*jobs));
         if (jobs == NULL) {
@@ -1578,6 +1558,18 @@ power_run(const struct dm_sim_ctx *ctx, int argc, char **argv)
             }
         }
         dm_sim_parallel(ctx->jobs, np * nper, job_cb, jobs);
+        char ramp[64] = "";
+        if (base.ramp_s > 0) {
+            /* Every run widened the same pattern: said once, from the first. */
+            double got = jobs[0].r.ramp_s;
+            if (got < base.ramp_s) {
+                fprintf(stderr,
+                        "dimmer-sim power: --ramp %g: exp%d's levels leave room for %g s "
+                        "ramps at the shortest\n",
+                        base.ramp_s, e, got);
+            }
+            snprintf(ramp, sizeof(ramp), ", ramps %g s", isinf(got) ? base.ramp_s : got);
+        }
         int ia = policy_index(&o, "always-on");
         for (size_t q = 0; q < nper; q++) {
             char name[64], title[512], mech[128];
