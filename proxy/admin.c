@@ -13,6 +13,8 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include <openssl/crypto.h>
+
 #include "balancers/hosts.h"
 #include "parsers/catalog.h"
 #include "proxy/internal.h"
@@ -37,8 +39,11 @@ free_handle(uv_handle_t *h)
  * ADMIN_REQ_MS, and closed when its answer is not read within ADMIN_CONN_MS
  * of its opening: one that sends a few bytes and waits would otherwise hold
  * its socket, and dimmer's stop, for ever. */
-#define ADMIN_REQ_MS    10000
+#define ADMIN_REQ_S     10
+#define ADMIN_REQ_MS    (ADMIN_REQ_S * 1000)
 #define ADMIN_CONN_MS   30000
+#define DM_STR_(x)      #x
+#define DM_STR(x)       DM_STR_(x)
 #define ADMIN_CONNS_MAX 64 /* open admin connections at most; the oldest idle one makes room */
 
 struct admin_conn;
@@ -425,7 +430,8 @@ conns_reap(struct dm_admin *a)
             continue;
         }
         if (!ac->answered && age >= ADMIN_REQ_MS) {
-            refuse(ac, "408 Request Timeout", "the request did not come in within 10 s");
+            refuse(ac, "408 Request Timeout",
+                   "the request did not come in within " DM_STR(ADMIN_REQ_S) " s");
         } else if (ac->answered && age >= ADMIN_CONN_MS) {
             conn_close(ac);
         }
@@ -561,9 +567,13 @@ authorized(struct admin_conn *ac)
         while (*line == ' ' || *line == '\t') {
             line++;
         }
-        size_t tl = strlen(a->token);
-        if (strncmp(line, "Bearer ", 7) == 0 && strncmp(line + 7, a->token, tl) == 0 &&
-            (line[7 + tl] == '\r' || line[7 + tl] == '\n' || line[7 + tl] == ' ')) {
+        if (strncmp(line, "Bearer ", 7) != 0) {
+            continue;
+        }
+        line += 7;
+        size_t given = strcspn(line, " \t\r\n");
+        /* The length is not secret; the bytes are compared in constant time. */
+        if (given == strlen(a->token) && CRYPTO_memcmp(line, a->token, given) == 0) {
             return true;
         }
     }
@@ -591,7 +601,8 @@ pin(struct admin_conn *ac, const char *path, const char *query)
             servers = strtol(query + 8, &end, 10);
         }
         if (end == NULL || end == query + 8 || *end != 0 || servers < 0 || servers > 100000) {
-            respond_text(ac, "400 Bad Request", "expected ?servers=N");
+            respond_text(ac, "400 Bad Request",
+                         "expected ?servers=N, N a whole number from 0 to the pool's servers");
             return;
         }
     } else if (strcmp(slash + 1, "unpin") != 0) {
@@ -599,7 +610,7 @@ pin(struct admin_conn *ac, const char *path, const char *query)
         return;
     }
     int st = dm_power_pin(ac->admin->power, pool, servers, msg, sizeof(msg));
-    respond_text(ac, st == 200 ? "200 OK" : "404 Not Found", msg);
+    respond_text(ac, st == 200 ? "200 OK" : st == 400 ? "400 Bad Request" : "404 Not Found", msg);
 }
 
 static void

@@ -1403,6 +1403,9 @@ client_read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
     }
     if (c->tls != NULL) {
         if (dm_tls_feed(c->tls, buf->base, (size_t)nread) < 0) {
+            char addr[INET6_ADDRSTRLEN];
+            dm_accesslog_client_addr(c, addr, sizeof(addr));
+            dm_log_warn("client %s: TLS: out of memory for its input: closed", addr);
             dm_client_close(c);
             return;
         }

@@ -1275,10 +1275,19 @@ dm_power_pin(struct dm_powermgr *pm, const char *pool, long servers, char *msg, 
         snprintf(msg, msglen, "no power-managed pool \"%s\"", pool);
         return 404;
     }
+    if (servers > (long)p->cf->nservers) {
+        snprintf(msg, msglen, "pool \"%s\" has %zu servers: servers=%ld is not in 0 to %zu", pool,
+                 p->cf->nservers, servers, p->cf->nservers);
+        return 400;
+    }
     p->pinned = servers;
     decision(pm, p, servers >= 0 ? "operator: pinned to %ld servers" : "operator: unpinned%.0ld",
              servers >= 0 ? servers : 0);
-    snprintf(msg, msglen, "%s", servers >= 0 ? "pinned" : "unpinned");
+    if (servers >= 0) {
+        snprintf(msg, msglen, "pinned to %ld of %zu servers", servers, p->cf->nservers);
+    } else {
+        snprintf(msg, msglen, "unpinned");
+    }
     return 200;
 }
 

@@ -167,6 +167,17 @@ class PowerMetricsTest(H.DimmerTest):
                                    headers=auth).status, 404)
         self.assertEqual(H.request(self.d.admin, "POST", "/power/web/pin?servers=x",
                                    headers=auth).status, 400)
+        # More servers than the pool has is refused, saying how many it has.
+        r = H.request(self.d.admin, "POST", "/power/web/pin?servers=50", headers=auth)
+        self.assertEqual(r.status, 400, r.body)
+        self.assertIn(b"has 2 servers", r.body)
+        self.assertEqual(self.power()["pools"][0]["pinned"], 1)
+        # A token with more or fewer bytes than the configured one is not it.
+        for wrong in (TOKEN + "x", TOKEN[:-1], "x" + TOKEN):
+            r = H.request(self.d.admin, "POST", "/power/web/unpin",
+                          headers=[("Authorization", "Bearer " + wrong)])
+            self.assertEqual(r.status, 401, (wrong, r.body))
+        self.assertEqual(self.power()["pools"][0]["pinned"], 1)
         self.assertEqual(H.get(self.d.admin, "/power/web/pin").status, 405)
         r = H.request(self.d.admin, "POST", "/power/web/unpin", headers=auth)
         self.assertEqual(r.status, 200, r.body)
