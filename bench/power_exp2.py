@@ -37,6 +37,17 @@ HOST = "127.0.0.1"
 POLICIES = ["always-on", "single", "dual", "multi", "flexible", "boot-aware"]
 
 
+def tcp_max(text):
+    """--tcp-max: a number > 0 or auto."""
+    if text != "auto":
+        try:
+            if not float(text) > 0:
+                raise ValueError
+        except ValueError:
+            raise argparse.ArgumentTypeError("a number > 0 or auto, got %r" % text)
+    return text
+
+
 def http_json(port, path, method="GET"):
     req = urllib.request.Request("http://%s:%d%s" % (HOST, port, path), method=method)
     with urllib.request.urlopen(req, timeout=5) as r:
@@ -141,7 +152,7 @@ pools:
       boot_time: %dms
       delay_off: %ds
       history: %ds
-      tcp_max: %g
+      tcp_max: %s
       slow_start: 0
     servers:
 %s
@@ -180,23 +191,27 @@ pools:
         while load.poll() is None:
             p = http_json(admin, "/power")["pools"][0]
             watts = sum(http_json(c, "/stats")["watts"] for _, c in nodes)
-            rows.append((time.monotonic() - t0, p["live"], p["booting"], p["watts"], watts))
+            rows.append((time.monotonic() - t0, p["live"], p["booting"], p["watts"], watts,
+                         p.get("tcp_max", 0)))
             time.sleep(max(0, 1 - (time.monotonic() - t0) % 1))
         elapsed = time.monotonic() - t0
         e1 = sum(http_json(c, "/stats")["energy_wh"] for _, c in nodes)
         lost = sum(http_json(c, "/stats")["lost_at_sleep"] for _, c in nodes)
-        decisions = len(http_json(admin, "/power")["decisions"])
+        end = http_json(admin, "/power")
+        decisions = len(end["decisions"])
+        pool = end["pools"][0]
         with open(os.path.join(a.out, "%s-power.csv" % self.label), "w") as f:
-            f.write("second,active,booting,estimated_w,node_w\n")
+            f.write("second,active,booting,estimated_w,node_w,tcp_max\n")
             for r in rows:
-                f.write("%.1f,%d,%d,%.1f,%.1f\n" % r)
+                f.write("%.1f,%d,%d,%.1f,%.1f,%.1f\n" % r)
         shutil.copy(os.path.join(self.tmp, "dimmer.err"),
                     os.path.join(a.out, "%s-dimmer.log" % self.label))
         with open(summary) as f:
             s = json.load(f)
         return {"policy": self.policy, "seconds": elapsed, "energy_wh": e1 - e0,
                 "avg_w": (e1 - e0) * 3600 / elapsed, "score": s["score"], "lost": lost,
-                "decisions": decisions}
+                "decisions": decisions,
+                "tcp_max": "%.0f (%s)" % (pool.get("tcp_max", 0), pool.get("tcp_max_source", "?"))}
 
 
 def table(results, out):
@@ -249,7 +264,9 @@ def main():
     ap.add_argument("--boot-ms", type=int, default=7000)
     ap.add_argument("--idle-w", type=float, default=35)
     ap.add_argument("--booting-w", type=float, default=60)
-    ap.add_argument("--tcp-max", type=float, default=200)
+    ap.add_argument("--tcp-max", type=tcp_max, default="200",
+                    help="connections per node at full power, or auto (learned from the "
+                    "nodes' agents; the value it learned is printed)")
     ap.add_argument("--period", type=int, default=5)
     ap.add_argument("--delay-off", type=int, default=30)
     ap.add_argument("--history", type=int, default=3600,
@@ -270,9 +287,9 @@ def main():
             print("power_exp2: %s ..." % policy, file=sys.stderr, flush=True)
             results.append(run.go())
             r = results[-1]
-            print("power_exp2: %s: %.1f W, %d responses, good %.2f%%, lost at sleep %d" % (
-                policy, r["avg_w"], r["score"]["total"], r["score"]["good_pct"], r["lost"]),
-                file=sys.stderr, flush=True)
+            print("power_exp2: %s: %.1f W, %d responses, good %.2f%%, lost at sleep %d, "
+                  "tcp_max %s" % (policy, r["avg_w"], r["score"]["total"], r["score"]["good_pct"],
+                                  r["lost"], r["tcp_max"]), file=sys.stderr, flush=True)
         finally:
             run.stop()
             shutil.rmtree(tmp, ignore_errors=True)

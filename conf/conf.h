@@ -104,13 +104,14 @@ enum dm_power_tcp_source { DM_TCP_PROXY = 0, DM_TCP_AGENT };
 /* A pool's power block: the power manager keeps only what it needs awake. */
 struct dm_conf_power {
     bool enabled;
-    char *policy;                  /* default "boot-aware"; checked against power/policy.h */
-    uint64_t period_ms;            /* default 5000 */
-    uint64_t trend_interval_ms;    /* default 1000 */
-    unsigned min_active;           /* default 1 */
-    uint64_t min_change_ms;        /* default 10000: between two changes of one server */
-    double t1_w, step_w, tcp_max;  /* 60, 5, 200 */
-    double full_w;                 /* default 70 */
+    char *policy;                 /* default "boot-aware"; checked against power/policy.h */
+    uint64_t period_ms;           /* default 5000 */
+    uint64_t trend_interval_ms;   /* default 1000 */
+    unsigned min_active;          /* default 1 */
+    uint64_t min_change_ms;       /* default 10000: between two changes of one server */
+    double t1_w, step_w, tcp_max; /* 60, 5, 200 */
+    bool tcp_max_auto;            /* tcp_max: auto, learned from agents' reports (200 until then) */
+    double full_w;                /* default 70 */
     struct dm_conf_weights normal; /* multi's; default Table 5's middle row */
     struct dm_conf_weights tiers[3];
     double tier_low_w, tier_high_w; /* 57.5, 66.5 */

@@ -237,7 +237,17 @@ dm_conf_load_pool_power(struct dm_conf_loader *ld, struct dm_conf_pool *p, const
     get_ms(ld, v, PW_MIN_CHANGE, true, &pw->min_change_ms);
     get_num(ld, v, PW_T1, 1e-3, &pw->t1_w);
     get_num(ld, v, PW_STEP, 0, &pw->step_w);
-    get_num(ld, v, PW_TCP_MAX, 1e-3, &pw->tcp_max);
+    if (v[PW_TCP_MAX] != NULL && v[PW_TCP_MAX]->type == YAML_SCALAR_NODE &&
+        v[PW_TCP_MAX]->data.scalar.style == YAML_PLAIN_SCALAR_STYLE &&
+        strcmp(dm_conf_text_of(v[PW_TCP_MAX]), "auto") == 0) {
+        pw->tcp_max_auto = true;
+    } else if (v[PW_TCP_MAX] != NULL && v[PW_TCP_MAX]->type == YAML_SCALAR_NODE &&
+               strspn(dm_conf_text_of(v[PW_TCP_MAX]), "0123456789+-.eE") !=
+                   v[PW_TCP_MAX]->data.scalar.length) {
+        dm_conf_fail_type(ld, v[PW_TCP_MAX], "a number or auto");
+    } else {
+        get_num(ld, v, PW_TCP_MAX, 1e-3, &pw->tcp_max);
+    }
     get_num(ld, v, PW_FULL_W, 1e-3, &pw->full_w);
     if (v[PW_WEIGHTS] != NULL) {
         load_weights(ld, pw, v[PW_WEIGHTS]);

@@ -1,5 +1,7 @@
 #include "power/control.h"
 
+#include <math.h>
+
 double
 dm_pm_estimate_w(double idle_w, double full_w, double inflight, double capacity, double tcp,
                  double tcp_max)
@@ -45,4 +47,34 @@ dm_pm_should_act(struct dm_pm_trend *tr, const struct dm_power_target *t,
         tr->last_period_us = now_us;
     }
     return (t->immediate || period) && t->servers != m->n_live + m->n_booting;
+}
+
+double
+dm_pm_tcpmax_learn(struct dm_pm_tcpmax *l, const struct dm_pm_reading *r, size_t n, uint64_t now_us,
+                   double fallback, bool *learned)
+{
+    if (l->last_us != 0 && now_us > l->last_us) {
+        double keep = exp2(-(double)(now_us - l->last_us) / (DM_PM_TCPMAX_HALF_LIFE_S * 1e6));
+        l->tcp *= keep;
+        l->work *= keep;
+    }
+    l->last_us = now_us;
+    for (size_t i = 0; i < n; i++) {
+        double span = r[i].full_w - r[i].idle_w;
+        if (r[i].held || r[i].state != DM_PM_ACTIVE || !r[i].reported || !(span > 0)) {
+            continue;
+        }
+        double u = (r[i].w - r[i].idle_w) / span;
+        if (!(u < 0.9)) {
+            continue;
+        }
+        l->work += u > 0 ? u : 0;
+        l->tcp += r[i].tcp > 0 ? r[i].tcp : 0;
+    }
+    *learned = l->work >= DM_PM_TCPMAX_EVIDENCE && l->tcp > 0;
+    if (!*learned) {
+        return fallback;
+    }
+    double v = l->tcp / l->work;
+    return v < 1 ? 1 : v > 1e6 ? 1e6 : v;
 }

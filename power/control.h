@@ -29,6 +29,10 @@ struct dm_pm_reading {
     bool held; /* the operator's: not counted */
     double w;  /* its estimated power */
     double tcp;
+    /* For learning tcp_max: w came from the server's own agent (not the
+     * proxy's estimate, which is made from tcp_max), and its power model. */
+    bool reported;
+    double idle_w, full_w;
 };
 
 /* A pool's memory between trend readings. All zero: nothing read yet. */
@@ -47,6 +51,33 @@ struct dm_pm_trend {
  */
 void dm_pm_metrics(struct dm_pm_trend *tr, const struct dm_pm_reading *r, size_t n, double trend_s,
                    struct dm_power_metrics *m);
+
+/*
+ * tcp_max learned (power.tcp_max: auto): connections per server at full
+ * power, as the pool's connections over the servers' worth of work its
+ * agents report, (w - idle_w) / (full_w - idle_w), both summed over the
+ * active servers with a fresh report and over time, the past fading with a
+ * half-life. A server at 90 % of its span or more is left out: a saturated
+ * server's power says only that it is full (a burst of new sessions fills it
+ * with few connections, a backlog with many), not how many connections fill
+ * it. All zero: nothing learned yet.
+ */
+struct dm_pm_tcpmax {
+    double tcp, work; /* the faded sums: connections and servers' worth of work */
+    uint64_t last_us;
+};
+
+#define DM_PM_TCPMAX_HALF_LIFE_S 600 /* the past's weight halves every 10 minutes */
+#define DM_PM_TCPMAX_EVIDENCE    5   /* readings' worth of one full server before it counts */
+
+/*
+ * Adds the readings of one trend tick at now_us and returns the learned
+ * tcp_max, or fallback while the work seen (faded) is under
+ * DM_PM_TCPMAX_EVIDENCE servers' worth of readings or no connection was seen;
+ * *learned says which.
+ */
+double dm_pm_tcpmax_learn(struct dm_pm_tcpmax *l, const struct dm_pm_reading *r, size_t n,
+                          uint64_t now_us, double fallback, bool *learned);
 
 /*
  * Whether the manager acts on the policy's target t now: at once when the

@@ -109,6 +109,8 @@ struct pm_pool {
     uint64_t next_trend_us;
     struct dm_power_metrics m;
     struct dm_power_target target;
+    struct dm_pm_tcpmax tcpmax; /* tcp_max: auto, what the agents' reports taught */
+    bool tcpmax_learned;
     long pinned;  /* -1: the policy decides */
     bool present; /* in the current config */
     /* Decisions by load class and action: [class][0 up, 1 down, 2 stay]. */
@@ -595,7 +597,7 @@ measure(struct pm_server *s, uint64_t now)
             src = s->has_measured ? "agent-measured" : "agent";
         } else {
             w = dm_pm_estimate_w(sp->idle_w, sp->full_w, inflight, s->cf->capacity, s->tcp,
-                                 pw->tcp_max);
+                                 s->pool != NULL ? s->pool->params.tcp_max : pw->tcp_max);
             src = "proxy";
         }
         break;
@@ -760,12 +762,21 @@ pool_trend(struct dm_powermgr *pm, struct pm_pool *p, uint64_t now)
         if (s->pool != p) {
             continue;
         }
-        r[n++] = (struct dm_pm_reading){
-            .state = s->state, .held = s->held, .w = s->est_w, .tcp = s->tcp
-        };
+        r[n++] = (struct dm_pm_reading){ .state = s->state,
+                                         .held = s->held,
+                                         .w = s->est_w,
+                                         .tcp = s->tcp,
+                                         .reported = s->w_source != NULL &&
+                                                     strncmp(s->w_source, "agent", 5) == 0,
+                                         .idle_w = s->cf->power.idle_w,
+                                         .full_w = s->cf->power.full_w };
         if (s->state == DM_PM_ACTIVE && !s->held) {
             dm_sb_printf(&watts, "%s%s %.1f", watts.len ? ", " : "", s->cf->name, s->est_w);
         }
+    }
+    if (pw->tcp_max_auto) {
+        p->params.tcp_max =
+            dm_pm_tcpmax_learn(&p->tcpmax, r, n, now, pw->tcp_max, &p->tcpmax_learned);
     }
     struct dm_power_metrics m;
     dm_pm_metrics(&p->trend, r, n, (double)pw->trend_interval_ms / 1000, &m);
@@ -787,13 +798,17 @@ pool_trend(struct dm_powermgr *pm, struct pm_pool *p, uint64_t now)
         act(pm, p, t.servers, now, false, &did);
         decision(
             pm, p,
-            "%s: W [%s] total %.1f (%.1f a server: tier %s), TCP %.0f dTCP %+.0f, alpha %g beta "
-            "%g, class "
+            "%s: W [%s] total %.1f (%.1f a server: tier %s), TCP %.0f dTCP %+.0f (tcp_max %.0f%s), "
+            "alpha %g beta %g, class "
             "%s, threshold %.1f W, need %.1f W: %u servers (live %u, booting %u)%s:%s",
             p->pinned >= 0 ? "pinned" : p->cf->power.policy, watts.p != NULL ? watts.p : "",
-            m.total_w, avg, tier_name(p, avg), m.tcp, m.d_tcp, t.w.alpha, t.w.beta,
-            dm_power_class_name(t.cls), t.threshold_w, t.need_w, t.servers, m.n_live, m.n_booting,
-            t.immediate ? " at once" : "", did.p != NULL ? did.p : " nothing");
+            m.total_w, avg, tier_name(p, avg), m.tcp, m.d_tcp, p->params.tcp_max,
+            !pw->tcp_max_auto   ? ""
+            : p->tcpmax_learned ? ", learned"
+                                : ", learning",
+            t.w.alpha, t.w.beta, dm_power_class_name(t.cls), t.threshold_w, t.need_w, t.servers,
+            m.n_live, m.n_booting, t.immediate ? " at once" : "",
+            did.p != NULL ? did.p : " nothing");
         free(did.p);
     } else {
         dm_log_debug(
@@ -993,6 +1008,9 @@ configure(struct dm_powermgr *pm, struct dm_runtime *rt)
         }
         struct dm_power_params pp;
         params_of(cf, &pp);
+        if (cf->power.tcp_max_auto && p->tcpmax_learned) {
+            pp.tcp_max = p->params.tcp_max; /* learned: a reload keeps it */
+        }
         /* A policy's own state carries over a reload when the policy stays. */
         if (p->ops != ops || memcmp(&pp, &p->params, sizeof(pp)) != 0) {
             p->ops = ops;
@@ -1376,14 +1394,18 @@ dm_power_json(struct dm_powermgr *pm, struct dm_sbuf *b)
                      "\"alpha\":%g,\"beta\":%g,\"neg_beta\":%g,\"neg_alpha\":%g,"
                      "\"threshold_w\":%.2f,\"need_w\":%.2f,\"target\":%u,\"immediate\":%s,"
                      "\"live\":%u,\"booting\":%u,\"total\":%u,\"total_w\":%.2f,\"tcp\":%.0f,"
-                     "\"d_tcp\":%.0f,\"tcp_source\":\"%s\",\"held_requests\":%llu,"
+                     "\"d_tcp\":%.0f,\"tcp_source\":\"%s\",\"tcp_max\":%.1f,"
+                     "\"tcp_max_source\":\"%s\",\"held_requests\":%llu,"
                      "\"watts\":%.2f,\"energy_wh\":%.4f,\"servers\":[",
                      p->cf->power.policy, p->pinned, dm_power_class_name(t->cls),
                      tier_name(p, p->m.n_live > 0 ? p->m.total_w / p->m.n_live : 0), t->w.alpha,
                      t->w.beta, t->w.neg_beta, t->w.neg_alpha, t->threshold_w, t->need_w,
                      t->servers, t->immediate ? "true" : "false", p->m.n_live, p->m.n_booting,
                      p->m.n_total, p->m.total_w, p->m.tcp, p->m.d_tcp,
-                     p->cf->power.tcp_source == DM_TCP_AGENT ? "agent" : "proxy",
+                     p->cf->power.tcp_source == DM_TCP_AGENT ? "agent" : "proxy", p->params.tcp_max,
+                     !p->cf->power.tcp_max_auto ? "config"
+                     : p->tcpmax_learned        ? "learned"
+                                                : "learning",
                      (unsigned long long)held_requests(pm, p), watts, energy);
         bool sfirst = true;
         for (size_t j = 0; j < pm->nservers; j++) {

@@ -93,6 +93,7 @@ struct pw_params {
     double history_s; /* boot-aware */
     double action_interval_s;
     double t1_w, tcp_max;
+    bool tcp_max_auto; /* --tcp-max auto: learned as the proxy learns it (power/control.h) */
     unsigned min_active;
     unsigned mech;
     unsigned seeds; /* runs pooled, seed, seed + 1, ... */
@@ -111,7 +112,8 @@ struct pw_result {
     uint64_t requests, pages;
     uint64_t wakes, sleeps, events;
     double mean_rt;
-    double ramp_s; /* the shortest ramp the pattern got with --ramp (inf: none widened) */
+    double ramp_s;  /* the shortest ramp the pattern got with --ramp (inf: none widened) */
+    double tcp_max; /* in use at the end (learned with --tcp-max auto) */
     struct pw_sample *series; /* one a second when timeline */
     size_t nseries;
     bool failed;
@@ -168,6 +170,7 @@ struct pw_run {
     _Alignas(max_align_t) unsigned char state[2048];
     struct dm_pm_rules rules;
     struct dm_pm_trend trend;
+    struct dm_pm_tcpmax learn;
     double next_trend;
     struct pw_session *sessions;
     size_t nsessions;
@@ -716,12 +719,25 @@ trend(struct pw_run *run)
     for (unsigned i = 0; i < run->p->servers; i++) {
         struct pw_srv *s = &run->srv[i];
         measure(s);
-        rd[i] = (struct dm_pm_reading){ .state = s->state, .w = s->est_w, .tcp = s->tcp };
+        /* Every server's power is its own (an agent's): full_w as a proxy's
+         * config would give it, whatever the saturation mechanism does. */
+        rd[i] = (struct dm_pm_reading){ .state = s->state,
+                                        .w = s->est_w,
+                                        .tcp = s->tcp,
+                                        .reported = true,
+                                        .idle_w = run->p->idle_w,
+                                        .full_w = run->p->full_w };
     }
+    uint64_t now = dm_sim_now_us(&run->sim);
+    if (run->p->tcp_max_auto) {
+        bool learned;
+        run->pp.tcp_max =
+            dm_pm_tcpmax_learn(&run->learn, rd, run->p->servers, now, run->p->tcp_max, &learned);
+    }
+    run->r->tcp_max = run->pp.tcp_max;
     struct dm_power_metrics m;
     dm_pm_metrics(&run->trend, rd, run->p->servers, run->p->trend_s, &m);
     struct dm_power_target t;
-    uint64_t now = dm_sim_now_us(&run->sim);
     run->ops->decide(run->state, &run->pp, &m, now, &t);
     if (dm_pm_should_act(&run->trend, &t, &m, (uint64_t)(run->p->period_s * 1e6), now)) {
         act(run, t.servers);
@@ -1097,7 +1113,11 @@ emit_table(const struct dm_sim_ctx *ctx, const char *name, const char *title, st
         double thru = pct(r->valid, a->valid);
         double good = pct(r->good, r->valid);
         double q = good * thru / 100;
-        dm_sim_table_cell(t, "%s", rows[i].p.policy);
+        if (rows[i].p.tcp_max_auto) {
+            dm_sim_table_cell(t, "%s [tcp_max %.0f]", rows[i].p.policy, r->tcp_max);
+        } else {
+            dm_sim_table_cell(t, "%s", rows[i].p.policy);
+        }
         dm_sim_table_cell(t, "%.1f", w);
         dm_sim_table_cell(t, "%.1f", 100 * w / a_w);
         dm_sim_table_cell(t, "%llu", (unsigned long long)r->valid);
@@ -1218,7 +1238,7 @@ static const char usage_text[] =
     "  --conns N             1 (keep-alive connections a session, 1..4)\n"
     "  --session-pages N     15 (mean pages a session)\n"
     "  --balancer NAME       leastconn (any dimmer balancer)\n"
-    "  --t1 W                60        --tcp-max N        200\n"
+    "  --t1 W                60        --tcp-max N|auto   200 (auto: learned from power)\n"
     "  --min-change S        10        --drain-timeout S  30\n"
     "  --slow-start S        10 (without burst)\n"
     "  --delay-off S         30        --margin X         0.25 (boot-aware)\n"
@@ -1358,7 +1378,8 @@ parse(int argc, char **argv, struct opts *o)
         } else if (strcmp(a, "--seeds") == 0) {
             ok = dm_sim_opt_unsigned(EXP, a, v, 1, 100, &p->seeds);
         } else if (strcmp(a, "--tcp-max") == 0) {
-            ok = dm_sim_opt_double(EXP, a, v, 1, 1e6, &p->tcp_max);
+            p->tcp_max_auto = v != NULL && strcmp(v, "auto") == 0;
+            ok = p->tcp_max_auto || dm_sim_opt_double(EXP, a, v, 1, 1e6, &p->tcp_max);
         } else {
             static const struct {
                 const char *name;

@@ -1400,6 +1400,7 @@ test_power_keys_are_read(void **state)
     pw = &c->pools[0].power;
     assert_string_equal(pw->policy, "boot-aware");
     assert_true(pw->t1_w == 60 && pw->step_w == 5 && pw->tcp_max == 200 && pw->full_w == 70);
+    assert_false(pw->tcp_max_auto);
     assert_int_equal(pw->boot_ms, 7000);
     assert_int_equal(pw->min_active, 1);
     sp = &c->pools[0].servers[0].power;
@@ -1407,6 +1408,11 @@ test_power_keys_are_read(void **state)
     assert_int_equal(sp->sleep, DM_ACT_NONE);
     assert_string_equal(sp->agent, "a");
     assert_true(sp->full_w == 70 && sp->idle_w == 40);
+    dm_conf_destroy(c);
+
+    /* tcp_max: auto learns it, from the seed's 200. */
+    c = load_ok(LISTEN POWER_POOL("      tcp_max: auto\n", ""));
+    assert_true(c->pools[0].power.tcp_max_auto && c->pools[0].power.tcp_max == 200);
     dm_conf_destroy(c);
 
     /* No power block, or power: off: not managed. */
@@ -1431,6 +1437,10 @@ test_power_errors(void **state)
                  "t.yaml:5:25: normal: expected four numbers [alpha, beta, -beta, -alpha], got 2");
     expect_error(LISTEN POWER_POOL("      perod: 5s\n", ""),
                  "t.yaml:5:7: unknown key \"perod\" (did you mean \"period\"?)");
+    expect_error(LISTEN POWER_POOL("      tcp_max: automatic\n", ""),
+                 "t.yaml:5:16: expected a number or auto, got \"automatic\"");
+    expect_error(LISTEN POWER_POOL("      tcp_max: 0\n", ""),
+                 "t.yaml:5:16: tcp_max must be at least 0.001, got 0");
     expect_error(LISTEN POWER_POOL("      period: 0\n", ""),
                  "t.yaml:5:15: period must be more than 0");
     expect_error(LISTEN POWER_POOL("      tier_low: 70\n      tier_high: 60\n", ""),

@@ -37,7 +37,7 @@ def report(name, seq, ts_ms=None, est_w=55.5, tcp=7, key=KEY, measured="-"):
 
 
 class PowerMetricsTest(H.DimmerTest):
-    def start(self, token=False, report_timeout="1s"):
+    def start(self, token=False, report_timeout="1s", power=""):
         key = self.path("agent.key")
         with open(key, "wb") as f:
             f.write(KEY + b"\n")
@@ -56,8 +56,8 @@ class PowerMetricsTest(H.DimmerTest):
             "plain": {"servers": [("o", self.other.port)]},
         }, admin=0, extra=extra)
         # The power block of pool web (always-on: nothing is slept under the test).
-        conf = conf.replace("  web:\n", "  web:\n    power: {policy: always-on, report_timeout: %s}\n"
-                            % report_timeout)
+        conf = conf.replace("  web:\n", "  web:\n    power: {policy: always-on, report_timeout: %s%s}\n"
+                            % (report_timeout, power))
         self.d = self.start_dimmer_conf(self.write_config(conf))
         self.metrics = next(p for kind, _, p in self.d.lines if kind == "metrics")
         self.tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -130,6 +130,44 @@ class PowerMetricsTest(H.DimmerTest):
         self.assertGreaterEqual(a["est_w"], 30)
         self.assertLessEqual(a["est_w"], 70)
         self.assertEqual(sum(self.reports().values()), 6)
+
+    def test_tcp_max_auto_is_learned_from_the_reports_and_kept_on_reload(self):
+        # The agents' TCP counts (tcp: agent) against their power: b1 at half
+        # of its span (idle 40 W, full 70 W) with 60 connections, b2 at a
+        # quarter with 30: 120 connections a server at full power. b2's
+        # reports then say it is saturated (70 W) with 10: left out.
+        self.start(report_timeout="5s",
+                   power=", tcp_max: auto, tcp: agent, trend_interval: 100ms")
+        pool = self.power()["pools"][0]
+        self.assertEqual((pool["tcp_max_source"], pool["tcp_max"]), ("learning", 200))
+        seq = [0]
+
+        def send_both(b2_w, b2_tcp):
+            seq[0] += 1
+            self.send(report("b1", seq[0], est_w=55, tcp=60))
+            self.send(report("b2", seq[0], est_w=b2_w, tcp=b2_tcp))
+
+        def learned():
+            send_both(47.5, 30)
+            return self.power()["pools"][0]["tcp_max_source"] == "learned"
+
+        H.wait_until(learned, 15, "tcp_max to be learned")
+        self.assertAlmostEqual(self.power()["pools"][0]["tcp_max"], 120, delta=0.5)
+        H.wait_until(lambda: send_both(70, 10) or self.server("b2")["watts"] == 70, 10,
+                     "b2's saturated reports")
+        # Half a second of them: trend readings every 100 ms take them in.
+        for _ in range(10):
+            send_both(70, 10)
+            time.sleep(0.05)
+        self.assertEqual(self.server("b2")["watts"], 70)
+        self.assertAlmostEqual(self.power()["pools"][0]["tcp_max"], 120, delta=0.5)
+        # A reload of the same config keeps what was learned.
+        gen = self.d.admin_stats()["generation"]
+        self.d.proc.signal(H.signal.SIGHUP)
+        H.wait_until(lambda: self.d.admin_stats()["generation"] > gen, 10, "the reload")
+        pool = self.power()["pools"][0]
+        self.assertEqual(pool["tcp_max_source"], "learned")
+        self.assertAlmostEqual(pool["tcp_max"], 120, delta=0.5)
 
     def test_operator_actions_need_the_token(self):
         self.start(token=True)
