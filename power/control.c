@@ -65,10 +65,10 @@ dm_pm_tcpmax_learn(struct dm_pm_tcpmax *l, const struct dm_pm_reading *r, size_t
             continue;
         }
         double u = (r[i].w - r[i].idle_w) / span;
-        if (!(u < 0.9)) {
+        if (!(u > 0 && u < 0.9)) {
             continue;
         }
-        l->work += u > 0 ? u : 0;
+        l->work += u;
         l->tcp += r[i].tcp > 0 ? r[i].tcp : 0;
     }
     *learned = l->work >= DM_PM_TCPMAX_EVIDENCE && l->tcp > 0;

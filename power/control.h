@@ -60,7 +60,8 @@ void dm_pm_metrics(struct dm_pm_trend *tr, const struct dm_pm_reading *r, size_t
  * half-life. A server at 90 % of its span or more is left out: a saturated
  * server's power says only that it is full (a burst of new sessions fills it
  * with few connections, a backlog with many), not how many connections fill
- * it. All zero: nothing learned yet.
+ * it; so is one at or below idle_w (no work to divide by; below it, a model
+ * that does not fit the server). All zero: nothing learned yet.
  */
 struct dm_pm_tcpmax {
     double tcp, work; /* the faded sums: connections and servers' worth of work */

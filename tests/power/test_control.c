@@ -114,15 +114,25 @@ test_no_connections_or_no_work_is_not_learned(void **st)
         assert_true(dm_pm_tcpmax_learn(&l, &r, 1, now, 200, &learned) == 200);
     }
     assert_false(learned);
-    /* Idle servers with connections: no work to learn from, ever. */
+    /* Idle servers with connections, or below idle (a power model that does
+     * not fit): no work to learn from, ever. */
     l = (struct dm_pm_tcpmax){ 0 };
     r = reading(50, 100);
-    r.w = 35;
     for (int i = 0; i < 100; i++, now += S) {
+        r.w = i % 2 ? 35 : 20;
         assert_true(dm_pm_tcpmax_learn(&l, &r, 1, now, 200, &learned) == 200);
     }
     assert_false(learned);
+    /* And they do not tip what the others teach. */
+    struct dm_pm_reading two[2] = { reading(50, 100), reading(500, 100) };
+    two[1].w = 20;
+    for (int i = 0; i < 20; i++, now += S) {
+        dm_pm_tcpmax_learn(&l, two, 2, now, 200, &learned);
+    }
+    assert_true(learned);
+    assert_true(fabs(dm_pm_tcpmax_learn(&l, two, 2, now, 200, &learned) - 100) < 0.5);
     /* A power model without a span (full_w at idle_w) says nothing either. */
+    l = (struct dm_pm_tcpmax){ 0 };
     r = reading(50, 100);
     r.full_w = r.idle_w;
     for (int i = 0; i < 100; i++, now += S) {
