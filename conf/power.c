@@ -238,7 +238,6 @@ dm_conf_load_pool_power(struct dm_conf_loader *ld, struct dm_conf_pool *p, const
     get_num(ld, v, PW_T1, 1e-3, &pw->t1_w);
     get_num(ld, v, PW_STEP, 0, &pw->step_w);
     if (v[PW_TCP_MAX] != NULL && v[PW_TCP_MAX]->type == YAML_SCALAR_NODE &&
-        v[PW_TCP_MAX]->data.scalar.style == YAML_PLAIN_SCALAR_STYLE &&
         strcmp(dm_conf_text_of(v[PW_TCP_MAX]), "auto") == 0) {
         pw->tcp_max_auto = true;
     } else if (v[PW_TCP_MAX] != NULL && v[PW_TCP_MAX]->type == YAML_SCALAR_NODE &&

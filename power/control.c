@@ -49,32 +49,43 @@ dm_pm_should_act(struct dm_pm_trend *tr, const struct dm_power_target *t,
     return (t->immediate || period) && t->servers != m->n_live + m->n_booting;
 }
 
-double
+bool
 dm_pm_tcpmax_learn(struct dm_pm_tcpmax *l, const struct dm_pm_reading *r, size_t n, uint64_t now_us,
-                   double fallback, bool *learned)
+                   double *tcp_max)
 {
-    if (l->last_us != 0 && now_us > l->last_us) {
-        double keep = exp2(-(double)(now_us - l->last_us) / (DM_PM_TCPMAX_HALF_LIFE_S * 1e6));
-        l->tcp *= keep;
-        l->work *= keep;
-    }
-    l->last_us = now_us;
+    double tcp = 0, work = 0;
     for (size_t i = 0; i < n; i++) {
         double span = r[i].full_w - r[i].idle_w;
         if (r[i].held || r[i].state != DM_PM_ACTIVE || !r[i].reported || !(span > 0)) {
             continue;
         }
         double u = (r[i].w - r[i].idle_w) / span;
-        if (!(u > 0 && u < 0.9)) {
+        if (!(u >= 0.1 && u < 0.9)) {
             continue;
         }
-        l->work += u;
-        l->tcp += r[i].tcp > 0 ? r[i].tcp : 0;
+        work += u;
+        tcp += r[i].tcp > 0 ? r[i].tcp : 0;
     }
-    *learned = l->work >= DM_PM_TCPMAX_EVIDENCE && l->tcp > 0;
-    if (!*learned) {
-        return fallback;
+    if (work > 0) {
+        if (l->last_us != 0 && now_us > l->last_us) {
+            double keep = exp2(-(double)(now_us - l->last_us) / (DM_PM_TCPMAX_HALF_LIFE_S * 1e6));
+            l->tcp *= keep;
+            l->work *= keep;
+        }
+        l->tcp += tcp;
+        l->work += work;
+    }
+    /* Ticks without a reading are skipped, not faded over. */
+    l->last_us = now_us;
+    l->learned = l->learned || (l->work >= DM_PM_TCPMAX_EVIDENCE && l->tcp > 0);
+    if (!l->learned || !(l->tcp > 0)) {
+        return false;
     }
     double v = l->tcp / l->work;
-    return v < 1 ? 1 : v > 1e6 ? 1e6 : v;
+    v = v < 1 ? 1 : v > 1e6 ? 1e6 : v;
+    if (fabs(v - *tcp_max) <= DM_PM_TCPMAX_MOVE * *tcp_max) {
+        return false;
+    }
+    *tcp_max = v;
+    return true;
 }

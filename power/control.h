@@ -57,28 +57,33 @@ void dm_pm_metrics(struct dm_pm_trend *tr, const struct dm_pm_reading *r, size_t
  * power, as the pool's connections over the servers' worth of work its
  * agents report, (w - idle_w) / (full_w - idle_w), both summed over the
  * active servers with a fresh report and over time, the past fading with a
- * half-life. A server at 90 % of its span or more is left out: a saturated
- * server's power says only that it is full (a burst of new sessions fills it
- * with few connections, a backlog with many), not how many connections fill
- * it; so is one at or below idle_w (no work to divide by; below it, a model
- * that does not fit the server). All zero: nothing learned yet.
+ * half-life (only while readings come in: a quiet night does not forget).
+ * A reading under 10 % of the span is left out (at low load the power is
+ * mostly the error of the idle figure, which would drag the value down),
+ * and so is one at 90 % or more: a saturated server's power says only that
+ * it is full (a burst of new sessions fills it with few connections, a
+ * backlog with many), not how many connections fill it. All zero: nothing
+ * learned yet.
  */
 struct dm_pm_tcpmax {
     double tcp, work; /* the faded sums: connections and servers' worth of work */
     uint64_t last_us;
+    bool learned; /* work has reached DM_PM_TCPMAX_EVIDENCE with connections seen */
 };
 
-#define DM_PM_TCPMAX_HALF_LIFE_S 600 /* the past's weight halves every 10 minutes */
-#define DM_PM_TCPMAX_EVIDENCE    5   /* readings' worth of one full server before it counts */
+#define DM_PM_TCPMAX_HALF_LIFE_S 600  /* the past's weight halves every 10 minutes of readings */
+#define DM_PM_TCPMAX_EVIDENCE    5    /* readings' worth of one full server before it counts */
+#define DM_PM_TCPMAX_MOVE        0.10 /* the value in use follows moves of more than this share */
 
 /*
- * Adds the readings of one trend tick at now_us and returns the learned
- * tcp_max, or fallback while the work seen (faded) is under
- * DM_PM_TCPMAX_EVIDENCE servers' worth of readings or no connection was seen;
- * *learned says which.
+ * Adds the readings of one trend tick at now_us. *tcp_max is the value in
+ * use (the configured one to start with): it becomes the learned value once
+ * there is enough evidence and whenever that moves by more than
+ * DM_PM_TCPMAX_MOVE of it. Returns whether *tcp_max changed: a policy's
+ * memory of connections counted against the old value is then stale.
  */
-double dm_pm_tcpmax_learn(struct dm_pm_tcpmax *l, const struct dm_pm_reading *r, size_t n,
-                          uint64_t now_us, double fallback, bool *learned);
+bool dm_pm_tcpmax_learn(struct dm_pm_tcpmax *l, const struct dm_pm_reading *r, size_t n,
+                        uint64_t now_us, double *tcp_max);
 
 /*
  * Whether the manager acts on the policy's target t now: at once when the

@@ -110,9 +110,9 @@ struct pm_pool {
     struct dm_power_metrics m;
     struct dm_power_target target;
     struct dm_pm_tcpmax tcpmax; /* tcp_max: auto, what the agents' reports taught */
-    bool tcpmax_learned;
-    long pinned;  /* -1: the policy decides */
-    bool present; /* in the current config */
+    long pinned;                /* -1: the policy decides */
+    bool present;               /* in the current config */
+    bool was_present;           /* in the one before */
     /* Decisions by load class and action: [class][0 up, 1 down, 2 stay]. */
     uint64_t decided[DM_PC_CLASSES][3];
 };
@@ -774,9 +774,10 @@ pool_trend(struct dm_powermgr *pm, struct pm_pool *p, uint64_t now)
             dm_sb_printf(&watts, "%s%s %.1f", watts.len ? ", " : "", s->cf->name, s->est_w);
         }
     }
-    if (pw->tcp_max_auto) {
-        p->params.tcp_max =
-            dm_pm_tcpmax_learn(&p->tcpmax, r, n, now, pw->tcp_max, &p->tcpmax_learned);
+    if (pw->tcp_max_auto && dm_pm_tcpmax_learn(&p->tcpmax, r, n, now, &p->params.tcp_max) &&
+        p->ops->init != NULL) {
+        /* The policy's memory counted connections against the old value. */
+        p->ops->init(p->state, &p->params);
     }
     struct dm_power_metrics m;
     dm_pm_metrics(&p->trend, r, n, (double)pw->trend_interval_ms / 1000, &m);
@@ -804,7 +805,7 @@ pool_trend(struct dm_powermgr *pm, struct pm_pool *p, uint64_t now)
             p->pinned >= 0 ? "pinned" : p->cf->power.policy, watts.p != NULL ? watts.p : "",
             m.total_w, avg, tier_name(p, avg), m.tcp, m.d_tcp, p->params.tcp_max,
             !pw->tcp_max_auto   ? ""
-            : p->tcpmax_learned ? ", learned"
+            : p->tcpmax.learned ? ", learned"
                                 : ", learning",
             t.w.alpha, t.w.beta, dm_power_class_name(t.cls), t.threshold_w, t.need_w, t.servers,
             m.n_live, m.n_booting, t.immediate ? " at once" : "",
@@ -976,6 +977,7 @@ configure(struct dm_powermgr *pm, struct dm_runtime *rt)
 {
     uint64_t now = dm_mono_us();
     for (size_t i = 0; i < pm->npools; i++) {
+        pm->pools[i]->was_present = pm->pools[i]->present;
         pm->pools[i]->present = false;
     }
     for (size_t i = 0; i < pm->nservers; i++) {
@@ -1008,7 +1010,10 @@ configure(struct dm_powermgr *pm, struct dm_runtime *rt)
         }
         struct dm_power_params pp;
         params_of(cf, &pp);
-        if (cf->power.tcp_max_auto && p->tcpmax_learned) {
+        if (!cf->power.tcp_max_auto || !p->was_present) {
+            /* Learned afresh: the pool's servers may not be the ones it learned from. */
+            p->tcpmax = (struct dm_pm_tcpmax){ 0 };
+        } else if (p->tcpmax.learned) {
             pp.tcp_max = p->params.tcp_max; /* learned: a reload keeps it */
         }
         /* A policy's own state carries over a reload when the policy stays. */
@@ -1404,7 +1409,7 @@ dm_power_json(struct dm_powermgr *pm, struct dm_sbuf *b)
                      p->m.n_total, p->m.total_w, p->m.tcp, p->m.d_tcp,
                      p->cf->power.tcp_source == DM_TCP_AGENT ? "agent" : "proxy", p->params.tcp_max,
                      !p->cf->power.tcp_max_auto ? "config"
-                     : p->tcpmax_learned        ? "learned"
+                     : p->tcpmax.learned        ? "learned"
                                                 : "learning",
                      (unsigned long long)held_requests(pm, p), watts, energy);
         bool sfirst = true;

@@ -729,10 +729,11 @@ trend(struct pw_run *run)
                                         .full_w = run->p->full_w };
     }
     uint64_t now = dm_sim_now_us(&run->sim);
-    if (run->p->tcp_max_auto) {
-        bool learned;
-        run->pp.tcp_max =
-            dm_pm_tcpmax_learn(&run->learn, rd, run->p->servers, now, run->p->tcp_max, &learned);
+    if (run->p->tcp_max_auto &&
+        dm_pm_tcpmax_learn(&run->learn, rd, run->p->servers, now, &run->pp.tcp_max) &&
+        run->ops->init != NULL && dm_power_find(run->p->policy) != NULL) {
+        /* As the proxy does: a policy's memory is stale (the yardsticks have none). */
+        run->ops->init(run->state, &run->pp);
     }
     run->r->tcp_max = run->pp.tcp_max;
     struct dm_power_metrics m;

@@ -1,8 +1,10 @@
 /*
  * The power manager's pure arithmetic (power/control.h): tcp_max learned from
- * the agents' reports (tcp_max: auto), which leaves out saturated servers,
- * the proxy's own estimates and held or inactive servers, waits for enough
- * evidence, and follows a change of the servers at its half-life.
+ * the agents' reports (tcp_max: auto), which leaves out saturated and nearly
+ * idle servers, the proxy's own estimates and held or inactive servers,
+ * waits for enough evidence, follows a change of the servers at its
+ * half-life in steps of more than a tenth, and does not forget over a quiet
+ * night.
  */
 #include "dm_test.h"
 
@@ -31,114 +33,155 @@ test_learns_connections_per_server_at_full_power(void **st)
 {
     (void)st;
     struct dm_pm_tcpmax l = { 0 };
-    bool learned = true;
+    double in_use = 200;
     uint64_t now = 1000 * S;
     /* Two servers at 20 % and 50 % of a 130-connection server: 0.7 of a
-     * server a reading, so eight readings are not yet five servers' worth. */
+     * server a reading, so seven readings (4.9) are not yet five servers'
+     * worth, and the eighth is. */
     struct dm_pm_reading r[2] = { reading(26, 130), reading(65, 130) };
     for (int i = 0; i < 7; i++, now += S) {
-        assert_true(dm_pm_tcpmax_learn(&l, r, 2, now, 200, &learned) == 200);
-        assert_false(learned);
+        assert_false(dm_pm_tcpmax_learn(&l, r, 2, now, &in_use));
+        assert_false(l.learned);
+        assert_true(in_use == 200);
     }
-    double v = 0;
-    for (int i = 0; i < 3; i++, now += S) {
-        v = dm_pm_tcpmax_learn(&l, r, 2, now, 200, &learned);
+    assert_true(dm_pm_tcpmax_learn(&l, r, 2, now, &in_use));
+    assert_true(l.learned);
+    assert_true(fabs(in_use - 130) < 0.5);
+    /* Steady: the value in use stays, and nothing is said to change. */
+    for (int i = 0; i < 100; i++) {
+        now += S;
+        assert_false(dm_pm_tcpmax_learn(&l, r, 2, now, &in_use));
     }
-    assert_true(learned);
-    assert_true(fabs(v - 130) < 0.5);
+    assert_true(fabs(in_use - 130) < 0.5);
 }
 
 static void
-test_leaves_out_saturated_estimated_and_idle_readings(void **st)
+test_leaves_out_saturated_idle_estimated_and_inactive_readings(void **st)
 {
     (void)st;
     struct dm_pm_tcpmax l = { 0 };
-    bool learned = false;
+    double in_use = 200;
     uint64_t now = 1000 * S;
-    double v = 0;
     for (int i = 0; i < 60; i++, now += S) {
-        struct dm_pm_reading r[6] = {
-            reading(40, 100),  /* the one that counts: 0.4 of a server */
-            reading(30, 30),   /* a burst: full with 30 connections */
-            reading(500, 100), /* a backlog: full (capped) with 500 */
-            reading(20, 100),  reading(20, 100), reading(20, 100),
+        /* Only the first counts: 0.4 of a server at 100 a server. Each other
+         * one would teach another figure if it counted. */
+        struct dm_pm_reading r[8] = {
+            reading(40, 100),  reading(30, 30), /* a burst: full with 30 connections */
+            reading(500, 100),                  /* a backlog: full (capped) with 500 */
+            reading(20, 40),                    /* the proxy's own estimate: made from tcp_max */
+            reading(20, 40),                    /* held by the operator */
+            reading(20, 40),                    /* draining: not taking requests */
+            reading(4, 40),                     /* 10 % of its span: counts... */
+            reading(3, 40),                     /* ...7.5 %: mostly the idle figure's error */
         };
-        r[3].reported = false;       /* the proxy's own estimate: made from tcp_max */
-        r[4].held = true;            /* the operator's */
-        r[5].state = DM_PM_DRAINING; /* not taking requests */
-        v = dm_pm_tcpmax_learn(&l, r, 6, now, 200, &learned);
+        r[3].reported = false;
+        r[4].held = true;
+        r[5].state = DM_PM_DRAINING;
+        r[6].w += 0.01; /* clear of rounding at the 10 % edge */
+        dm_pm_tcpmax_learn(&l, r, 8, now, &in_use);
     }
-    assert_true(learned);
-    assert_true(fabs(v - 100) < 0.5);
+    assert_true(l.learned);
+    /* (40 + 4) / (0.4 + 0.1) = 88; with any other reading it is not. */
+    assert_true(fabs(in_use - 88) < 0.5);
 }
 
 static void
-test_follows_a_change_at_its_half_life(void **st)
+test_follows_a_change_in_steps_of_a_tenth(void **st)
 {
     (void)st;
     struct dm_pm_tcpmax l = { 0 };
-    bool learned = false;
+    double in_use = 200;
     uint64_t now = 1000 * S;
     struct dm_pm_reading a = reading(50, 100), b = reading(50, 200);
-    /* An hour at 100, then servers that hold twice the connections: after one
-     * half-life (600 s) of readings at 200, the old readings and the new
-     * weigh about the same, (50 + 50) / (0.5 + 0.25) = 133; ten half-lives
-     * later the old are forgotten. */
     for (int i = 0; i < 3600; i++, now += S) {
-        dm_pm_tcpmax_learn(&l, &a, 1, now, 200, &learned);
+        dm_pm_tcpmax_learn(&l, &a, 1, now, &in_use);
     }
-    double v = 0;
+    assert_true(fabs(in_use - 100) < 0.5);
+    /* Servers that hold twice the connections: after one half-life (600 s)
+     * of their readings, the old and the new weigh about the same, (50 + 50)
+     * / (0.5 + 0.25) = 133, and the value in use is within a tenth of it,
+     * reached in a few steps (each one resets a policy's memory). */
+    int steps = 0;
     for (int i = 0; i < DM_PM_TCPMAX_HALF_LIFE_S; i++, now += S) {
-        v = dm_pm_tcpmax_learn(&l, &b, 1, now, 200, &learned);
+        steps += dm_pm_tcpmax_learn(&l, &b, 1, now, &in_use);
     }
-    assert_true(learned);
-    assert_true(v > 128 && v < 138);
+    assert_true(in_use > 115 && in_use < 138);
+    assert_true(steps >= 1 && steps <= 3);
     for (int i = 0; i < 10 * DM_PM_TCPMAX_HALF_LIFE_S; i++, now += S) {
-        v = dm_pm_tcpmax_learn(&l, &b, 1, now, 200, &learned);
+        steps += dm_pm_tcpmax_learn(&l, &b, 1, now, &in_use);
     }
-    assert_true(fabs(v - 200) < 2);
+    assert_true(in_use > 200 / 1.1 && in_use <= 200.5);
+    assert_true(steps <= 10);
 }
 
 static void
-test_no_connections_or_no_work_is_not_learned(void **st)
+test_a_quiet_night_forgets_nothing(void **st)
 {
     (void)st;
     struct dm_pm_tcpmax l = { 0 };
-    bool learned = true;
+    double in_use = 200;
+    uint64_t now = 1000 * S;
+    struct dm_pm_reading busy = reading(50, 100), idle = reading(2, 100);
+    for (int i = 0; i < 60; i++, now += S) {
+        dm_pm_tcpmax_learn(&l, &busy, 1, now, &in_use);
+    }
+    assert_true(fabs(in_use - 100) < 0.5);
+    double work = l.work;
+    /* Twelve hours of idle servers (2 % of the span): nothing to learn from. */
+    for (int i = 0; i < 12 * 3600; i++, now += S) {
+        assert_false(dm_pm_tcpmax_learn(&l, &idle, 1, now, &in_use));
+    }
+    assert_true(l.learned);
+    assert_true(l.work == work);
+    assert_true(fabs(in_use - 100) < 0.5);
+    /* The morning's first reading weighs one second's worth, not the night's. */
+    struct dm_pm_reading other = reading(50, 300);
+    dm_pm_tcpmax_learn(&l, &other, 1, now, &in_use);
+    assert_true(l.work > work);
+    assert_true(fabs(in_use - 100) < 0.5);
+}
+
+static void
+test_nothing_to_divide_is_never_learned(void **st)
+{
+    (void)st;
+    struct dm_pm_tcpmax l = { 0 };
+    double in_use = 200;
     uint64_t now = 1000 * S;
     /* Busy servers without a connection counted (tcp: agent with clients
      * elsewhere): nothing to divide. */
     struct dm_pm_reading r = reading(50, 100);
     r.tcp = 0;
     for (int i = 0; i < 100; i++, now += S) {
-        assert_true(dm_pm_tcpmax_learn(&l, &r, 1, now, 200, &learned) == 200);
+        assert_false(dm_pm_tcpmax_learn(&l, &r, 1, now, &in_use));
     }
-    assert_false(learned);
+    assert_false(l.learned);
     /* Idle servers with connections, or below idle (a power model that does
-     * not fit): no work to learn from, ever. */
+     * not fit): no work to learn from. */
     l = (struct dm_pm_tcpmax){ 0 };
     r = reading(50, 100);
     for (int i = 0; i < 100; i++, now += S) {
         r.w = i % 2 ? 35 : 20;
-        assert_true(dm_pm_tcpmax_learn(&l, &r, 1, now, 200, &learned) == 200);
+        assert_false(dm_pm_tcpmax_learn(&l, &r, 1, now, &in_use));
     }
-    assert_false(learned);
-    /* And they do not tip what the others teach. */
-    struct dm_pm_reading two[2] = { reading(50, 100), reading(500, 100) };
-    two[1].w = 20;
-    for (int i = 0; i < 20; i++, now += S) {
-        dm_pm_tcpmax_learn(&l, two, 2, now, 200, &learned);
-    }
-    assert_true(learned);
-    assert_true(fabs(dm_pm_tcpmax_learn(&l, two, 2, now, 200, &learned) - 100) < 0.5);
+    assert_false(l.learned);
     /* A power model without a span (full_w at idle_w) says nothing either. */
     l = (struct dm_pm_tcpmax){ 0 };
     r = reading(50, 100);
     r.full_w = r.idle_w;
     for (int i = 0; i < 100; i++, now += S) {
-        assert_true(dm_pm_tcpmax_learn(&l, &r, 1, now, 200, &learned) == 200);
+        assert_false(dm_pm_tcpmax_learn(&l, &r, 1, now, &in_use));
     }
-    assert_false(learned);
+    assert_false(l.learned);
+    assert_true(in_use == 200);
+    /* Learned within a tenth of the value in use: it stays. */
+    l = (struct dm_pm_tcpmax){ 0 };
+    r = reading(50, 190);
+    for (int i = 0; i < 100; i++, now += S) {
+        assert_false(dm_pm_tcpmax_learn(&l, &r, 1, now, &in_use));
+    }
+    assert_true(l.learned);
+    assert_true(in_use == 200);
 }
 
 int
@@ -146,9 +189,10 @@ main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_learns_connections_per_server_at_full_power),
-        cmocka_unit_test(test_leaves_out_saturated_estimated_and_idle_readings),
-        cmocka_unit_test(test_follows_a_change_at_its_half_life),
-        cmocka_unit_test(test_no_connections_or_no_work_is_not_learned),
+        cmocka_unit_test(test_leaves_out_saturated_idle_estimated_and_inactive_readings),
+        cmocka_unit_test(test_follows_a_change_in_steps_of_a_tenth),
+        cmocka_unit_test(test_a_quiet_night_forgets_nothing),
+        cmocka_unit_test(test_nothing_to_divide_is_never_learned),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
