@@ -11,7 +11,11 @@
  * once for load / u1 servers, u1 = (T1 - idle_w) / (full_w - idle_w) being
  * the share of a server the seed's threshold T1 keeps busy.
  *
- * Up: the load now (or over the last boot delay, whichever is more) plus
+ * Up: the load now as its connections count it, or the mean load over the
+ * last boot delay, whichever is more (power that reads full for a second or
+ * two, a step's sessions all asking for their first page at once, is a
+ * burst over long before a server woken for it is up; full power that
+ * lasts moves the mean), plus
  * the spare its slope uses up within a boot delay (and a margin), the slope
  * fitted over the last boot delay's readings (at least four) so that one
  * burst is not a trend, and counted only while the last readings still
@@ -187,7 +191,8 @@ decide(void *state, const struct dm_power_params *p, const struct dm_power_metri
      * delay (and its margin, as the memory fades), not past the peak (a step
      * back to a known level needs what that level needed), nor past what is
      * there now. */
-    double base = load_now > mean_load ? load_now : mean_load;
+    double by_tcp_now = p->tcp_max > 0 ? m->tcp / p->tcp_max : 0;
+    double base = by_tcp_now > mean_load ? by_tcp_now : mean_load; /* not a burst's power */
     double up_load = base + spare;
     double cap = base > peak_before ? base : peak_before;
     if (demand_now <= peak_old * (1 + p->margin) && up_load > cap) {
