@@ -78,7 +78,7 @@ dm_pm_tcpmax_learn(struct dm_pm_tcpmax *l, const struct dm_pm_reading *r, size_t
     /* Ticks without a reading are skipped, not faded over. */
     l->last_us = now_us;
     l->learned = l->learned || (l->work >= DM_PM_TCPMAX_EVIDENCE && l->tcp > 0);
-    if (!l->learned || !(l->tcp > 0)) {
+    if (!l->learned) {
         return false;
     }
     double v = l->tcp / l->work;

@@ -750,6 +750,13 @@ tier_name(const struct pm_pool *p, double avg_w)
     return names[dm_power_tier(&p->params, avg_w) - p->params.tiers];
 }
 
+/* Where the pool's tcp_max in use comes from: config, or learning / learned (auto). */
+static const char *
+tcp_max_source(const struct pm_pool *p)
+{
+    return !p->cf->power.tcp_max_auto ? "config" : p->tcpmax.learned ? "learned" : "learning";
+}
+
 static void
 pool_trend(struct dm_powermgr *pm, struct pm_pool *p, uint64_t now)
 {
@@ -797,19 +804,16 @@ pool_trend(struct dm_powermgr *pm, struct pm_pool *p, uint64_t now)
     if (dm_pm_should_act(&p->trend, &t, &m, pw->period_ms * 1000, now)) {
         struct dm_sbuf did = { 0 };
         act(pm, p, t.servers, now, false, &did);
-        decision(
-            pm, p,
-            "%s: W [%s] total %.1f (%.1f a server: tier %s), TCP %.0f dTCP %+.0f (tcp_max %.0f%s), "
-            "alpha %g beta %g, class "
-            "%s, threshold %.1f W, need %.1f W: %u servers (live %u, booting %u)%s:%s",
-            p->pinned >= 0 ? "pinned" : p->cf->power.policy, watts.p != NULL ? watts.p : "",
-            m.total_w, avg, tier_name(p, avg), m.tcp, m.d_tcp, p->params.tcp_max,
-            !pw->tcp_max_auto   ? ""
-            : p->tcpmax.learned ? ", learned"
-                                : ", learning",
-            t.w.alpha, t.w.beta, dm_power_class_name(t.cls), t.threshold_w, t.need_w, t.servers,
-            m.n_live, m.n_booting, t.immediate ? " at once" : "",
-            did.p != NULL ? did.p : " nothing");
+        decision(pm, p,
+                 "%s: W [%s] total %.1f (%.1f a server: tier %s), TCP %.0f dTCP %+.0f (tcp_max "
+                 "%.0f%s%s), "
+                 "alpha %g beta %g, class "
+                 "%s, threshold %.1f W, need %.1f W: %u servers (live %u, booting %u)%s:%s",
+                 p->pinned >= 0 ? "pinned" : p->cf->power.policy, watts.p != NULL ? watts.p : "",
+                 m.total_w, avg, tier_name(p, avg), m.tcp, m.d_tcp, p->params.tcp_max,
+                 pw->tcp_max_auto ? ", " : "", pw->tcp_max_auto ? tcp_max_source(p) : "", t.w.alpha,
+                 t.w.beta, dm_power_class_name(t.cls), t.threshold_w, t.need_w, t.servers, m.n_live,
+                 m.n_booting, t.immediate ? " at once" : "", did.p != NULL ? did.p : " nothing");
         free(did.p);
     } else {
         dm_log_debug(
@@ -1408,10 +1412,7 @@ dm_power_json(struct dm_powermgr *pm, struct dm_sbuf *b)
                      t->servers, t->immediate ? "true" : "false", p->m.n_live, p->m.n_booting,
                      p->m.n_total, p->m.total_w, p->m.tcp, p->m.d_tcp,
                      p->cf->power.tcp_source == DM_TCP_AGENT ? "agent" : "proxy", p->params.tcp_max,
-                     !p->cf->power.tcp_max_auto ? "config"
-                     : p->tcpmax.learned        ? "learned"
-                                                : "learning",
-                     (unsigned long long)held_requests(pm, p), watts, energy);
+                     tcp_max_source(p), (unsigned long long)held_requests(pm, p), watts, energy);
         bool sfirst = true;
         for (size_t j = 0; j < pm->nservers; j++) {
             if (pm->servers[j]->pool == p) {

@@ -28,6 +28,19 @@ reading(double tcp, double tcp_max)
                                    .full_w = 70 };
 }
 
+/* Feeds the same readings once a second for `seconds`; how many times the
+ * value in use changed. */
+static int
+feed(struct dm_pm_tcpmax *l, const struct dm_pm_reading *r, size_t n, uint64_t *now, int seconds,
+     double *in_use)
+{
+    int changes = 0;
+    for (int i = 0; i < seconds; i++, *now += S) {
+        changes += dm_pm_tcpmax_learn(l, r, n, *now, in_use);
+    }
+    return changes;
+}
+
 static void
 test_learns_connections_per_server_at_full_power(void **st)
 {
@@ -93,23 +106,16 @@ test_follows_a_change_in_steps_of_a_tenth(void **st)
     double in_use = 200;
     uint64_t now = 1000 * S;
     struct dm_pm_reading a = reading(50, 100), b = reading(50, 200);
-    for (int i = 0; i < 3600; i++, now += S) {
-        dm_pm_tcpmax_learn(&l, &a, 1, now, &in_use);
-    }
+    feed(&l, &a, 1, &now, 3600, &in_use);
     assert_true(fabs(in_use - 100) < 0.5);
     /* Servers that hold twice the connections: after one half-life (600 s)
      * of their readings, the old and the new weigh about the same, (50 + 50)
      * / (0.5 + 0.25) = 133, and the value in use is within a tenth of it,
      * reached in a few steps (each one resets a policy's memory). */
-    int steps = 0;
-    for (int i = 0; i < DM_PM_TCPMAX_HALF_LIFE_S; i++, now += S) {
-        steps += dm_pm_tcpmax_learn(&l, &b, 1, now, &in_use);
-    }
+    int steps = feed(&l, &b, 1, &now, DM_PM_TCPMAX_HALF_LIFE_S, &in_use);
     assert_true(in_use > 115 && in_use < 138);
     assert_true(steps >= 1 && steps <= 3);
-    for (int i = 0; i < 10 * DM_PM_TCPMAX_HALF_LIFE_S; i++, now += S) {
-        steps += dm_pm_tcpmax_learn(&l, &b, 1, now, &in_use);
-    }
+    steps += feed(&l, &b, 1, &now, 10 * DM_PM_TCPMAX_HALF_LIFE_S, &in_use);
     assert_true(in_use > 200 / 1.1 && in_use <= 200.5);
     assert_true(steps <= 10);
 }
@@ -122,15 +128,11 @@ test_a_quiet_night_forgets_nothing(void **st)
     double in_use = 200;
     uint64_t now = 1000 * S;
     struct dm_pm_reading busy = reading(50, 100), idle = reading(2, 100);
-    for (int i = 0; i < 60; i++, now += S) {
-        dm_pm_tcpmax_learn(&l, &busy, 1, now, &in_use);
-    }
+    feed(&l, &busy, 1, &now, 60, &in_use);
     assert_true(fabs(in_use - 100) < 0.5);
     double work = l.work;
     /* Twelve hours of idle servers (2 % of the span): nothing to learn from. */
-    for (int i = 0; i < 12 * 3600; i++, now += S) {
-        assert_false(dm_pm_tcpmax_learn(&l, &idle, 1, now, &in_use));
-    }
+    assert_int_equal(feed(&l, &idle, 1, &now, 12 * 3600, &in_use), 0);
     assert_true(l.learned);
     assert_true(l.work == work);
     assert_true(fabs(in_use - 100) < 0.5);
@@ -152,9 +154,7 @@ test_nothing_to_divide_is_never_learned(void **st)
      * elsewhere): nothing to divide. */
     struct dm_pm_reading r = reading(50, 100);
     r.tcp = 0;
-    for (int i = 0; i < 100; i++, now += S) {
-        assert_false(dm_pm_tcpmax_learn(&l, &r, 1, now, &in_use));
-    }
+    assert_int_equal(feed(&l, &r, 1, &now, 100, &in_use), 0);
     assert_false(l.learned);
     /* Idle servers with connections, or below idle (a power model that does
      * not fit): no work to learn from. */
@@ -169,17 +169,13 @@ test_nothing_to_divide_is_never_learned(void **st)
     l = (struct dm_pm_tcpmax){ 0 };
     r = reading(50, 100);
     r.full_w = r.idle_w;
-    for (int i = 0; i < 100; i++, now += S) {
-        assert_false(dm_pm_tcpmax_learn(&l, &r, 1, now, &in_use));
-    }
+    assert_int_equal(feed(&l, &r, 1, &now, 100, &in_use), 0);
     assert_false(l.learned);
     assert_true(in_use == 200);
     /* Learned within a tenth of the value in use: it stays. */
     l = (struct dm_pm_tcpmax){ 0 };
     r = reading(50, 190);
-    for (int i = 0; i < 100; i++, now += S) {
-        assert_false(dm_pm_tcpmax_learn(&l, &r, 1, now, &in_use));
-    }
+    assert_int_equal(feed(&l, &r, 1, &now, 100, &in_use), 0);
     assert_true(l.learned);
     assert_true(in_use == 200);
 }
