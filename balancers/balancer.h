@@ -205,6 +205,18 @@ int dm_balancer_pick_past_ramps(struct dm_balancer *b, const struct dm_pick *in,
  */
 bool dm_server_keeps_affinity(const struct dm_server *s, uint64_t now_us, bool spill_when_full);
 
+/*
+ * A waiting request's place in its pool's queue under `queue_order: size`
+ * (HAProxy's set-priority-offset, set from the response's expected size):
+ * its arrival plus 1 microsecond for each byte its response is expected to
+ * be (1 ms a kB: served before any request that came later by more than
+ * that), at most half of the queue's timeout, so that a large response
+ * overtaken by small ones still has half its time left to find a place.
+ * Returns the offset to add to the arrival, in microseconds. The proxy's
+ * queue and the simulator's both ask this.
+ */
+uint64_t dm_queue_offset_us(uint64_t expected_bytes, uint64_t queue_timeout_us);
+
 /* Frees the balancer; NULL is a no-op. */
 static inline void
 dm_balancer_destroy(struct dm_balancer *b)

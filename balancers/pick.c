@@ -43,3 +43,10 @@ dm_server_keeps_affinity(const struct dm_server *s, uint64_t now_us, bool spill_
     }
     return !spill_when_full || dm_counter_get(&s->host->inflight) < s->capacity;
 }
+
+uint64_t
+dm_queue_offset_us(uint64_t expected_bytes, uint64_t queue_timeout_us)
+{
+    uint64_t cap = queue_timeout_us / 2;
+    return expected_bytes < cap ? expected_bytes : cap;
+}

@@ -195,6 +195,10 @@ struct dm_conf_pool {
      * most; one more is answered 503 at once. Default 0 = no bound but
      * timeouts.queue. */
     unsigned max_queue;
+    /* queue_order: size serves the waiting requests of each worker by
+     * arrival plus their response's expected size from the catalog
+     * (dm_queue_offset_us); arrival (default, false): in arrival order. */
+    bool queue_by_size;
     struct dm_conf_power power;
     struct dm_conf_session session; /* read whatever the policy; used by balance: session */
     struct dm_conf_tls_client *tls; /* TLS to the servers (conf/tls.h); NULL: plain */

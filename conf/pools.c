@@ -305,6 +305,7 @@ enum {
     POOL_POWER,
     POOL_SESSION,
     POOL_MAX_QUEUE,
+    POOL_QUEUE_ORDER,
     POOL_TLS,
     POOL_N
 };
@@ -320,10 +321,12 @@ static const char *const pool_keys[POOL_N] = {
     [POOL_POWER] = "power",
     [POOL_SESSION] = "session",
     [POOL_MAX_QUEUE] = "max_queue",
+    [POOL_QUEUE_ORDER] = "queue_order",
     [POOL_TLS] = "tls",
 };
 
 static const char *const affinity_names[] = { "connection", "request" };
+static const char *const queue_order_names[] = { "arrival", "size" };
 
 bool
 dm_conf_pool_defaults(struct dm_conf_pool *p)
@@ -362,6 +365,13 @@ load_pool(struct dm_conf_loader *ld, struct dm_conf_pool *p, const yaml_node_t *
     }
     if (v[POOL_MAX_QUEUE] != NULL) {
         (void)dm_conf_get_unsigned(ld, v[POOL_MAX_QUEUE], "max_queue", 0, 10000000, &p->max_queue);
+    }
+    if (v[POOL_QUEUE_ORDER] != NULL) {
+        int o = dm_conf_get_choice(ld, v[POOL_QUEUE_ORDER], "queue_order", queue_order_names,
+                                   DM_CONF_NKEYS(queue_order_names));
+        if (o >= 0) {
+            p->queue_by_size = o == 1;
+        }
     }
     /* Before the servers: their power blocks take their defaults from it. */
     if (v[POOL_POWER] != NULL) {

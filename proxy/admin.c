@@ -218,9 +218,10 @@ stats_json(struct dm_sbuf *b, const struct dm_admin *a)
         }
         dm_sb_printf(b,
                      "],\"queue\":{\"now\":%llu,\"peak\":%llu,\"max_queue\":%u,"
-                     "\"timeout_ms\":%llu,\"timeouts\":%llu,\"full\":%llu}",
+                     "\"order\":\"%s\",\"timeout_ms\":%llu,\"timeouts\":%llu,\"full\":%llu}",
                      (unsigned long long)dm_counter_get(&p->queued),
                      (unsigned long long)dm_counter_get(&p->queue_peak), p->cf->max_queue,
+                     p->cf->queue_by_size ? "size" : "arrival",
                      (unsigned long long)rt->conf->timeouts.queue_ms,
                      (unsigned long long)dm_counter_get(&p->queue_timeouts),
                      (unsigned long long)dm_counter_get(&p->queue_full));

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "balancers/balancer.h"
 #include "conf/tls.h"
 #include "parsers/catalog.h"
 #include "proxy/accesslog.h"
@@ -206,7 +207,15 @@ dm_client_queue(struct dm_client *c)
     struct dm_rpool *p = &c->rt->pools[req->pool];
     uint64_t now = uv_now(&c->w->loop);
     if (req->queue_deadline_ms == 0) {
-        req->queue_deadline_ms = now + c->rt->conf->timeouts.queue_ms;
+        uint64_t queue_ms = c->rt->conf->timeouts.queue_ms;
+        req->queue_deadline_ms = now + queue_ms;
+        req->queue_key_ms = req->queue_deadline_ms;
+        if (p->cf->queue_by_size) {
+            uint64_t dflt = c->rt->conf->catalog.default_object_bytes;
+            struct dm_catalog *cat = c->rt->catalog;
+            uint64_t size = cat != NULL ? dm_catalog_size(cat, req->key, dflt) : dflt;
+            req->queue_key_ms = now + dm_queue_offset_us(size, queue_ms * 1000) / 1000;
+        }
     }
     if (now >= req->queue_deadline_ms) {
         dm_counter_add(&p->queue_timeouts, 1);
@@ -230,7 +239,7 @@ dm_client_queue(struct dm_client *c)
     c->queued = true;
     c->held_pool = (uint16_t)req->pool;
     dm_counter_add(&c->w->nqueued, 1);
-    tq_insert(c->w, &c->timer, DM_T_QUEUE, req->queue_deadline_ms);
+    tq_insert(c->w, &c->timer, DM_T_QUEUE, req->queue_key_ms);
     /* A place freed between the full pick and the counts above woke nobody:
      * this worker looks again on its next loop pass. */
     dm_workers_queue_kick_self(c->w);
@@ -329,6 +338,29 @@ client_timer_start(struct dm_client *c, enum dm_tkind kind, uint64_t ms)
 
 static void client_timeout(struct dm_client *c, enum dm_tkind kind);
 
+/*
+ * The queue is in the order of its keys (queue_key_ms), each at or before
+ * its request's deadline: the requests whose key has passed are the only
+ * ones whose deadline may have. In arrival order the key is the deadline,
+ * so this takes from the head as the other lists do; in size order it
+ * walks the requests that have waited past their offset (a few ms to half
+ * of timeouts.queue), at most the worker's queue.
+ */
+static void
+queue_expire(struct dm_worker *w, uint64_t now)
+{
+    struct dm_tnode *n = w->tq[DM_T_QUEUE].head;
+    while (n != NULL && n->deadline_ms <= now) {
+        struct dm_tnode *next = n->next;
+        struct dm_client *c = (struct dm_client *)((char *)n - offsetof(struct dm_client, timer));
+        if (c->req->queue_deadline_ms <= now) {
+            dm_tq_remove(w, n);
+            client_timeout(c, DM_T_QUEUE);
+        }
+        n = next;
+    }
+}
+
 void
 dm_clients_expire(struct dm_worker *w)
 {
@@ -337,6 +369,10 @@ dm_clients_expire(struct dm_worker *w)
         /* Bounded: each pass takes the head off the list (a body window that
          * is re-armed goes back to a later deadline). */
         struct dm_tnode *n;
+        if (k == DM_T_QUEUE) {
+            queue_expire(w, now);
+            continue;
+        }
         while ((n = w->tq[k].head) != NULL && n->deadline_ms <= now) {
             dm_tq_remove(w, n);
             struct dm_client *c =
@@ -1036,7 +1072,7 @@ client_head_done(struct dm_client *c)
     req->routed = true;
     req->pool = dm_route_match(cf, req->info.host.p, req->info.host.len, req->info.path.p,
                                req->info.path.len);
-    if (c->rt->pools[req->pool].work) {
+    if (c->rt->pools[req->pool].keyed) {
         /* A connection whose page came from a host-less preload keys its
          * objects without host too, so that they match the page's list. */
         bool any = c->any_host;

@@ -164,6 +164,10 @@ struct dm_req {
     bool cut;       /* it ended with its connection before its response did */
     uint64_t hold_deadline_ms;  /* loop time a held request gets its 503; 0: never held */
     uint64_t queue_deadline_ms; /* loop time a queued request gets its 503; 0: never queued */
+    /* Its place in the worker's queue, never after queue_deadline_ms: the
+     * deadline itself in arrival order, arrival + dm_queue_offset_us of its
+     * expected size with queue_order: size. */
+    uint64_t queue_key_ms;
     bool close_client;
     bool dechunk; /* HTTP/1.0 client, chunked response: strip the framing */
     /* A session (an Upgrade of a session pool): its place in the pool's

@@ -140,6 +140,7 @@ struct dm_rpool {
     atomic_uint_fast64_t queue_peak;
     bool limited; /* a server has max_conns */
     bool work;    /* the policy needs work or objects: track expected work, learn the catalog */
+    bool keyed;   /* work, or queue_order: size: requests keyed, sizes learnt in the catalog */
     bool hashing; /* the policy reads dm_pick.key */
     /* The policy places sessions (DM_BAL_NEEDS_SESSIONS): the pool's placer,
      * which belongs to the process's placers (proxy/session.h); else NULL. */

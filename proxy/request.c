@@ -596,7 +596,7 @@ dm_req_finish(struct dm_req *req)
     struct dm_rpool *p = &c->rt->pools[req->pool];
     dm_req_account(req);
     uint64_t body = up != NULL ? up->parser.body_bytes : 0;
-    if (p->work) {
+    if (p->keyed) {
         dm_learn_finish(req, body);
     }
     dm_accesslog_write(req);

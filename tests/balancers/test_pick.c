@@ -53,6 +53,28 @@ test_affinity_spills_from_a_full_server(void **state)
     dm_fixture_destroy(f);
 }
 
+/* queue_order: size: 1 us a byte, at most half the queue's timeout. */
+static void
+test_queue_offset(void **state)
+{
+    (void)state;
+    const uint64_t queue_us = 5000000; /* timeouts.queue's default */
+    assert_int_equal(dm_queue_offset_us(0, queue_us), 0);
+    assert_int_equal(dm_queue_offset_us(10, queue_us), 10);
+    assert_int_equal(dm_queue_offset_us(200000, queue_us), 200000);
+    /* Larger responses than half the timeout's worth all wait the same offset. */
+    assert_int_equal(dm_queue_offset_us(2499999, queue_us), 2499999);
+    assert_int_equal(dm_queue_offset_us(2500000, queue_us), 2500000);
+    assert_int_equal(dm_queue_offset_us(UINT64_MAX, queue_us), 2500000);
+    /* A smaller response is never placed after a larger one that came at once. */
+    for (uint64_t b = 1; b < 4000000; b = b * 3 + 1) {
+        assert_true(dm_queue_offset_us(b - 1, queue_us) <= dm_queue_offset_us(b, queue_us));
+        assert_true(dm_queue_offset_us(b, queue_us) <= queue_us / 2);
+    }
+    assert_int_equal(dm_queue_offset_us(100, 1000), 100);
+    assert_int_equal(dm_queue_offset_us(100, 100), 50);
+}
+
 /* A ramp-full server is passed over while another can take the request, not otherwise. */
 static void
 test_pick_past_ramps(void **state)
@@ -91,6 +113,7 @@ main(void)
         cmocka_unit_test(test_affinity_keeps_a_usable_server),
         cmocka_unit_test(test_affinity_spills_from_a_full_server),
         cmocka_unit_test(test_pick_past_ramps),
+        cmocka_unit_test(test_queue_offset),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

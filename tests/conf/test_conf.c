@@ -1678,10 +1678,28 @@ test_queue_keys(void **state)
     assert_int_equal(c->pools[0].max_queue, 7);
     assert_int_equal(c->pools[0].servers[0].max_conns, 3);
     assert_int_equal(c->pools[0].servers[1].max_conns, 0);
+    assert_false(c->pools[0].queue_by_size); /* queue_order: arrival by default */
     dm_conf_destroy(c);
     expect_error(LISTEN "timeouts: {queue: 0}\npools:\n  p:\n    servers:\n"
                         "      - {name: a, address: \"127.0.0.1:9001\"}\n",
                  "t.yaml:2:19: queue must be more than 0");
+    static const struct {
+        const char *order;
+        bool by_size;
+    } orders[] = { { "size", true }, { "arrival", false } };
+    for (size_t i = 0; i < sizeof orders / sizeof orders[0]; i++) {
+        char y[256];
+        snprintf(y, sizeof y,
+                 LISTEN "pools:\n  p:\n    queue_order: %s\n    servers:\n"
+                        "      - {name: a, address: \"127.0.0.1:9001\", max_conns: 1}\n",
+                 orders[i].order);
+        c = load_ok(y);
+        assert_int_equal(c->pools[0].queue_by_size, orders[i].by_size);
+        dm_conf_destroy(c);
+    }
+    expect_error(LISTEN "pools:\n  p:\n    queue_order: smallest\n    servers:\n"
+                        "      - {name: a, address: \"127.0.0.1:9001\"}\n",
+                 "t.yaml:4:18: unknown queue_order \"smallest\" (known: arrival, size)");
     expect_error(LISTEN "pools:\n  p:\n    max_queue: -1\n    servers:\n"
                         "      - {name: a, address: \"127.0.0.1:9001\"}\n",
                  "t.yaml:4:16: max_queue must be between 0 and 10000000, got -1");

@@ -164,6 +164,57 @@ class QueueTest(H.DimmerTest):
         self.assertEqual(n.stats()["requests"], 16)
         self.assertEqual(self.queue()["now"], 0)
 
+    def served_order(self, order):
+        """Which of a large and a small response, queued in that order behind a
+        busy server, dimmer sends first under queue_order ORDER."""
+        n = self.node("n-" + order)
+        self.d = self.start_dimmer(
+            {"web": {"servers": [(n.name, n.port, {"max_conns": 1})], "passive": NO_PASSIVE,
+                     "queue_order": order}},
+            timeouts={"queue": "20s"})
+        big, small = "/bytes/200000?ms=300", "/bytes/10?ms=300"
+        for path in (big, small):  # the catalog learns their sizes from these
+            self.assertEqual(H.get(self.d.port, path).status, 200)
+        holder = H.Conn(self.d.port, timeout=10)
+        conns = {"big": H.Conn(self.d.port, timeout=10), "small": H.Conn(self.d.port, timeout=10)}
+        done = {}
+        try:
+            holder.send(H.build_request("GET", "/bytes/1?ms=800"))
+            H.wait_until(lambda: n.stats()["in_service"] == 1, 5, "the holder in service")
+            conns["big"].send(H.build_request("GET", big))
+            H.wait_until(lambda: self.queue()["now"] == 1, 5, "the large one queued")
+            conns["small"].send(H.build_request("GET", small))
+            H.wait_until(lambda: self.queue()["now"] == 2, 5, "the small one queued")
+
+            def read(name):
+                r = conns[name].read_response(timeout=15)
+                done[name] = (time.monotonic(), r.status, len(r.body))
+
+            threads = [threading.Thread(target=read, args=(k,)) for k in conns]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(20)
+            self.assertEqual(holder.read_response(timeout=10).status, 200)
+        finally:
+            holder.close()
+            for c in conns.values():
+                c.close()
+        self.assertEqual(done["big"][1:], (200, 200000))
+        self.assertEqual(done["small"][1:], (200, 10))
+        self.assertEqual(n.stats()["in_service_max"], 1)
+        self.assertEqual(self.queue()["order"], order)
+        # One at a time, 300 ms each: the second ends a service time after the first.
+        first, second = sorted(done, key=lambda k: done[k][0])
+        self.assertGreater(done[second][0] - done[first][0], 0.2)
+        return first
+
+    def test_queue_order_size_sends_the_smaller_expected_response_first(self):
+        self.assertEqual(self.served_order("size"), "small")
+
+    def test_queue_order_arrival_keeps_the_turn(self):
+        self.assertEqual(self.served_order("arrival"), "big")
+
     def test_no_limit_by_default(self):
         n = self.node("n1")
         self.d = self.start_dimmer({"web": {"servers": [(n.name, n.port)],
