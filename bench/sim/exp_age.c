@@ -65,6 +65,7 @@
 #define TICK_S       0.1                   /* the proxy's aging tick */
 #define CATALOG_CAP  ((uint64_t)256 << 20) /* the catalog's memory cap, ample */
 #define DFLT_OBJECT  10240                 /* catalog.default_object_bytes' default */
+#define QUEUE_US     5000000               /* timeouts.queue's default (connect's) */
 #define SITE_HOST    "sim"
 
 enum catalog_mode { CAT_LEARN, CAT_PRELOAD, CAT_OFF };
@@ -101,6 +102,8 @@ struct opts {
     double cost;                            /* bytes */
     enum catalog_mode catalog;
     enum affinity_mode affinity;
+    double queue; /* max_conns a unit of capacity for the columns that pick per request; 0: none */
+    bool queue_size; /* queue_order: size (else arrival) */
 };
 
 /* One replication's site and its catalog keys, shared read-only by its runs. */
@@ -121,6 +124,7 @@ struct req {
     int64_t added; /* the expected work it added at the pick (work pools) */
     int64_t work;  /* what it still counts in the server's inflight_work */
     double sent;
+    double qkey; /* its place in the pool's queue, s */
     int server;
     bool page;
 };
@@ -167,12 +171,14 @@ struct world {
     struct req *inflight[MAX_SERVERS];
     double busy0[MAX_SERVERS];
     struct conn *aging;
+    struct req *q; /* the pool's queue (--queue), in the order of qkey */
     struct user *users;
     struct dm_rng arrivals;
     uint64_t user_seed, nusers;
     double user_rate; /* open mode: users per second */
     bool work;        /* the policy needs in-flight work (and the catalog) */
     bool bind;        /* connections stay on their first server */
+    bool queue; /* max_conns and the pool's queue (--queue, a column that picks per request) */
     bool oom;
     struct result *res;
 };
@@ -327,6 +333,38 @@ is_least_loaded(const struct world *w, int idx, double x)
 
 static void visit_start_cb(struct dm_sim *sim, void *arg, uint64_t tag);
 
+/* A server's max_conns under --queue: its share of the queue's places, at least one. */
+static unsigned
+qlimit(const struct world *w, unsigned i)
+{
+    unsigned l = (unsigned)(w->o->queue * w->o->cap[i] + 0.5);
+    return l < 1 ? 1 : l;
+}
+
+/* Marks the servers at their max_conns as tried (the proxy passes them over); any left? */
+static bool
+qroom(const struct world *w, uint8_t *tried)
+{
+    bool any = false;
+    for (unsigned i = 0; i < w->o->nservers; i++) {
+        if (dm_counter_get(&w->sv->s[i].host->inflight) >= qlimit(w, i)) {
+            tried[i / 8] |= (uint8_t)(1u << (i % 8));
+        } else {
+            any = true;
+        }
+    }
+    return any;
+}
+
+static void dispatch(struct world *w, struct req *r, uint8_t *tried);
+
+/*
+ * As proxy/request.c sends a request: with --queue, to a server under its
+ * max_conns, or into the pool's queue when every one is full or others
+ * wait already (a newcomer does not take a place before them); the queue
+ * is in arrival order, or by arrival plus dm_queue_offset_us of the size
+ * the catalog expects (queue_order: size).
+ */
 static void
 send_request(struct world *w, struct conn *c, uint64_t key, uint64_t bytes, bool first)
 {
@@ -338,6 +376,48 @@ send_request(struct world *w, struct conn *c, uint64_t key, uint64_t bytes, bool
     r->sent = sim->now;
     r->page = first;
     r->added = r->work = 0;
+    uint8_t tried[MAX_SERVERS / 8 + 1] = { 0 };
+    if (w->queue && (w->q != NULL || !qroom(w, tried))) {
+        r->qkey = sim->now;
+        if (w->o->queue_size) {
+            uint64_t size =
+                w->cat != NULL ? dm_catalog_size(w->cat, key, DFLT_OBJECT) : DFLT_OBJECT;
+            r->qkey += (double)dm_queue_offset_us(size, QUEUE_US) / 1e6;
+        }
+        struct req **pp = &w->q;
+        while (*pp != NULL && (*pp)->qkey <= r->qkey) {
+            pp = &(*pp)->next;
+        }
+        r->next = *pp;
+        *pp = r;
+        return;
+    }
+    dispatch(w, r, w->queue ? tried : NULL);
+}
+
+/* A place freed: the queue's first requests take the places there are. */
+static void
+qdrain(struct world *w)
+{
+    while (w->q != NULL) {
+        uint8_t tried[MAX_SERVERS / 8 + 1] = { 0 };
+        if (!qroom(w, tried)) {
+            return;
+        }
+        struct req *r = w->q;
+        w->q = r->next;
+        r->next = NULL;
+        dispatch(w, r, tried);
+    }
+}
+
+static void
+dispatch(struct world *w, struct req *r, uint8_t *tried)
+{
+    struct dm_sim *sim = &w->sim;
+    struct conn *c = r->c;
+    uint64_t key = r->key, bytes = r->bytes;
+    bool first = r->page;
     int idx;
     if (c->bound >= 0) {
         idx = c->bound; /* affinity: connection */
@@ -345,7 +425,9 @@ send_request(struct world *w, struct conn *c, uint64_t key, uint64_t bytes, bool
         if (w->work) {
             work_sync(w);
         }
-        struct dm_pick pk = { .key = key, .now_us = dm_sim_now_us(sim), .rng = &sim->rng };
+        struct dm_pick pk = {
+            .key = key, .tried = tried, .now_us = dm_sim_now_us(sim), .rng = &sim->rng
+        };
         idx = dm_balancer_pick(w->bal, &pk);
         if (idx < 0 || (unsigned)idx >= w->o->nservers) {
             w->oom = true; /* every server is up: a policy that finds none is broken */
@@ -477,10 +559,13 @@ done_cb(struct dm_sim *sim, struct dm_sim_srv *srv, struct dm_sim_job *job)
     }
     dm_counter_sub(&s->inflight, 1);
     dm_counter_sub(&s->host->inflight, 1);
+    if (w->queue) {
+        qdrain(w);
+    }
     const struct dm_surge_page *pg = &w->site->s.pages[c->page];
-    if (w->work && w->cat != NULL) {
+    if (w->cat != NULL) {
         dm_catalog_learn_size(w->cat, r->key, r->bytes);
-        if (r->page) {
+        if (w->work && r->page) {
             dm_catalog_learn_page(w->cat, r->key, &w->site->obj_key[pg->first], pg->n);
         }
     }
@@ -623,6 +708,7 @@ run_one(struct run *run)
     w->bind = (o->affinity == AFF_ALL && !run->pol->per_request) ||
               (ops->needs & DM_BAL_BINDS_CONNECTIONS) != 0 ||
               run->pol->by_conns; /* a connection is on one server: what it counts */
+    w->queue = o->queue > 0 && !w->bind;
     double unit = o->speed * o->nservers / cap_sum(o); /* bytes/s per unit of capacity */
     w->sv = dm_servers_create(o->nservers);
     if (w->sv == NULL) {
@@ -641,7 +727,7 @@ run_one(struct run *run)
     if (w->bal == NULL) {
         goto fail;
     }
-    if (w->work && o->catalog != CAT_OFF) {
+    if ((w->work || (w->queue && o->queue_size)) && o->catalog != CAT_OFF) {
         w->cat = dm_catalog_create(CATALOG_CAP);
         if (w->cat == NULL) {
             goto fail;
@@ -786,7 +872,14 @@ static const char usage[] =
     "  --affinity MODE    all (default: every connection stays on its first server,\n"
     "                     as at the paper's dispatcher) or policy (only the policies\n"
     "                     that bind connections, as dimmer's defaults; the others pick\n"
-    "                     for every request)\n";
+    "                     for every request)\n"
+    "  --queue K          the columns that pick every request get dimmer's per-server\n"
+    "                     max_conns, K per unit of capacity (at least 1), and the pool's\n"
+    "                     queue for a request that finds every server full (default 0:\n"
+    "                     no limit, no queue)\n"
+    "  --queue-order O    arrival (default) or size: the queue in arrival order, or\n"
+    "                     by arrival plus the catalog's expected size as dimmer's\n"
+    "                     queue_order: size (1 ms a kB, at most half of timeouts.queue)\n";
 
 static bool
 parse_policies(const char *val, struct opts *o)
@@ -999,6 +1092,14 @@ parse(const struct dm_sim_ctx *ctx, int argc, char **argv, struct opts *o)
                                                      : (enum affinity_mode) - 1;
             if ((int)o->affinity < 0) {
                 fprintf(stderr, "dimmer-sim age: --affinity: all or policy\n");
+                ok = false;
+            }
+        } else if (strcmp(a, "--queue") == 0) {
+            ok = dm_sim_opt_double(E, a, v, 0, 1000, &o->queue);
+        } else if (strcmp(a, "--queue-order") == 0) {
+            o->queue_size = strcmp(v, "size") == 0;
+            if (!o->queue_size && strcmp(v, "arrival") != 0) {
+                fprintf(stderr, "dimmer-sim age: --queue-order: arrival or size\n");
                 ok = false;
             }
         } else {
