@@ -212,10 +212,21 @@ bool dm_server_keeps_affinity(const struct dm_server *s, uint64_t now_us, bool s
  * be (1 ms a kB: served before any request that came later by more than
  * that), at most half of the queue's timeout, so that a large response
  * overtaken by small ones still has half its time left to find a place.
- * Returns the offset to add to the arrival, in microseconds. The proxy's
- * queue and the simulator's both ask this.
+ *
+ * The sizes go by classes, two to a power of two (a class's sizes within
+ * 1.5x of one another), and the offset is the class's smallest size: the
+ * requests of one class are in arrival order, so a queue can keep one list
+ * a class, each in order by appending, and serve the smallest key of their
+ * heads, instead of walking one list past every larger response to place a
+ * smaller one (which a client could make quadratic). Class 0 is below 128
+ * bytes (and every request of a queue in arrival order); the last,
+ * DM_QUEUE_CLASSES - 1, from 4 MiB. The proxy's queue and the simulator's
+ * both ask these.
  */
-uint64_t dm_queue_offset_us(uint64_t expected_bytes, uint64_t queue_timeout_us);
+#define DM_QUEUE_CLASSES 32
+unsigned dm_queue_class(uint64_t expected_bytes);
+/* The offset to add to the arrival, in microseconds, of a class's requests. */
+uint64_t dm_queue_class_offset_us(unsigned cls, uint64_t queue_timeout_us);
 
 /* Frees the balancer; NULL is a no-op. */
 static inline void

@@ -44,9 +44,27 @@ dm_server_keeps_affinity(const struct dm_server *s, uint64_t now_us, bool spill_
     return !spill_when_full || dm_counter_get(&s->host->inflight) < s->capacity;
 }
 
-uint64_t
-dm_queue_offset_us(uint64_t expected_bytes, uint64_t queue_timeout_us)
+unsigned
+dm_queue_class(uint64_t expected_bytes)
 {
+    if (expected_bytes < 128) {
+        return 0;
+    }
+    unsigned top = 63 - (unsigned)__builtin_clzll(expected_bytes); /* 7 or more */
+    unsigned half = (unsigned)(expected_bytes >> (top - 1)) & 1;
+    unsigned cls = 2 * (top - 7) + half + 1;
+    return cls < DM_QUEUE_CLASSES ? cls : DM_QUEUE_CLASSES - 1;
+}
+
+uint64_t
+dm_queue_class_offset_us(unsigned cls, uint64_t queue_timeout_us)
+{
+    uint64_t smallest = 0;
+    if (cls > 0) {
+        cls = cls < DM_QUEUE_CLASSES ? cls : DM_QUEUE_CLASSES - 1;
+        unsigned top = 7 + (cls - 1) / 2;
+        smallest = (1ull << top) + ((cls - 1) % 2) * (1ull << (top - 1));
+    }
     uint64_t cap = queue_timeout_us / 2;
-    return expected_bytes < cap ? expected_bytes : cap;
+    return smallest < cap ? smallest : cap;
 }

@@ -197,7 +197,7 @@ struct dm_conf_pool {
     unsigned max_queue;
     /* queue_order: size serves the waiting requests of each worker by
      * arrival plus their response's expected size from the catalog
-     * (dm_queue_offset_us); arrival (default, false): in arrival order. */
+     * (dm_queue_class_offset_us); arrival (default, false): in arrival order. */
     bool queue_by_size;
     struct dm_conf_power power;
     struct dm_conf_session session; /* read whatever the policy; used by balance: session */

@@ -69,13 +69,20 @@ status_text(unsigned status)
  * changed the duration, or a request's remaining bound) walks back to its
  * place.
  */
+/* The list a node of `kind` (and class cls, for DM_T_QUEUE) is on. */
+static struct dm_tq *
+tq_list(struct dm_worker *w, unsigned kind, unsigned cls)
+{
+    return kind == DM_T_QUEUE ? &w->queue[cls] : &w->tq[kind];
+}
+
 void
 dm_tq_remove(struct dm_worker *w, struct dm_tnode *n)
 {
     if (n->kind == DM_T_NONE) {
         return;
     }
-    struct dm_tq *q = &w->tq[n->kind];
+    struct dm_tq *q = tq_list(w, n->kind, n->cls);
     if (n->prev != NULL) {
         n->prev->next = n->next;
     } else {
@@ -90,18 +97,25 @@ dm_tq_remove(struct dm_worker *w, struct dm_tnode *n)
     n->kind = DM_T_NONE;
 }
 
-/* Puts n on the list of `kind`, to fire at loop time deadline_ms. */
+/*
+ * Puts n on the list of `kind` (of class cls for DM_T_QUEUE), to fire (or be
+ * served) at loop time deadline_ms. From the tail: a list's deadlines come
+ * in the order they are set, but for a timeout a reload changed, or a
+ * queued request put back at its old place after a failed attempt.
+ */
 static void
-tq_insert(struct dm_worker *w, struct dm_tnode *n, enum dm_tkind kind, uint64_t deadline_ms)
+tq_insert(struct dm_worker *w, struct dm_tnode *n, enum dm_tkind kind, unsigned cls,
+          uint64_t deadline_ms)
 {
     dm_tq_remove(w, n);
-    struct dm_tq *q = &w->tq[kind];
+    struct dm_tq *q = tq_list(w, kind, cls);
     struct dm_tnode *after = q->tail;
     while (after != NULL && after->deadline_ms > deadline_ms) {
         after = after->prev;
     }
     n->deadline_ms = deadline_ms;
     n->kind = (uint8_t)kind;
+    n->cls = (uint8_t)cls;
     n->prev = after;
     if (after != NULL) {
         n->next = after->next;
@@ -170,7 +184,7 @@ dm_client_hold(struct dm_client *c)
     }
     c->held = true;
     c->held_pool = (uint16_t)req->pool;
-    tq_insert(c->w, &c->timer, DM_T_HOLD, req->hold_deadline_ms);
+    tq_insert(c->w, &c->timer, DM_T_HOLD, 0, req->hold_deadline_ms);
     uv_async_t *n = atomic_load(&dm_hold_notify);
     if (n != NULL) {
         uv_async_send(n);
@@ -209,12 +223,15 @@ dm_client_queue(struct dm_client *c)
     if (req->queue_deadline_ms == 0) {
         uint64_t queue_ms = c->rt->conf->timeouts.queue_ms;
         req->queue_deadline_ms = now + queue_ms;
-        req->queue_key_ms = req->queue_deadline_ms;
+        req->queue_key_ms = now;
+        req->queue_class = 0;
         if (p->cf->queue_by_size) {
             uint64_t dflt = c->rt->conf->catalog.default_object_bytes;
             struct dm_catalog *cat = c->rt->catalog;
             uint64_t size = cat != NULL ? dm_catalog_size(cat, req->key, dflt) : dflt;
-            req->queue_key_ms = now + dm_queue_offset_us(size, queue_ms * 1000) / 1000;
+            unsigned cls = dm_queue_class(size);
+            req->queue_class = (uint8_t)cls;
+            req->queue_key_ms += dm_queue_class_offset_us(cls, queue_ms * 1000) / 1000;
         }
     }
     if (now >= req->queue_deadline_ms) {
@@ -239,7 +256,7 @@ dm_client_queue(struct dm_client *c)
     c->queued = true;
     c->held_pool = (uint16_t)req->pool;
     dm_counter_add(&c->w->nqueued, 1);
-    tq_insert(c->w, &c->timer, DM_T_QUEUE, req->queue_key_ms);
+    tq_insert(c->w, &c->timer, DM_T_QUEUE, req->queue_class, req->queue_key_ms);
     /* A place freed between the full pick and the counts above woke nobody:
      * this worker looks again on its next loop pass. */
     dm_workers_queue_kick_self(c->w);
@@ -268,9 +285,25 @@ dm_clients_queue_retry(struct dm_worker *w)
      * tries again.
      */
     uint64_t stayed = 0;
-    struct dm_tnode *n = w->tq[DM_T_QUEUE].head;
-    while (n != NULL) {
-        struct dm_tnode *next = n->next;
+    struct dm_tnode *at[DM_QUEUE_CLASSES]; /* each class's next */
+    for (unsigned k = 0; k < DM_QUEUE_CLASSES; k++) {
+        at[k] = w->queue[k].head;
+    }
+    for (;;) {
+        /* The smallest key of the classes' next (of two alike, the smaller class's). */
+        unsigned best = DM_QUEUE_CLASSES;
+        for (unsigned k = 0; k < DM_QUEUE_CLASSES; k++) {
+            if (at[k] != NULL &&
+                (best == DM_QUEUE_CLASSES || at[k]->deadline_ms < at[best]->deadline_ms)) {
+                best = k;
+            }
+        }
+        if (best == DM_QUEUE_CLASSES) {
+            break;
+        }
+        struct dm_tnode *n = at[best];
+        /* n->next is still queued afterwards: only c's own request moves. */
+        at[best] = n->next;
         struct dm_client *c = (struct dm_client *)((char *)n - offsetof(struct dm_client, timer));
         uint64_t bit = 1ull << (c->held_pool % 64);
         if ((stayed & bit) == 0) {
@@ -284,8 +317,6 @@ dm_clients_queue_retry(struct dm_worker *w)
                 }
             }
         }
-        /* next is still queued: only c's own request moved. */
-        n = next;
     }
 }
 
@@ -302,7 +333,7 @@ dm_client_session_wait(struct dm_client *c)
     if (now >= req->session_deadline_ms) {
         return false;
     }
-    tq_insert(c->w, &c->timer, DM_T_SESSION, req->session_deadline_ms);
+    tq_insert(c->w, &c->timer, DM_T_SESSION, 0, req->session_deadline_ms);
     return true;
 }
 
@@ -333,31 +364,32 @@ client_timer_start(struct dm_client *c, enum dm_tkind kind, uint64_t ms)
         dm_client_timer_stop(c);
         return;
     }
-    tq_insert(c->w, &c->timer, kind, uv_now(&c->w->loop) + ms);
+    tq_insert(c->w, &c->timer, kind, 0, uv_now(&c->w->loop) + ms);
 }
 
 static void client_timeout(struct dm_client *c, enum dm_tkind kind);
 
 /*
- * The queue is in the order of its keys (queue_key_ms), each at or before
- * its request's deadline: the requests whose key has passed are the only
- * ones whose deadline may have. In arrival order the key is the deadline,
- * so this takes from the head as the other lists do; in size order it
- * walks the requests that have waited past their offset (a few ms to half
- * of timeouts.queue), at most the worker's queue.
+ * Each class's list is in the order of its keys (queue_key_ms), arrival plus
+ * the class's offset, so in the order of its deadlines, arrival plus
+ * timeouts.queue: the requests to time out are at the heads. (A reload that
+ * shortens timeouts.queue may leave a newer, shorter deadline behind older
+ * ones for at most the old timeout.)
  */
 static void
 queue_expire(struct dm_worker *w, uint64_t now)
 {
-    struct dm_tnode *n = w->tq[DM_T_QUEUE].head;
-    while (n != NULL && n->deadline_ms <= now) {
-        struct dm_tnode *next = n->next;
-        struct dm_client *c = (struct dm_client *)((char *)n - offsetof(struct dm_client, timer));
-        if (c->req->queue_deadline_ms <= now) {
+    for (unsigned k = 0; k < DM_QUEUE_CLASSES; k++) {
+        struct dm_tnode *n;
+        while ((n = w->queue[k].head) != NULL) {
+            struct dm_client *c =
+                (struct dm_client *)((char *)n - offsetof(struct dm_client, timer));
+            if (c->req->queue_deadline_ms > now) {
+                break;
+            }
             dm_tq_remove(w, n);
             client_timeout(c, DM_T_QUEUE);
         }
-        n = next;
     }
 }
 
@@ -525,7 +557,7 @@ static void
 client_send_arm(struct dm_client *c, size_t queued)
 {
     c->send_mark = queued;
-    tq_insert(c->w, &c->send_timer, DM_T_SEND,
+    tq_insert(c->w, &c->send_timer, DM_T_SEND, 0,
               uv_now(&c->w->loop) + c->rt->conf->timeouts.client_send_ms);
 }
 
@@ -1082,7 +1114,8 @@ client_head_done(struct dm_client *c)
     c->state = DM_C_CONNECT;
     dm_client_timer_stop(c);
     if (cf->timeouts.request_ms > 0) {
-        tq_insert(c->w, &req->bound, DM_T_REQUEST, uv_now(&c->w->loop) + cf->timeouts.request_ms);
+        tq_insert(c->w, &req->bound, DM_T_REQUEST, 0,
+                  uv_now(&c->w->loop) + cf->timeouts.request_ms);
     }
     dm_req_pick_and_connect(req);
     return false;

@@ -164,10 +164,12 @@ struct dm_req {
     bool cut;       /* it ended with its connection before its response did */
     uint64_t hold_deadline_ms;  /* loop time a held request gets its 503; 0: never held */
     uint64_t queue_deadline_ms; /* loop time a queued request gets its 503; 0: never queued */
-    /* Its place in the worker's queue, never after queue_deadline_ms: the
-     * deadline itself in arrival order, arrival + dm_queue_offset_us of its
-     * expected size with queue_order: size. */
+    /* Its place in the worker's queue, set when it is first queued: the
+     * arrival in arrival order, arrival + dm_queue_class_offset_us of its
+     * expected size's class (queue_class) with queue_order: size; never
+     * after queue_deadline_ms. */
     uint64_t queue_key_ms;
+    uint8_t queue_class;
     bool close_client;
     bool dechunk; /* HTTP/1.0 client, chunked response: strip the framing */
     /* A session (an Upgrade of a session pool): its place in the pool's

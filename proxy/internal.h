@@ -251,6 +251,7 @@ struct dm_tnode {
     struct dm_tnode *prev, *next;
     uint64_t deadline_ms; /* loop time at which it fires */
     uint8_t kind;         /* enum dm_tkind: the list it is on, DM_T_NONE for none */
+    uint8_t cls;          /* DM_T_QUEUE: its class's list (dm_queue_class) */
 };
 
 struct dm_tq {
@@ -272,8 +273,12 @@ struct dm_worker {
     uint64_t cmd_seen;           /* the last command epoch carried out */
     unsigned commanded_closing;  /* connections a command closed, not yet freed */
     struct dm_tq tq[DM_T_KINDS]; /* timeout lists, by enum dm_tkind */
-    struct dm_client *aging;     /* clients with policy state, for on_tick */
-    struct dm_upstream *corked;  /* server connections with writes to flush */
+    /* The queue (DM_T_QUEUE, max_conns) in place of tq[DM_T_QUEUE]: one
+     * list a size class (balancers/balancer.h), each in the order of its
+     * keys; served smallest key first over their heads. */
+    struct dm_tq queue[DM_QUEUE_CLASSES];
+    struct dm_client *aging;    /* clients with policy state, for on_tick */
+    struct dm_upstream *corked; /* server connections with writes to flush */
     /* TLS (proxy/tls.h): the scratch buffer ciphertext is read into, and
      * the connections whose input waits for the next loop pass. */
     char *tls_scratch;
@@ -312,8 +317,8 @@ struct dm_worker {
     atomic_bool paused_now;                  /* accept_paused, for GET /stats */
     atomic_uint_fast64_t refused_per_client; /* closed at max_conns_per_client */
     atomic_uint_fast64_t refused_rate;       /* requests answered 429 by limits.rate */
-    atomic_uint_fast64_t nqueued; /* its requests on tq[DM_T_QUEUE] (other workers read) */
-    atomic_uint_fast64_t beats;   /* ticks run: the control thread's watchdog reads it */
+    atomic_uint_fast64_t nqueued;            /* its requests on queue[] (other workers read) */
+    atomic_uint_fast64_t beats;              /* ticks run: the control thread's watchdog reads it */
     int log_fd;
     char *log_buf;
     size_t log_len;

@@ -454,8 +454,11 @@ tick_cb(uv_timer_t *t)
     }
     /* Queued requests (max_conns) hear of each freed place at once
      * (WAKE_QUEUE); every tick besides, for a server that became usable. */
-    if (w->tq[DM_T_QUEUE].head != NULL) {
-        dm_clients_queue_retry(w);
+    for (unsigned k = 0; k < DM_QUEUE_CLASSES; k++) {
+        if (w->queue[k].head != NULL) {
+            dm_clients_queue_retry(w);
+            break;
+        }
     }
     w->busy_since_decay |= w->busy > 0;
     if ((w->ticks + w->id * 37) % DM_DECAY_TICKS == 0) { /* workers apart */

@@ -362,8 +362,8 @@ static void dispatch(struct world *w, struct req *r, uint8_t *tried);
  * As proxy/request.c sends a request: with --queue, to a server under its
  * max_conns, or into the pool's queue when every one is full or others
  * wait already (a newcomer does not take a place before them); the queue
- * is in arrival order, or by arrival plus dm_queue_offset_us of the size
- * the catalog expects (queue_order: size).
+ * is in arrival order, or by arrival plus dm_queue_class_offset_us of the
+ * class of the size the catalog expects (queue_order: size).
  */
 static void
 send_request(struct world *w, struct conn *c, uint64_t key, uint64_t bytes, bool first)
@@ -382,7 +382,7 @@ send_request(struct world *w, struct conn *c, uint64_t key, uint64_t bytes, bool
         if (w->o->queue_size) {
             uint64_t size =
                 w->cat != NULL ? dm_catalog_size(w->cat, key, DFLT_OBJECT) : DFLT_OBJECT;
-            r->qkey += (double)dm_queue_offset_us(size, QUEUE_US) / 1e6;
+            r->qkey += (double)dm_queue_class_offset_us(dm_queue_class(size), QUEUE_US) / 1e6;
         }
         struct req **pp = &w->q;
         while (*pp != NULL && (*pp)->qkey <= r->qkey) {

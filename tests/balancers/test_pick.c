@@ -53,26 +53,42 @@ test_affinity_spills_from_a_full_server(void **state)
     dm_fixture_destroy(f);
 }
 
-/* queue_order: size: 1 us a byte, at most half the queue's timeout. */
+/* queue_order: size: 1 us a byte of the class's smallest size, at most half the queue's timeout. */
 static void
 test_queue_offset(void **state)
 {
     (void)state;
     const uint64_t queue_us = 5000000; /* timeouts.queue's default */
-    assert_int_equal(dm_queue_offset_us(0, queue_us), 0);
-    assert_int_equal(dm_queue_offset_us(10, queue_us), 10);
-    assert_int_equal(dm_queue_offset_us(200000, queue_us), 200000);
+    assert_int_equal(dm_queue_class(0), 0);
+    assert_int_equal(dm_queue_class(127), 0);
+    assert_int_equal(dm_queue_class(128), 1);
+    assert_int_equal(dm_queue_class(191), 1);
+    assert_int_equal(dm_queue_class(192), 2);
+    assert_int_equal(dm_queue_class(256), 3);
+    assert_int_equal(dm_queue_class(4u << 20), DM_QUEUE_CLASSES - 1);
+    assert_int_equal(dm_queue_class(UINT64_MAX), DM_QUEUE_CLASSES - 1);
+    assert_int_equal(dm_queue_class_offset_us(0, queue_us), 0);
+    assert_int_equal(dm_queue_class_offset_us(1, queue_us), 128);
+    assert_int_equal(dm_queue_class_offset_us(2, queue_us), 192);
+    assert_int_equal(dm_queue_class_offset_us(dm_queue_class(200000), queue_us), 196608);
     /* Larger responses than half the timeout's worth all wait the same offset. */
-    assert_int_equal(dm_queue_offset_us(2499999, queue_us), 2499999);
-    assert_int_equal(dm_queue_offset_us(2500000, queue_us), 2500000);
-    assert_int_equal(dm_queue_offset_us(UINT64_MAX, queue_us), 2500000);
-    /* A smaller response is never placed after a larger one that came at once. */
-    for (uint64_t b = 1; b < 4000000; b = b * 3 + 1) {
-        assert_true(dm_queue_offset_us(b - 1, queue_us) <= dm_queue_offset_us(b, queue_us));
-        assert_true(dm_queue_offset_us(b, queue_us) <= queue_us / 2);
+    assert_int_equal(dm_queue_class_offset_us(dm_queue_class(4000000), queue_us), 2500000);
+    assert_int_equal(dm_queue_class_offset_us(DM_QUEUE_CLASSES - 1, queue_us), 2500000);
+    assert_int_equal(dm_queue_class_offset_us(1000, queue_us), 2500000);
+    assert_int_equal(dm_queue_class_offset_us(1, 100), 50);
+    /* Every size is in the class whose smallest size is at or below it and
+     * within 1.5x of it; a smaller response is never placed after a larger
+     * one that came at once. */
+    for (uint64_t b = 1; b < (8u << 20); b = b * 3 / 2 + 1) {
+        unsigned c = dm_queue_class(b);
+        uint64_t least = dm_queue_class_offset_us(c, UINT64_MAX);
+        assert_true(least <= b);
+        assert_true(c == 0 || c == DM_QUEUE_CLASSES - 1 || b < least + least / 2);
+        assert_true(dm_queue_class(b - 1) <= c);
+        assert_true(dm_queue_class_offset_us(dm_queue_class(b - 1), queue_us) <=
+                    dm_queue_class_offset_us(c, queue_us));
+        assert_true(dm_queue_class_offset_us(c, queue_us) <= queue_us / 2);
     }
-    assert_int_equal(dm_queue_offset_us(100, 1000), 100);
-    assert_int_equal(dm_queue_offset_us(100, 100), 50);
 }
 
 /* A ramp-full server is passed over while another can take the request, not otherwise. */

@@ -164,33 +164,32 @@ class QueueTest(H.DimmerTest):
         self.assertEqual(n.stats()["requests"], 16)
         self.assertEqual(self.queue()["now"], 0)
 
-    def served_order(self, order):
-        """Which of a large and a small response, queued in that order behind a
-        busy server, dimmer sends first under queue_order ORDER."""
+    def served_order(self, order, sizes, ms=200):
+        """The sizes, queued one after another in that order behind a busy
+        server, in the order dimmer sends them under queue_order ORDER."""
         n = self.node("n-" + order)
         self.d = self.start_dimmer(
             {"web": {"servers": [(n.name, n.port, {"max_conns": 1})], "passive": NO_PASSIVE,
                      "queue_order": order}},
             timeouts={"queue": "20s"})
-        big, small = "/bytes/200000?ms=300", "/bytes/10?ms=300"
-        for path in (big, small):  # the catalog learns their sizes from these
+        paths = {b: "/bytes/%d?ms=%d" % (b, ms) for b in sizes}
+        for path in paths.values():  # the catalog learns their sizes from these
             self.assertEqual(H.get(self.d.port, path).status, 200)
         holder = H.Conn(self.d.port, timeout=10)
-        conns = {"big": H.Conn(self.d.port, timeout=10), "small": H.Conn(self.d.port, timeout=10)}
+        conns = {b: H.Conn(self.d.port, timeout=10) for b in sizes}
         done = {}
         try:
-            holder.send(H.build_request("GET", "/bytes/1?ms=800"))
+            holder.send(H.build_request("GET", "/bytes/1?ms=%d" % (800 + 100 * len(sizes))))
             H.wait_until(lambda: n.stats()["in_service"] == 1, 5, "the holder in service")
-            conns["big"].send(H.build_request("GET", big))
-            H.wait_until(lambda: self.queue()["now"] == 1, 5, "the large one queued")
-            conns["small"].send(H.build_request("GET", small))
-            H.wait_until(lambda: self.queue()["now"] == 2, 5, "the small one queued")
+            for k, b in enumerate(sizes):
+                conns[b].send(H.build_request("GET", paths[b]))
+                H.wait_until(lambda: self.queue()["now"] == k + 1, 5, "%d bytes queued" % b)
 
-            def read(name):
-                r = conns[name].read_response(timeout=15)
-                done[name] = (time.monotonic(), r.status, len(r.body))
+            def read(b):
+                r = conns[b].read_response(timeout=15)
+                done[b] = (time.monotonic(), r.status, len(r.body))
 
-            threads = [threading.Thread(target=read, args=(k,)) for k in conns]
+            threads = [threading.Thread(target=read, args=(b,)) for b in sizes]
             for t in threads:
                 t.start()
             for t in threads:
@@ -200,20 +199,30 @@ class QueueTest(H.DimmerTest):
             holder.close()
             for c in conns.values():
                 c.close()
-        self.assertEqual(done["big"][1:], (200, 200000))
-        self.assertEqual(done["small"][1:], (200, 10))
+        self.assertEqual({b: done[b][1:] for b in done}, {b: (200, b) for b in sizes})
         self.assertEqual(n.stats()["in_service_max"], 1)
         self.assertEqual(self.queue()["order"], order)
-        # One at a time, 300 ms each: the second ends a service time after the first.
-        first, second = sorted(done, key=lambda k: done[k][0])
-        self.assertGreater(done[second][0] - done[first][0], 0.2)
-        return first
+        # One at a time: each ends a service time after the one before.
+        served = sorted(done, key=lambda b: done[b][0])
+        for a, b in zip(served, served[1:]):
+            self.assertGreater(done[b][0] - done[a][0], ms / 1000 * 0.7)
+        return served
 
     def test_queue_order_size_sends_the_smaller_expected_response_first(self):
-        self.assertEqual(self.served_order("size"), "small")
+        self.assertEqual(self.served_order("size", [200000, 10]), [10, 200000])
+
+    def test_queue_order_size_sorts_many_sizes_and_keeps_arrival_within_a_class(self):
+        # A request waits 1 ms a kB of its expected response before one that
+        # came after it: 3.5 MB about 3.1 s, 1.5 MB 1 s, 300 kB 0.26 s, so
+        # this order holds however far apart (under a tenth of a second) the
+        # test queues them. 1.5 MB and 1.3 MB are of one class (sizes within
+        # 1.5x of one another, dimmer.yaml(5)): they keep their arrival order.
+        sizes = [3500000, 1500000, 300000, 1300000, 10]
+        self.assertEqual(self.served_order("size", sizes, ms=100),
+                         [10, 300000, 1500000, 1300000, 3500000])
 
     def test_queue_order_arrival_keeps_the_turn(self):
-        self.assertEqual(self.served_order("arrival"), "big")
+        self.assertEqual(self.served_order("arrival", [200000, 10]), [200000, 10])
 
     def test_no_limit_by_default(self):
         n = self.node("n1")
