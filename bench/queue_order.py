@@ -188,11 +188,15 @@ def main():
                 print("round %d %-8s mean %.2f ms over %d responses, %d failed"
                       % (r + 1, o, ms, n, err), file=sys.stderr, flush=True)
     base = statistics.median(res[orders[0]])
-    print("| queue_order | median of %d rounds, mean response ms | vs %s |" % (a.rounds, orders[0]))
-    print("|---|---|---|")
+    print("| queue_order | median of %d rounds, mean response ms | vs %s | median of the rounds' "
+          "ratios to %s |" % (a.rounds, orders[0], orders[0]))
+    print("|---|---|---|---|")
     for o in orders:
         m = statistics.median(res[o])
-        print("| %s | %.2f | %+.1f%% |" % (o, m, 100 * (m - base) / base))
+        # Paired within each round (the runs of a round follow one another),
+        # so a round the shared machine slowed as a whole counts once.
+        ratio = statistics.median(x / y for x, y in zip(res[o], res[orders[0]]))
+        print("| %s | %.2f | %+.1f%% | %.2f |" % (o, m, 100 * (m - base) / base, ratio))
 
 
 if __name__ == "__main__":
