@@ -17,6 +17,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "bench/sim/server.h"
+
 struct dm_sim_ctx {
     uint64_t seed;
     const char *out_dir; /* CSV and plots go here; NULL: none */
@@ -77,6 +79,8 @@ bool dm_sim_opt_double(const char *exp, const char *opt, const char *val, double
                        double *out);
 bool dm_sim_opt_unsigned(const char *exp, const char *opt, const char *val, unsigned lo,
                          unsigned hi, unsigned *out);
+/* --discipline: "ps" or "fifo" (server.h); on error prints as above and returns false. */
+bool dm_sim_opt_disc(const char *exp, const char *opt, const char *val, enum dm_sim_disc *out);
 /* A comma-separated list of numbers; returns how many (at most cap), or -1 after an error. */
 int dm_sim_opt_list(const char *exp, const char *opt, const char *val, double *out, int cap);
 

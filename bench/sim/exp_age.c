@@ -1020,13 +1020,7 @@ parse(const struct dm_sim_ctx *ctx, int argc, char **argv, struct opts *o)
         } else if (strcmp(a, "--slots") == 0) {
             ok = dm_sim_opt_unsigned(E, a, v, 1, 100000, &o->slots);
         } else if (strcmp(a, "--discipline") == 0) {
-            o->disc = strcmp(v, "ps") == 0     ? DM_SIM_PS
-                      : strcmp(v, "fifo") == 0 ? DM_SIM_FIFO
-                                               : (enum dm_sim_disc) - 1;
-            if ((int)o->disc < 0) {
-                fprintf(stderr, "dimmer-sim age: --discipline: ps or fifo\n");
-                ok = false;
-            }
+            ok = dm_sim_opt_disc(E, a, v, &o->disc);
         } else if (strcmp(a, "--loads") == 0 || strcmp(a, "--users") == 0) {
             o->closed = a[2] == 'u';
             o->nlevels = dm_sim_opt_list(E, a, v, o->level, MAX_LEVELS);

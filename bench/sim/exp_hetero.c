@@ -88,7 +88,8 @@ struct het_params {
     double warmup;       /* before it */
     double jobs_per_run; /* > 0: a window of this many arrivals instead */
     double pareto_alpha, pareto_lo, pareto_hi;
-    double mean_speed; /* sum_c gamma_c mu_c over the actual counts */
+    double mean_speed;     /* sum_c gamma_c mu_c over the actual counts */
+    enum dm_sim_disc disc; /* --discipline: processor sharing (default) or FIFO */
 };
 
 /* ---- one run ---- */
@@ -290,7 +291,7 @@ het_run_one(struct het_run *r, uint64_t sim_seed, uint64_t bal_seed)
             s->capacity = p->capacity[c];
             s->weight = r->pol->weight_capacity ? p->capacity[c] : 1;
             r->class_of[i] = (unsigned)c;
-            dm_sim_srv_init(&r->srv[i], DM_SIM_PS, p->capacity[c], 1, het_done, r);
+            dm_sim_srv_init(&r->srv[i], p->disc, p->capacity[c], 1, het_done, r);
             capacity += p->capacity[c];
         }
     }
@@ -517,6 +518,9 @@ static const char het_usage[] =
     "  --warmup W         seconds before it (default 100; --quick: 10)\n"
     "  --jobs-per-run J   instead of --time: a window of J arrivals at every load\n"
     "                     (the warm-up keeps its ratio to the window)\n"
+    "  --discipline D     ps (default: processor sharing, the paper's) or fifo (each\n"
+    "                     server one job at a time, the rest in arrival order; the\n"
+    "                     theory rows and insensitivity are processor sharing's)\n"
     "\n"
     "Prints the mean sojourn time of every policy at every load and job-size\n"
     "distribution, with a theory row (exact for random and wrandom, the mean field\n"
@@ -690,6 +694,10 @@ het_parse(const struct dm_sim_ctx *ctx, int argc, char **argv, struct het_params
             if (!dm_sim_opt_double("hetero", a, v, 100, 1e10, &p->jobs_per_run)) {
                 return 2;
             }
+        } else if (strcmp(a, "--discipline") == 0) {
+            if (!dm_sim_opt_disc("hetero", a, v, &p->disc)) {
+                return 2;
+            }
         } else {
             fprintf(stderr, "dimmer-sim hetero: unknown option %s (hetero --help)\n", a);
             return 2;
@@ -716,7 +724,8 @@ static const char *
 het_title(const struct het_plan *pl, const char *what, char *buf, size_t len)
 {
     const struct het_params *p = pl->p;
-    int n = snprintf(buf, len, "hetero: %s; %u PS servers:", what, p->servers);
+    int n = snprintf(buf, len, "hetero: %s; %u %s servers:", what, p->servers,
+                     p->disc == DM_SIM_FIFO ? "FIFO" : "PS");
     for (size_t c = 0; c < p->nclasses && n > 0 && (size_t)n < len; c++) {
         n += snprintf(buf + n, len - (size_t)n, "%s %u of speed %u", c ? "," : "", p->count[c],
                       p->capacity[c]);
@@ -784,6 +793,10 @@ het_emit_sojourn(const struct dm_sim_ctx *ctx, const struct het_plan *pl)
                       "capacity; the mean over the jobs that end in a window of %g s after %g s "
                       "of warm-up (--time, --warmup), one run per cell.",
                       p->time, p->warmup);
+    if (p->disc == DM_SIM_FIFO) {
+        dm_sim_table_note(t, "servers: FIFO (--discipline fifo), one job at a time each; the "
+                             "theory rows are processor sharing's.");
+    }
     if (pl->szs[pl->nszs - 1] == HET_PARETO) {
         dm_sim_table_note(t,
                           "pareto: bounded Pareto, shape %g on [%.4g, %g], mean 1 (as exp): "
@@ -971,13 +984,14 @@ het_plot(const struct dm_sim_ctx *ctx, const struct het_plan *pl)
     }
     char script[8192];
     int n = snprintf(script, sizeof(script),
-                     "set title 'hetero: mean sojourn time, %u PS servers (growing runs left "
+                     "set title 'hetero: mean sojourn time, %u %s servers (growing runs left "
                      "out)'\n"
                      "set xlabel 'offered load'\nset ylabel 'mean sojourn time (s)'\n"
                      "set logscale y\nset key top left\nset grid\nset xrange [%g:%g]\n"
                      "set arrow from %g, graph 0 to %g, graph 1 nohead lc 'black'\n"
                      "plot ",
-                     p->servers, pl->xmin, pl->xmax, pl->edge, pl->edge);
+                     p->servers, p->disc == DM_SIM_FIFO ? "FIFO" : "PS", pl->xmin, pl->xmax,
+                     pl->edge, pl->edge);
     size_t block = 0;
     for (size_t k = 0; k < pl->npols; k++) {
         for (size_t si = 0; si < pl->nszs; si++, block++) {

@@ -75,6 +75,7 @@ static const char *const mech_names[MECHS] = { "affinity", "abrupt", "saturation
 struct pw_params {
     /* cluster */
     unsigned servers, slots;
+    enum dm_sim_disc disc; /* --discipline: processor sharing (default) or FIFO */
     double full_w, idle_w, asleep_w, booting_w, sat_w;
     double boot_s;
     /* workload */
@@ -971,7 +972,7 @@ run_one(const struct pw_params *p, struct pw_result *r)
         struct pw_srv *s = &run->srv[i];
         s->run = run;
         s->index = i;
-        dm_sim_srv_init(&s->q, DM_SIM_PS, p->slots, p->slots, request_done, s);
+        dm_sim_srv_init(&s->q, p->disc, p->slots, p->slots, request_done, s);
         s->state = DM_PM_ACTIVE; /* every server awake at the start */
     }
     dm_sim_at(&run->sim, 0, sessions_tick, run, 0);
@@ -1144,6 +1145,12 @@ emit_table(const struct dm_sim_ctx *ctx, const char *name, const char *title, st
                       "norm QoS = good %% x thru; QoS/ref: of always-on's norm QoS; good/W: good "
                       "responses / average W;");
     dm_sim_table_note(t, "wakes: servers woken; mean s: mean request response time.");
+    if (rows[0].p.disc == DM_SIM_FIFO) {
+        dm_sim_table_note(t,
+                          "servers: FIFO (--discipline fifo), %u requests served at once a "
+                          "server, the rest waiting in arrival order.",
+                          rows[0].p.slots);
+    }
     int rc = dm_sim_table_emit(ctx, t);
     dm_sim_table_destroy(t);
     return rc;
@@ -1222,7 +1229,9 @@ static const char usage_text[] =
     "  --mech LIST|all|none  QoS mechanisms on: affinity,abrupt,saturation,burst,bounds\n"
     "                        (default all)\n"
     "  --no-ablation         skip the mechanism table\n"
-    "  --servers N           15        --slots N          8 (PS slots a server)\n"
+    "  --servers N           15        --slots N          8 (slots a server)\n"
+    "  --discipline D        ps (default: processor sharing over the slots) or fifo\n"
+    "                        (the slots serve one request each, the rest wait in order)\n"
     "  --full-w W            70        --idle-w W         40\n"
     "  --asleep-w W          3         --booting-w W      70\n"
     "  --sat-w W             62 (estimate of a saturated server, with saturation)\n"
@@ -1371,6 +1380,8 @@ parse(int argc, char **argv, struct opts *o)
             ok = dm_sim_opt_unsigned(EXP, a, v, 1, MAX_SERVERS, &p->servers);
         } else if (strcmp(a, "--slots") == 0) {
             ok = dm_sim_opt_unsigned(EXP, a, v, 1, 4096, &p->slots);
+        } else if (strcmp(a, "--discipline") == 0) {
+            ok = dm_sim_opt_disc(EXP, a, v, &p->disc);
         } else if (strcmp(a, "--sessions") == 0) {
             ok = dm_sim_opt_double(EXP, a, v, 1, 100000, &p->max_sessions);
             o->sessions_set = true;

@@ -376,6 +376,21 @@ dm_sim_opt_unsigned(const char *exp, const char *opt, const char *val, unsigned 
     return true;
 }
 
+bool
+dm_sim_opt_disc(const char *exp, const char *opt, const char *val, enum dm_sim_disc *out)
+{
+    if (val != NULL && strcmp(val, "ps") == 0) {
+        *out = DM_SIM_PS;
+    } else if (val != NULL && strcmp(val, "fifo") == 0) {
+        *out = DM_SIM_FIFO;
+    } else {
+        fprintf(stderr, "dimmer-sim %s: %s: ps or fifo, not '%s'\n", exp, opt,
+                val != NULL ? val : "");
+        return false;
+    }
+    return true;
+}
+
 int
 dm_sim_opt_list(const char *exp, const char *opt, const char *val, double *out, int cap)
 {

@@ -1,0 +1,42 @@
+# dimmer-sim's server discipline (tests/CMakeLists.txt):
+#   cmake -DSIM=dimmer-sim -P sim_disc.cmake
+# --discipline fifo reaches the power and hetero experiments' servers: the
+# tables say so, and the figures differ from processor sharing's (seeded
+# runs: the same every time); a bad value is refused.
+if(NOT SIM)
+    message(FATAL_ERROR "usage: cmake -DSIM=dimmer-sim -P sim_disc.cmake")
+endif()
+foreach(exp power hetero)
+    if(exp STREQUAL "power")
+        set(args power --exp 2 --periods 5 --policies always-on,multi --no-ablation)
+    else()
+        set(args hetero --sizes exp --loads 0.5 --policies random,jsq)
+    endif()
+    foreach(disc ps fifo)
+        execute_process(COMMAND ${SIM} --quick --no-plots ${args} --discipline ${disc}
+                        RESULT_VARIABLE rc OUTPUT_VARIABLE out_${disc} ERROR_VARIABLE err)
+        if(NOT rc EQUAL 0)
+            message(FATAL_ERROR "dimmer-sim ${exp} --discipline ${disc} failed (${rc}):\n${err}")
+        endif()
+    endforeach()
+    string(FIND "${out_fifo}" "FIFO" at)
+    if(at LESS 0)
+        message(FATAL_ERROR "dimmer-sim ${exp} --discipline fifo does not say FIFO:\n${out_fifo}")
+    endif()
+    string(FIND "${out_ps}" "FIFO" at)
+    if(NOT at LESS 0)
+        message(FATAL_ERROR "dimmer-sim ${exp} --discipline ps says FIFO:\n${out_ps}")
+    endif()
+    # The tables' figures (the lines with digits, the notes aside) must move.
+    string(REGEX MATCHALL "\n(multi|0.5)[^\n]*" rows_ps "${out_ps}")
+    string(REGEX MATCHALL "\n(multi|0.5)[^\n]*" rows_fifo "${out_fifo}")
+    if(NOT rows_ps OR "${rows_ps}" STREQUAL "${rows_fifo}")
+        message(FATAL_ERROR "dimmer-sim ${exp}: the same figures under ps and fifo:\n${rows_ps}")
+    endif()
+endforeach()
+execute_process(COMMAND ${SIM} --quick power --discipline lifo
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(rc EQUAL 0 OR NOT err MATCHES "--discipline: ps or fifo, not 'lifo'")
+    message(FATAL_ERROR "--discipline lifo was not refused (${rc}): ${err}")
+endif()
+message(STATUS "--discipline fifo reaches power and hetero")
