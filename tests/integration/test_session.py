@@ -68,7 +68,7 @@ pools:
       - {{name: a, address: "127.0.0.1:{a}", session_capacity: {cap}}}
       - {{name: b, address: "127.0.0.1:{b}", session_capacity: {cap}}}
       - {{name: c, address: "127.0.0.1:{c}", session_capacity: {cap}}}
-    session:
+    session:{group}
       dmax: 150
       dvmax: 50
       window: {window}
@@ -88,9 +88,12 @@ class SessionTest(H.DimmerTest):
         self.backends = [self.start_backend(n) for n in ("a", "b", "c")]
         self.open = []
 
-    def start(self, window="0", cap=1000):
+    def start(self, window="0", cap=1000, group=""):
         a, b, c = (x.port for x in self.backends)
-        self.conf = self.write_config(CONFIG.format(a=a, b=b, c=c, window=window, cap=cap))
+        if group:
+            group = "\n      group: " + group
+        self.conf = self.write_config(CONFIG.format(a=a, b=b, c=c, window=window, cap=cap,
+                                                    group=group))
         self.d = self.start_dimmer_conf(self.conf)
         return self.d
 
@@ -172,6 +175,27 @@ class SessionTest(H.DimmerTest):
         self.assertEqual(st["placed"], 4)
         # A group id is free once its group ended.
         self.assertIn(self.placed("g1")[0], ("a", "b", "c"))
+
+    def test_group_from_a_cookie(self):
+        self.start(group="{key: cookie, name: room}")
+
+        def cookie(v):
+            return [("Cookie", "theme=dark; room=%s; lang=en" % v)]
+
+        # The header is not the group's source here: it groups nothing.
+        first = self.placed("g1", extra=cookie("r1"))[0]
+        for _ in range(2):  # the other members of r1 follow it, whatever the header says
+            self.assertEqual(self.placed("other", extra=cookie("r1"))[0], first)
+        second = self.placed("g1", extra=cookie("r2"))[0]
+        third = self.placed(extra=cookie("r3"))[0]
+        self.assertEqual(len({first, second, third}), 3, "three rooms on three servers")
+        st = self.sstats()
+        per = {s["name"]: s for s in st["servers"]}
+        self.assertEqual((per[first]["groups"], per[first]["sessions"]), (1, 3))
+        self.assertEqual((st["groups"], st["sessions"]), (3, 5))
+        # No cookie of that name: a session of its own (a group of one).
+        self.placed("g1", extra=[("Cookie", "theme=dark; roomx=r1")])
+        self.assertEqual(self.sstats()["groups"], 4)
 
     @staticmethod
     def ws_read(c, timeout=10):
@@ -288,7 +312,7 @@ class SessionTest(H.DimmerTest):
         # The new config lowers every capacity below what runs, and a window.
         a, b, c = (x.port for x in self.backends)
         with open(self.conf, "w") as f:
-            f.write(CONFIG.format(a=a, b=b, c=c, window="0", cap=250))
+            f.write(CONFIG.format(a=a, b=b, c=c, window="0", cap=250, group=""))
         self.d.proc.signal(signal.SIGHUP)
         H.wait_until(lambda: self.d.admin_stats()["generation"] == 2, 10, "the reload")
         st = self.sstats()
