@@ -1173,21 +1173,30 @@ emit(const struct dm_sim_ctx *ctx, const struct opts *o, const struct cell *cell
     headers[nh++] = "best";
     headers[nh++] = "best vs WLC %";
     headers[nh++] = "WLC vs LC %";
-    struct dm_sim_table *t = dm_sim_table_create(
-        "age", "AGE vs RR, LC, WLC (and p2c-shadow, hybrid): mean response time per request",
-        (size_t)nh, headers);
+    /* With --queue, the tables (and files) of their own: `all` runs both. */
+    const char *sfx = o->queue > 0 ? "_queue" : "";
+    char name[3][32], title[256];
+    snprintf(name[0], sizeof(name[0]), "age%s", sfx);
+    snprintf(name[1], sizeof(name[1]), "age_hits%s", sfx);
+    snprintf(name[2], sizeof(name[2]), "age_pages%s", sfx);
+    snprintf(title, sizeof(title),
+             "AGE vs RR, LC, WLC (and p2c-shadow, hybrid): mean response time per request%s%s%s",
+             o->queue > 0 ? ", with max_conns (--queue) and the pool's queue in " : "",
+             o->queue > 0 ? (o->queue_size ? "size" : "arrival") : "",
+             o->queue > 0 ? " order" : "");
+    struct dm_sim_table *t = dm_sim_table_create(name[0], title, (size_t)nh, headers);
     headers[2] = "util %";
     for (int p = 0; p < np; p++) {
         headers[3 + p] = o->pol[p].label;
     }
     struct dm_sim_table *th = dm_sim_table_create(
-        "age_hits", "Hit ratio: % of picks that chose the least-loaded server at that instant",
+        name[1], "Hit ratio: % of picks that chose the least-loaded server at that instant",
         (size_t)(3 + np), headers);
     headers[3 + np] = "AGE vs WLC %";
     headers[4 + np] = "best";
     headers[5 + np] = "best vs WLC %";
     struct dm_sim_table *tp = dm_sim_table_create(
-        "age_pages", "Mean response time per page visit (page + its objects, with the gaps), ms",
+        name[2], "Mean response time per page visit (page + its objects, with the gaps), ms",
         (size_t)(6 + np), headers);
     bool any_failed = false;
     for (int l = 0; l < o->nlevels; l++) {
@@ -1296,10 +1305,10 @@ emit(const struct dm_sim_ctx *ctx, const struct opts *o, const struct cell *cell
                          "set title 'AGE vs RR, LC, WLC: %u servers, SURGE, SPECweb99 sizes'\n"
                          "set xlabel 'measured utilisation (%%)'\n"
                          "set ylabel 'mean response time per request (ms)'\n"
-                         "plot for [i=4:%d] 'age.csv' using 3:i with linespoints lw 2\n",
-                         o->nservers, 3 + np);
+                         "plot for [i=4:%d] '%s.csv' using 3:i with linespoints lw 2\n",
+                         o->nservers, 3 + np, name[0]);
         if (n > 0 && (size_t)n < sizeof(script)) {
-            dm_sim_plot(ctx, "age", script);
+            dm_sim_plot(ctx, name[0], script);
         }
     }
     dm_sim_table_destroy(t);
