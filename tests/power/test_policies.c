@@ -75,6 +75,36 @@ test_table5_tiers(void **st)
     w = dm_power_tier(&P, 67);
     assert_true(w->alpha == 0.015 && w->beta == 0.01 && w->neg_beta == -0.10 &&
                 w->neg_alpha == -0.15);
+    /* flexible through those weights: 4 live servers (TCPmax x 4 = 800) at an
+     * average of 57, 58, 66 or 67 W, the load's connections rising or falling
+     * by 100. The class comes from the tier's bounds (57 W: +-120/80 up,
+     * -8/-12 down; 58 and 66 W: +-60/40; 67 W: +12/8 up, -80/-120 down), the
+     * threshold from the class, the servers from total / threshold. */
+    const struct {
+        double avg_w, d_tcp;
+        enum dm_power_class cls;
+        double threshold;
+        unsigned servers;
+    } cases[] = {
+        { 57, +100, DM_PC_GROWTH, 55, 5 },        /* 228 / 55 = 4.1 */
+        { 57, -100, DM_PC_RAPID_DECLINE, 70, 4 }, /* 228 / 70 = 3.3 */
+        { 58, +100, DM_PC_RAPID_GROWTH, 50, 5 },  /* 232 / 50 = 4.6 */
+        { 58, -50, DM_PC_DECLINE, 65, 4 },        /* 232 / 65 = 3.6 */
+        { 66, +50, DM_PC_GROWTH, 55, 5 },         /* 264 / 55 = 4.8 */
+        { 66, -100, DM_PC_RAPID_DECLINE, 70, 4 }, /* 264 / 70 = 3.8 */
+        { 67, +100, DM_PC_RAPID_GROWTH, 50, 6 },  /* 268 / 50 = 5.4 */
+        { 67, -100, DM_PC_DECLINE, 65, 5 },       /* 268 / 65 = 4.1 */
+        { 67, -121, DM_PC_RAPID_DECLINE, 70, 4 }, /* 268 / 70 = 3.8 */
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct dm_power_metrics m = metrics(15, 4, 4 * cases[i].avg_w, cases[i].d_tcp);
+        struct dm_power_target t = decide(&dm_power_flexible, NULL, &m, 0);
+        assert_int_equal(t.cls, cases[i].cls);
+        assert_true(t.threshold_w == cases[i].threshold);
+        assert_int_equal(t.servers, cases[i].servers);
+        assert_int_equal(t.immediate,
+                         cases[i].cls == DM_PC_RAPID_GROWTH || cases[i].cls == DM_PC_RAPID_DECLINE);
+    }
 }
 
 static void
