@@ -24,28 +24,15 @@ raises its soft limit to the hard one).
 import argparse
 import json
 import os
-import re
 import resource
-import signal
 import socket
-import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
 
-HOST = "127.0.0.1"
-
-
-def wait_line(path, pattern, timeout=10):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with open(path) as f:
-            m = re.search(pattern, f.read())
-        if m:
-            return m
-        time.sleep(0.02)
-    sys.exit("queue_flood: timed out waiting for %s in %s" % (pattern, path))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from queue_order import HOST, start_backend, start_dimmer, stop  # noqa: E402
 
 
 def cpu_s(pid):
@@ -90,39 +77,22 @@ def main():
     procs, socks = [], []
     with tempfile.TemporaryDirectory(prefix="queue_flood-") as tmp:
         try:
-            out = os.path.join(tmp, "b.out")
-            with open(out, "w") as f:
-                procs.append(subprocess.Popen(
-                    [os.path.join(a.build, "dimmer-backend"), "--listen", HOST + ":0",
-                     "--name", "b", "--capacity", "1000"], stdout=f, stderr=subprocess.STDOUT))
-            bport = int(wait_line(out, r"listening on [\d.]+:(\d+)").group(1))
-            conf = os.path.join(tmp, "dimmer.yaml")
-            with open(conf, "w") as f:
-                f.write("workers: 1\nlisten: %s:0\nadmin: %s:0\naccess_log: off\n"
-                        "timeouts: {queue: 600s, request: 0}\nlimits: {max_conns: 100000}\n"
-                        "pools:\n  web:\n    queue_order: size\n    passive: {max_fails: 0}\n"
-                        "    servers:\n      - {name: b, address: \"%s:%d\", max_conns: 1}\n"
-                        % (HOST, HOST, HOST, bport))
-            pf = os.path.join(tmp, "ports")
-            log = os.path.join(tmp, "dimmer.log")
-            with open(log, "w") as f:
-                d = subprocess.Popen([os.path.join(a.build, "dimmer"), "-c", conf,
-                                      "--ports-file", pf], stdout=f, stderr=subprocess.STDOUT)
-            procs.append(d)
-            deadline = time.monotonic() + 10
-            while not (os.path.exists(pf) and "admin" in open(pf).read()):
-                if time.monotonic() > deadline:
-                    sys.exit("queue_flood: dimmer did not start: " + open(log).read()[-2000:])
-                time.sleep(0.02)
-            # "listen TEXT BOUND" and "admin TEXT BOUND", one line each
-            bound = {w[0]: w[2] for w in (ln.split() for ln in open(pf)) if len(w) == 3}
+            bport = start_backend(a.build, tmp, "b", procs, "--capacity", 1000)
+            bound, _ = start_dimmer(
+                a.build, tmp, "dimmer",
+                "workers: 1\nlisten: %s:0\nadmin: %s:0\naccess_log: off\n"
+                "timeouts: {queue: 600s, request: 0}\nlimits: {max_conns: 100000}\n"
+                "pools:\n  web:\n    queue_order: size\n    passive: {max_fails: 0}\n"
+                "    servers:\n      - {name: b, address: \"%s:%d\", max_conns: 1}\n"
+                % (HOST, HOST, HOST, bport), procs)
+            d = procs[-1]
             port = int(bound["listen"].rsplit(":", 1)[1])
             admin = bound["admin"]
             big = "/bytes/%d" % a.large
             for path in (big, "/bytes/10"):  # the catalog learns the sizes
                 urllib.request.urlopen("http://%s:%d%s" % (HOST, port, path), timeout=10).read()
-            flood(port, "/bytes/1?ms=600000", 1, socks)  # the holder: the server's one place
-            wait_queued(admin, 0)
+            # The holder: the server's one place (sent first, so it takes it).
+            flood(port, "/bytes/1?ms=600000", 1, socks)
             half = a.n // 2
             t0, c0 = time.monotonic(), cpu_s(d.pid)
             flood(port, big, half, socks)
@@ -141,14 +111,7 @@ def main():
         finally:
             for s in socks:
                 s.close()
-            for p in procs:
-                p.send_signal(signal.SIGTERM)
-            for p in procs:
-                try:
-                    p.wait(10)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-
+            stop(procs)
 
 if __name__ == "__main__":
     main()

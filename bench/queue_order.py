@@ -49,10 +49,6 @@ def mean_service_ms():
     return sum(s * ms for s, _, ms in files())
 
 
-def start(argv, out):
-    return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
-
-
 def wait_line(path, pattern, timeout=10):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -62,6 +58,47 @@ def wait_line(path, pattern, timeout=10):
             return m
         time.sleep(0.02)
     sys.exit("queue_order: timed out waiting for %s in %s" % (pattern, path))
+
+
+def start_backend(build, tmp, name, procs, *args):
+    """A dimmer-backend on a port the kernel picks (appended to procs); its port."""
+    path = os.path.join(tmp, name + ".out")
+    with open(path, "w") as out:
+        procs.append(subprocess.Popen(
+            [os.path.join(build, "dimmer-backend"), "--listen", HOST + ":0", "--name", name]
+            + [str(x) for x in args], stdout=out, stderr=subprocess.STDOUT))
+    return int(wait_line(path, r"listening on [\d.]+:(\d+)").group(1))
+
+
+def start_dimmer(build, tmp, name, conf_text, procs):
+    """dimmer on conf_text (appended to procs); ({"listen": ADDR, "admin": ADDR}, log path)."""
+    conf = os.path.join(tmp, name + ".yaml")
+    with open(conf, "w") as f:
+        f.write(conf_text)
+    pf = os.path.join(tmp, name + ".ports")
+    log = os.path.join(tmp, name + ".log")
+    if os.path.exists(pf):
+        os.unlink(pf)  # an earlier run's file names a port that is gone
+    with open(log, "w") as out:
+        procs.append(subprocess.Popen([os.path.join(build, "dimmer"), "-c", conf,
+                                       "--ports-file", pf], stdout=out, stderr=subprocess.STDOUT))
+    deadline = time.monotonic() + 10
+    while not (os.path.exists(pf) and "admin" in open(pf).read()):
+        if time.monotonic() > deadline:
+            sys.exit("dimmer did not start: " + open(log).read()[-2000:])
+        time.sleep(0.02)
+    # "listen TEXT BOUND" and "admin TEXT BOUND", one line each
+    return {w[0]: w[2] for w in (ln.split() for ln in open(pf)) if len(w) == 3}, log
+
+
+def stop(procs):
+    for p in procs:
+        p.send_signal(signal.SIGTERM)
+    for p in procs:
+        try:
+            p.wait(10)
+        except subprocess.TimeoutExpired:
+            p.kill()
 
 
 async def run_load(port, rate, seconds, seed):
@@ -117,35 +154,16 @@ async def run_load(port, rate, seconds, seed):
 def one_run(a, order, tmp, seed):
     procs = []
     try:
-        ports = []
-        for i in range(2):
-            path = os.path.join(tmp, "b%d.out" % i)
-            with open(path, "w") as out:
-                procs.append(start([os.path.join(a.build, "dimmer-backend"), "--listen", HOST + ":0",
-                                    "--name", "b%d" % i, "--capacity", "1"], out))
-            ports.append(int(wait_line(path, r"listening on [\d.]+:(\d+)").group(1)))
-        conf = os.path.join(tmp, "dimmer-%s.yaml" % order)
-        with open(conf, "w") as f:
-            f.write("workers: 1\nlisten: %s:0\nadmin: %s:0\naccess_log: off\n"
-                    "pools:\n  web:\n    balance: leastconn\n    queue_order: %s\n"
-                    "    health_check: {interval: 1s}\n    servers:\n"
-                    % (HOST, HOST, "arrival" if order == "none" else order))
-            for i, p in enumerate(ports):
-                f.write('      - {name: b%d, address: "%s:%d", max_conns: %d}\n'
-                        % (i, HOST, p, 0 if order == "none" else 1))
-        pf = os.path.join(tmp, "ports-%s" % order)
-        log = os.path.join(tmp, "dimmer-%s.log" % order)
-        if os.path.exists(pf):
-            os.unlink(pf)  # an earlier round's file names a port that is gone
-        with open(log, "w") as out:
-            procs.append(start([os.path.join(a.build, "dimmer"), "-c", conf, "--ports-file", pf],
-                               out))
-        deadline = time.monotonic() + 10
-        while not (os.path.exists(pf) and open(pf).read().strip()):
-            if time.monotonic() > deadline:
-                sys.exit("queue_order: dimmer did not start: " + open(log).read()[-2000:])
-            time.sleep(0.02)
-        port = int(open(pf).read().split()[2].rsplit(":", 1)[1])
+        ports = [start_backend(a.build, tmp, "b%d" % i, procs, "--capacity", 1) for i in range(2)]
+        conf = ("workers: 1\nlisten: %s:0\nadmin: %s:0\naccess_log: off\n"
+                "pools:\n  web:\n    balance: leastconn\n    queue_order: %s\n"
+                "    health_check: {interval: 1s}\n    servers:\n"
+                % (HOST, HOST, "arrival" if order == "none" else order))
+        for i, p in enumerate(ports):
+            conf += ('      - {name: b%d, address: "%s:%d", max_conns: %d}\n'
+                     % (i, HOST, p, 0 if order == "none" else 1))
+        bound, log = start_dimmer(a.build, tmp, "dimmer-" + order, conf, procs)
+        port = int(bound["listen"].rsplit(":", 1)[1])
         rate = a.load * 2 * 1000 / mean_service_ms()
         # A short warm-up teaches the catalog the files' sizes (as a running
         # proxy knows its site); it is not measured.
@@ -156,13 +174,7 @@ def one_run(a, order, tmp, seed):
                      % (order, errors, open(log).read()[-2000:]))
         return statistics.mean(lat) * 1000, len(lat), errors
     finally:
-        for p in procs:
-            p.send_signal(signal.SIGTERM)
-        for p in procs:
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop(procs)
 
 
 def main():
