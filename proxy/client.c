@@ -67,8 +67,10 @@ status_text(unsigned status)
  * expires entries from the head. Entries of a kind mostly share one duration,
  * so an insertion almost always lands at the tail; a shorter one (a reload
  * changed the duration, or a request's remaining bound) walks back to its
- * place.
+ * place. The queue (max_conns) is the one kind with a list per size class
+ * (queue_order: size), each in the order of its keys.
  */
+
 /* The list a node of `kind` (and class cls, for DM_T_QUEUE) is on. */
 static struct dm_tq *
 tq_list(struct dm_worker *w, unsigned kind, unsigned cls)

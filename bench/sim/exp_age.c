@@ -879,7 +879,8 @@ static const char usage[] =
     "                     no limit, no queue)\n"
     "  --queue-order O    arrival (default) or size: the queue in arrival order, or\n"
     "                     by arrival plus the catalog's expected size as dimmer's\n"
-    "                     queue_order: size (1 ms a kB, at most half of timeouts.queue)\n";
+    "                     queue_order: size (1 ms a kB by classes of sizes within\n"
+    "                     1.5x, at most half of timeouts.queue)\n";
 
 static bool
 parse_policies(const char *val, struct opts *o)
