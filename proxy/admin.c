@@ -582,20 +582,37 @@ authorized(struct admin_conn *ac)
     return false;
 }
 
-/* POST /power/POOL/pin?servers=N and /power/POOL/unpin. */
+/* POST /power/POOL/pin?servers=N, /power/POOL/unpin and /power/POOL/policy?name=P. */
 static void
 pin(struct admin_conn *ac, const char *path, const char *query)
 {
-    char pool[128], msg[160];
+    char pool[128], msg[256];
     const char *slash = strrchr(path, '/');
     size_t len = slash != NULL ? (size_t)(slash - path) : 0;
     if (slash == NULL || len == 0 || len >= sizeof(pool)) {
-        respond_text(ac, "404 Not Found", "expected POST /power/POOL/pin?servers=N or unpin");
+        respond_text(ac, "404 Not Found",
+                     "expected POST /power/POOL/pin?servers=N, unpin or policy?name=P");
         return;
     }
     memcpy(pool, path, len);
     pool[len] = 0;
     long servers = -1;
+    if (strcmp(slash + 1, "policy") == 0) {
+        /* ?name=POLICY runs that policy; no name gives the config's back. */
+        const char *name = strncmp(query, "name=", 5) == 0 ? query + 5 : query;
+        if (name == query && *query != 0) {
+            respond_text(ac, "400 Bad Request",
+                         "expected ?name=POLICY, or nothing for the config's");
+            return;
+        }
+        int st = dm_power_choose(ac->admin->power, pool, name, msg, sizeof(msg));
+        respond_text(ac,
+                     st == 200   ? "200 OK"
+                     : st == 400 ? "400 Bad Request"
+                                 : "404 Not Found",
+                     msg);
+        return;
+    }
     if (strcmp(slash + 1, "pin") == 0) {
         char *end = NULL;
         if (strncmp(query, "servers=", 8) == 0) {
@@ -607,7 +624,8 @@ pin(struct admin_conn *ac, const char *path, const char *query)
             return;
         }
     } else if (strcmp(slash + 1, "unpin") != 0) {
-        respond_text(ac, "404 Not Found", "expected POST /power/POOL/pin?servers=N or unpin");
+        respond_text(ac, "404 Not Found",
+                     "expected POST /power/POOL/pin?servers=N, unpin or policy?name=P");
         return;
     }
     int st = dm_power_pin(ac->admin->power, pool, servers, msg, sizeof(msg));
@@ -678,6 +696,7 @@ answer(struct admin_conn *ac)
                      "  POST /hosts/ADDR/wake|sleep|maint   power actions (ready: back to "
                      "the manager)\n"
                      "  POST /power/POOL/pin?servers=N, /power/POOL/unpin\n"
+                     "  POST /power/POOL/policy?name=P   run policy P (no name: the config's)\n"
                      "  (each POST answers once every worker has acknowledged it)");
     } else if (strncmp(target, "/hosts/", 7) == 0 && post) {
         command(ac, target + 7);

@@ -111,11 +111,21 @@ struct pm_pool {
     struct dm_power_target target;
     struct dm_pm_tcpmax tcpmax; /* tcp_max: auto, what the agents' reports taught */
     long pinned;                /* -1: the policy decides */
-    bool present;               /* in the current config */
-    bool was_present;           /* in the one before */
+    /* The policy an operator put in the config's place (empty: the config's);
+     * it outlasts reloads until the operator gives the pool back. */
+    char chosen[32];
+    bool present;     /* in the current config */
+    bool was_present; /* in the one before */
     /* Decisions by load class and action: [class][0 up, 1 down, 2 stay]. */
     uint64_t decided[DM_PC_CLASSES][3];
 };
+
+/* The policy that runs: the operator's choice, else the config's. */
+static const char *
+policy_name(const struct pm_pool *p)
+{
+    return p->chosen[0] ? p->chosen : p->cf->power.policy;
+}
 
 struct decision {
     uint64_t unix_ms;
@@ -809,7 +819,7 @@ pool_trend(struct dm_powermgr *pm, struct pm_pool *p, uint64_t now)
                  "%.0f%s%s), "
                  "alpha %g beta %g, class "
                  "%s, threshold %.1f W, need %.1f W: %u servers (live %u, booting %u)%s:%s",
-                 p->pinned >= 0 ? "pinned" : p->cf->power.policy, watts.p != NULL ? watts.p : "",
+                 p->pinned >= 0 ? "pinned" : policy_name(p), watts.p != NULL ? watts.p : "",
                  m.total_w, avg, tier_name(p, avg), m.tcp, m.d_tcp, p->params.tcp_max,
                  pw->tcp_max_auto ? ", " : "", pw->tcp_max_auto ? tcp_max_source(p) : "", t.w.alpha,
                  t.w.beta, dm_power_class_name(t.cls), t.threshold_w, t.need_w, t.servers, m.n_live,
@@ -819,7 +829,7 @@ pool_trend(struct dm_powermgr *pm, struct pm_pool *p, uint64_t now)
         dm_log_debug(
             "power: pool %s: %s: total %.1f W, TCP %.0f dTCP %+.0f, class %s, need %.1f W: "
             "%u servers (live %u, booting %u): nothing to do",
-            p->name, p->cf->power.policy, m.total_w, m.tcp, m.d_tcp, dm_power_class_name(t.cls),
+            p->name, policy_name(p), m.total_w, m.tcp, m.d_tcp, dm_power_class_name(t.cls),
             t.need_w, t.servers, m.n_live, m.n_booting);
     }
     free(watts.p);
@@ -992,12 +1002,13 @@ configure(struct dm_powermgr *pm, struct dm_runtime *rt)
         if (!cf->power.enabled) {
             continue;
         }
-        const struct dm_power_ops *ops = dm_power_find(cf->power.policy);
+        struct pm_pool *p = pool_named(pm, cf->name);
+        const char *name = p != NULL && p->chosen[0] ? p->chosen : cf->power.policy;
+        const struct dm_power_ops *ops = dm_power_find(name);
         if (ops == NULL || ops->state_size > POLICY_STATE) {
-            dm_log_error("power: pool %s: policy %s cannot run", cf->name, cf->power.policy);
+            dm_log_error("power: pool %s: policy %s cannot run", cf->name, name);
             continue;
         }
-        struct pm_pool *p = pool_named(pm, cf->name);
         if (p == NULL) {
             void *grown = realloc(pm->pools, (pm->npools + 1) * sizeof(*pm->pools));
             if (grown == NULL) {
@@ -1318,6 +1329,45 @@ dm_power_pin(struct dm_powermgr *pm, const char *pool, long servers, char *msg, 
     return 200;
 }
 
+int
+dm_power_choose(struct dm_powermgr *pm, const char *pool, const char *policy, char *msg,
+                size_t msglen)
+{
+    struct pm_pool *p = pm != NULL ? pool_named(pm, pool) : NULL;
+    if (p == NULL || !p->present) {
+        snprintf(msg, msglen, "no power-managed pool \"%s\"", pool);
+        return 404;
+    }
+    const char *name = policy[0] ? policy : p->cf->power.policy;
+    const struct dm_power_ops *ops = dm_power_find(name);
+    if (ops == NULL || ops->state_size > POLICY_STATE || strlen(name) >= sizeof(p->chosen)) {
+        struct dm_sbuf known = { 0 };
+        for (const struct dm_power_ops *const *o = dm_power_registry; *o != NULL; o++) {
+            dm_sb_printf(&known, "%s%s", known.len ? ", " : "", (*o)->name);
+        }
+        snprintf(msg, msglen, "no power policy \"%.40s\" (%s)", name,
+                 known.p != NULL ? known.p : "");
+        free(known.p);
+        return 400;
+    }
+    if (policy[0] && strcmp(policy, p->cf->power.policy) != 0) {
+        snprintf(p->chosen, sizeof(p->chosen), "%s", policy);
+    } else {
+        p->chosen[0] = 0;
+    }
+    /* A policy starts afresh: another's memory means nothing to it, and the
+     * same one chosen again is asked to forget. */
+    p->ops = ops;
+    if (ops->init != NULL) {
+        ops->init(p->state, &p->params);
+    }
+    decision(pm, p, "operator: policy %s (%s)", policy_name(p),
+             p->chosen[0] ? "chosen by hand" : "the config's");
+    snprintf(msg, msglen, "policy %s%s", policy_name(p),
+             p->chosen[0] ? " until POST /power/POOL/policy gives the config's back" : "");
+    return 200;
+}
+
 /* ---- JSON ---- */
 
 /* A JSON string of s (names and addresses from the config, decisions of ours). */
@@ -1399,14 +1449,16 @@ dm_power_json(struct dm_powermgr *pm, struct dm_sbuf *b)
         first = false;
         json_str(b, p->name);
         dm_sb_printf(b,
-                     ",\"policy\":\"%s\",\"pinned\":%ld,\"class\":\"%s\",\"tier\":\"%s\","
+                     ",\"policy\":\"%s\",\"policy_source\":\"%s\",\"config_policy\":\"%s\","
+                     "\"pinned\":%ld,\"class\":\"%s\",\"tier\":\"%s\","
                      "\"alpha\":%g,\"beta\":%g,\"neg_beta\":%g,\"neg_alpha\":%g,"
                      "\"threshold_w\":%.2f,\"need_w\":%.2f,\"target\":%u,\"immediate\":%s,"
                      "\"live\":%u,\"booting\":%u,\"total\":%u,\"total_w\":%.2f,\"tcp\":%.0f,"
                      "\"d_tcp\":%.0f,\"tcp_source\":\"%s\",\"tcp_max\":%.1f,"
                      "\"tcp_max_source\":\"%s\",\"held_requests\":%llu,"
                      "\"watts\":%.2f,\"energy_wh\":%.4f,\"servers\":[",
-                     p->cf->power.policy, p->pinned, dm_power_class_name(t->cls),
+                     policy_name(p), p->chosen[0] ? "operator" : "config", p->cf->power.policy,
+                     p->pinned, dm_power_class_name(t->cls),
                      tier_name(p, p->m.n_live > 0 ? p->m.total_w / p->m.n_live : 0), t->w.alpha,
                      t->w.beta, t->w.neg_beta, t->w.neg_alpha, t->threshold_w, t->need_w,
                      t->servers, t->immediate ? "true" : "false", p->m.n_live, p->m.n_booting,

@@ -86,4 +86,13 @@ int dm_power_admin(struct dm_powermgr *pm, struct dm_host *h, const char *action
  */
 int dm_power_pin(struct dm_powermgr *pm, const char *pool, long servers, char *msg, size_t msglen);
 
+/*
+ * Runs policy `policy` (a name of the registry) in pool `pool` in place of
+ * the config's, from a fresh state, until it is called again with "" (or
+ * the config's name): the config's then. The choice outlasts reloads. 200,
+ * 400 for no such policy (msg lists them), 404 for no such pool.
+ */
+int dm_power_choose(struct dm_powermgr *pm, const char *pool, const char *policy, char *msg,
+                    size_t msglen);
+
 #endif

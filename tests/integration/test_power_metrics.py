@@ -4,7 +4,8 @@ processes: agent reports over UDP to dimmer's metrics listener (signed here
 with Python's hmac, and by a real dimmer-agent), each kind of bad report
 dropped and counted by its reason in /stats and /power, the estimate falling
 back to the proxy's counters when the agent goes silent, and the admin's
-power actions: a bearer token when one is configured, pin and unpin, 409 for
+power actions: a bearer token when one is configured, pin and unpin, a
+policy chosen by hand (kept over a reload, then given back), 409 for
 a host that is not power-managed.
 
 The actuators against real nodes (dimmer-backend): Wake-on-LAN (the magic
@@ -217,6 +218,29 @@ class PowerMetricsTest(H.DimmerTest):
             self.assertEqual(r.status, 401, (wrong, r.body))
         self.assertEqual(self.power()["pools"][0]["pinned"], 1)
         self.assertEqual(H.get(self.d.admin, "/power/web/pin").status, 405)
+        # Another policy by hand (pinned still, so that nothing sleeps): it
+        # runs, /power says whose choice it is, and it outlasts a reload.
+        r = H.request(self.d.admin, "POST", "/power/web/policy?name=multi", headers=auth)
+        self.assertEqual(r.status, 200, r.body)
+        pool = self.power()["pools"][0]
+        self.assertEqual((pool["policy"], pool["policy_source"], pool["config_policy"]),
+                         ("multi", "operator", "always-on"))
+        r = H.request(self.d.admin, "POST", "/power/web/policy?name=mutli", headers=auth)
+        self.assertEqual(r.status, 400, r.body)
+        self.assertIn(b"boot-aware", r.body)  # the policies there are
+        self.assertEqual(H.request(self.d.admin, "POST", "/power/web/policy?multi",
+                                   headers=auth).status, 400)
+        self.assertEqual(H.request(self.d.admin, "POST", "/power/nope/policy?name=multi",
+                                   headers=auth).status, 404)
+        self.assertEqual(self.power()["pools"][0]["policy"], "multi")
+        gen = self.d.admin_stats()["generation"]
+        self.d.proc.signal(H.signal.SIGHUP)
+        H.wait_until(lambda: self.d.admin_stats()["generation"] > gen, 10, "the reload")
+        self.assertEqual(self.power()["pools"][0]["policy"], "multi")
+        r = H.request(self.d.admin, "POST", "/power/web/policy", headers=auth)
+        self.assertEqual(r.status, 200, r.body)
+        pool = self.power()["pools"][0]
+        self.assertEqual((pool["policy"], pool["policy_source"]), ("always-on", "config"))
         r = H.request(self.d.admin, "POST", "/power/web/unpin", headers=auth)
         self.assertEqual(r.status, 200, r.body)
         self.assertEqual(self.power()["pools"][0]["pinned"], -1)
