@@ -84,7 +84,8 @@ usage(FILE *f)
         "usage: dimmer-backend --listen ADDR [--name NAME] [--seed N] [--pages N]\n"
         "           [--capacity N] [--queue N] [--service-ms MS]\n"
         "           [--idle-w W] [--full-w W] [--asleep-w W] [--booting-w W]\n"
-        "           [--start awake|asleep] [--boot-ms MS] [--control ADDR]\n"
+        "           [--start awake|asleep] [--boot-ms MS] [--control ADDR\n"
+        "           [--control-token-file FILE]]\n"
         "           [--wol ADDR --mac MAC] [--agent-to ADDR --agent-key-file FILE\n"
         "           [--agent-name NAME] [--agent-interval-ms MS]]\n"
         "\n"
@@ -121,6 +122,9 @@ usage(FILE *f)
         "                    machine's peers see it. SIGUSR1 sleeps, SIGUSR2 wakes.\n"
         "  --control ADDR    control listener (HTTP, up in every state), printed on stdout\n"
         "                    as 'dimmer-backend NAME control on HOST:PORT'\n"
+        "  --control-token-file FILE\n"
+        "                    POST /sleep and /wake need 'Authorization: Bearer TOKEN', TOKEN\n"
+        "                    the file's first line (dimmer's control_token_file); else 401\n"
         "  --wol ADDR        Wake-on-LAN receiver (UDP), printed as 'dimmer-backend NAME wol\n"
         "                    on HOST:PORT': a datagram that is exactly the magic packet of\n"
         "                    --mac (6 x 0xff, then the MAC 16 times) wakes the node\n"
@@ -302,7 +306,7 @@ listen_on(struct dm_backend *be, uv_tcp_t *t, const struct sockaddr_storage *add
 
 /* What the options say beyond the site; checked and applied by main(). */
 struct node_opts {
-    const char *control, *wol, *mac, *agent_to, *agent_key_file, *agent_name;
+    const char *control, *control_token_file, *wol, *mac, *agent_to, *agent_key_file, *agent_name;
     bool agent_interval_set;
 };
 
@@ -327,6 +331,26 @@ node_setup(struct dm_backend *be, const struct node_opts *o, struct sockaddr_sto
             return bad("bad --control address (want HOST:PORT)", o->control);
         }
         be->has_control = true;
+    }
+    if (o->control_token_file) {
+        if (!o->control) {
+            return bad("--control-token-file needs --control", NULL);
+        }
+        uint8_t tok[DM_REPORT_KEY_MAX];
+        size_t len = 0;
+        int err = dm_report_key_read(o->control_token_file, tok, &len);
+        bool printable = err == 0;
+        for (size_t i = 0; printable && i < len; i++) {
+            printable = tok[i] > 0x20 && tok[i] < 0x7f; /* it comes in a header */
+        }
+        if (err < 0 || !printable || len >= sizeof(be->control_token)) {
+            return bad(err == 0         ? "--control-token-file: printable ASCII, no spaces, wanted"
+                       : err == -EINVAL ? "--control-token-file: empty token"
+                                        : "--control-token-file",
+                       err == 0 || err == -EINVAL ? o->control_token_file : strerror(-err));
+        }
+        memcpy(be->control_token, tok, len);
+        be->control_token_len = len;
     }
     if (!o->wol != !o->mac) {
         return bad("--wol and --mac go together", NULL);
@@ -391,6 +415,7 @@ main(int argc, char **argv)
         OPT_AGENT_KEY_FILE,
         OPT_AGENT_NAME,
         OPT_AGENT_INTERVAL_MS,
+        OPT_CONTROL_TOKEN_FILE,
     };
     static const struct option opts[] = {
         { "listen", required_argument, NULL, 'l' },
@@ -408,6 +433,7 @@ main(int argc, char **argv)
         { "start", required_argument, NULL, OPT_START },
         { "boot-ms", required_argument, NULL, OPT_BOOT_MS },
         { "control", required_argument, NULL, OPT_CONTROL },
+        { "control-token-file", required_argument, NULL, OPT_CONTROL_TOKEN_FILE },
         { "wol", required_argument, NULL, OPT_WOL },
         { "mac", required_argument, NULL, OPT_MAC },
         { "agent-to", required_argument, NULL, OPT_AGENT_TO },
@@ -485,6 +511,9 @@ main(int argc, char **argv)
             break;
         case OPT_CONTROL:
             node.control = optarg;
+            break;
+        case OPT_CONTROL_TOKEN_FILE:
+            node.control_token_file = optarg;
             break;
         case OPT_WOL:
             node.wol = optarg;

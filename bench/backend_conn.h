@@ -47,6 +47,10 @@ struct dm_backend {
     uv_tcp_t listener;
     uv_tcp_t control; /* the control listener, when has_control */
     bool has_control;
+    /* --control-token-file: POST /sleep and /wake need "Authorization: Bearer
+     * TOKEN" (token_len > 0); GET /power and /stats stay open. */
+    char control_token[257];
+    size_t control_token_len;
     uv_signal_t sigterm, sigint, sigusr1, sigusr2;
     llhttp_settings_t settings;
     const struct dm_backend_handlers *handlers; /* the endpoints: &dm_backend_endpoints */

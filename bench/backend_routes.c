@@ -427,6 +427,27 @@ route(struct dm_backend_conn *c)
 }
 
 /* The control listener: the machine's agent or BMC, up in every power state. */
+/* A power action's credentials: none asked, or the bearer token (in constant time). */
+static bool
+control_authorized(struct dm_backend_conn *c)
+{
+    const struct dm_backend *be = c->be;
+    if (be->control_token_len == 0) {
+        return true;
+    }
+    struct dm_backend_span v;
+    const char *head = c->in + c->head_start;
+    size_t hlen = c->parse_off - c->head_start;
+    if (dm_backend_head_header(head, hlen, "Authorization", &v) && v.len > 7 &&
+        strncasecmp(v.p, "Bearer ", 7) == 0 && v.len - 7 == be->control_token_len &&
+        CRYPTO_memcmp(v.p + 7, be->control_token, be->control_token_len) == 0) {
+        return true;
+    }
+    dm_backend_respond_msg(c, 401, "a bearer token is needed (--control-token-file)\n",
+                           "WWW-Authenticate: Bearer\r\n");
+    return false;
+}
+
 static void
 route_control(struct dm_backend_conn *c)
 {
@@ -435,12 +456,12 @@ route_control(struct dm_backend_conn *c)
         return;
     }
     if (dm_backend_span_eq(path, "/sleep")) {
-        if (method_is_post(c)) {
+        if (method_is_post(c) && control_authorized(c)) {
             dm_backend_power_sleep(c->be);
             route_power(c);
         }
     } else if (dm_backend_span_eq(path, "/wake")) {
-        if (method_is_post(c)) {
+        if (method_is_post(c) && control_authorized(c)) {
             dm_backend_power_wake(c->be);
             route_power(c);
         }

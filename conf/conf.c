@@ -255,6 +255,7 @@ dm_conf_destroy(struct dm_conf *c)
             free(sp->wol_to.text);
             free(sp->control.text);
             free(sp->wake_command);
+            free(sp->control_token);
             free(sp->sleep_command);
         }
         free(p->servers);

@@ -43,6 +43,7 @@ struct dm_conf_server_power {
     bool has_mac;
     struct dm_conf_addr wol_to;  /* where the magic packet goes; default 255.255.255.255:9 */
     struct dm_conf_addr control; /* http actuator: host:port of the node's control */
+    char *control_token; /* its bearer token (control_token_file's first line); NULL: none */
     char *wake_command, *sleep_command;
     bool keep_on; /* never slept by the policy (the operator may still) */
 };

@@ -300,6 +300,7 @@ enum {
     SP_MAC,
     SP_WOL_TO,
     SP_CONTROL,
+    SP_CONTROL_TOKEN,
     SP_WAKE_COMMAND,
     SP_SLEEP_COMMAND,
     SP_KEEP_ON,
@@ -316,11 +317,14 @@ static const char *const server_power_keys[SP_N] = {
     [SP_MAC] = "mac",
     [SP_WOL_TO] = "wol_to",
     [SP_CONTROL] = "control",
+    [SP_CONTROL_TOKEN] = "control_token_file",
     [SP_WAKE_COMMAND] = "wake_command",
     [SP_SLEEP_COMMAND] = "sleep_command",
     [SP_KEEP_ON] = "keep_on",
 };
 static const char *const act_names[] = { "none", "wol", "http", "command" };
+
+static bool get_token(struct dm_conf_loader *ld, const yaml_node_t *n, const char *key, char **out);
 
 /* A name as the agent report format allows it: 1-63 of [A-Za-z0-9._-]. */
 static bool
@@ -367,6 +371,11 @@ dm_conf_load_server_power(struct dm_conf_loader *ld, struct dm_conf_pool *p,
     }
     if (v[SP_CONTROL] != NULL) {
         (void)dm_conf_get_addr(ld, v[SP_CONTROL], false, &sp->control);
+    }
+    if (v[SP_CONTROL_TOKEN] != NULL &&
+        get_token(ld, v[SP_CONTROL_TOKEN], "control_token_file", &sp->control_token) &&
+        sp->control.text == NULL) {
+        dm_conf_fail_at(ld, v[SP_CONTROL_TOKEN], "control_token_file: there is no \"control\"");
     }
     if (v[SP_WAKE_COMMAND] != NULL) {
         (void)dm_conf_get_string(ld, v[SP_WAKE_COMMAND], &sp->wake_command);
@@ -486,6 +495,31 @@ get_secret(struct dm_conf_loader *ld, const yaml_node_t *n, const char *key, uin
     return true;
 }
 
+/* A bearer token's file: its first line, printable ASCII without spaces
+ * (it goes in a header); false after reporting. */
+static bool
+get_token(struct dm_conf_loader *ld, const yaml_node_t *n, const char *key, char **out)
+{
+    uint8_t *tok = NULL;
+    size_t len = 0;
+    if (!get_secret(ld, n, key, &tok, &len)) {
+        return false;
+    }
+    bool ok = true;
+    for (size_t i = 0; i < len; i++) {
+        ok = ok && tok[i] > 0x20 && tok[i] < 0x7f;
+    }
+    if (!ok) {
+        dm_conf_fail_at(ld, n, "%s: the token must be printable ASCII, no spaces", key);
+        free(tok);
+        return false;
+    }
+    free(*out);
+    *out = (char *)tok;
+    (*out)[len] = 0; /* the buffer has room: SECRET_MAX + 1 */
+    return true;
+}
+
 enum { TP_METRICS, TP_KEY_FILE, TP_MAX_AGE, TP_ADMIN_TOKEN, TP_N };
 static const char *const top_power_keys[TP_N] = {
     [TP_METRICS] = "metrics",
@@ -513,24 +547,7 @@ dm_conf_load_power(struct dm_conf_loader *ld, const yaml_node_t *n)
                                    &c->report_max_age_ms);
     }
     if (v[TP_ADMIN_TOKEN] != NULL) {
-        uint8_t *tok = NULL;
-        size_t len = 0;
-        if (get_secret(ld, v[TP_ADMIN_TOKEN], "admin_token_file", &tok, &len)) {
-            /* A token goes in a header: printable ASCII, no spaces. */
-            bool ok = true;
-            for (size_t i = 0; i < len; i++) {
-                ok = ok && tok[i] > 0x20 && tok[i] < 0x7f;
-            }
-            if (!ok) {
-                dm_conf_fail_at(ld, v[TP_ADMIN_TOKEN],
-                                "admin_token_file: the token must be printable ASCII, no spaces");
-                free(tok);
-            } else {
-                free(c->admin_token);
-                c->admin_token = (char *)tok;
-                c->admin_token[len] = 0; /* the buffer has room: SECRET_MAX + 1 */
-            }
-        }
+        (void)get_token(ld, v[TP_ADMIN_TOKEN], "admin_token_file", &c->admin_token);
     }
     if (c->metrics.text != NULL && v[TP_KEY_FILE] == NULL) {
         dm_conf_fail_at(ld, n, "power: metrics needs key_file (reports are signed with it)");

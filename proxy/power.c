@@ -408,10 +408,13 @@ start_http(struct dm_powermgr *pm, struct pm_action *a)
 {
     const struct dm_conf_addr *ctl = &a->s->cf->power.control;
     struct dm_sbuf b = { 0 };
+    const char *token = a->s->cf->power.control_token;
     dm_sb_printf(&b,
                  "POST /%s HTTP/1.1\r\nHost: %s\r\nUser-Agent: dimmer\r\nContent-Length: 0\r\n"
-                 "Connection: close\r\n\r\n",
-                 a->kind == ACT_WAKE ? "wake" : "sleep", ctl->text);
+                 "%s%s%sConnection: close\r\n\r\n",
+                 a->kind == ACT_WAKE ? "wake" : "sleep", ctl->text,
+                 token != NULL ? "Authorization: Bearer " : "", token != NULL ? token : "",
+                 token != NULL ? "\r\n" : "");
     a->req = b.p;
     if (a->req == NULL || uv_tcp_init(pm->loop, &a->tcp) < 0) {
         return false;

@@ -1351,9 +1351,16 @@ test_power_keys_are_read(void **state)
                  "      sleep: last\n      tcp: agent\n",
                  "        power:\n          idle_w: 30\n          mac: 02:00:00:00:00:0A\n"
                  "          wol_to: 127.0.0.1:4009\n          control: 127.0.0.1:9101\n"
+                 "          control_token_file: %s\n"
                  "          agent: web-a\n          keep_on: yes\n"),
-             key, key);
+             key, key, key);
     struct dm_conf *c = load_ok(yaml);
+    /* A control token needs a control to go to. */
+    snprintf(yaml, sizeof(yaml),
+             LISTEN POWER_POOL("      policy: multi\n",
+                               "        power: {sleep_command: x, control_token_file: %s}\n"),
+             key);
+    expect_error(yaml, "t.yaml:9:55: control_token_file: there is no \"control\"");
     unlink(key);
     assert_int_equal(c->metrics_key_len, 3);
     assert_memory_equal(c->metrics_key, "k3y", 3);
@@ -1390,6 +1397,7 @@ test_power_keys_are_read(void **state)
     assert_true(sp->has_mac && sp->mac[5] == 0x0a);
     assert_ipv4(&sp->wol_to, "127.0.0.1", 4009);
     assert_ipv4(&sp->control, "127.0.0.1", 9101);
+    assert_string_equal(sp->control_token, "k3y");
     assert_string_equal(sp->agent, "web-a");
     assert_true(sp->keep_on);
     dm_conf_destroy(c);

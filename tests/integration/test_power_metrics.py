@@ -9,7 +9,8 @@ policy chosen by hand (kept over a reload, then given back), 409 for
 a host that is not power-managed.
 
 The actuators against real nodes (dimmer-backend): Wake-on-LAN (the magic
-packet reaches the node's receiver), http (POST /sleep on its control),
+packet reaches the node's receiver), http (POST /sleep on its control; with
+a bearer token the node asks for, refusing a missing or wrong one),
 command (kill -USR1 / -USR2 on its pid, which sleep and wake it; a command
 that outlives command_timeout is killed and counted as failed). A reload
 with a bad power block keeps the running one, with file:line:column.
@@ -277,6 +278,35 @@ class PowerMetricsTest(H.DimmerTest):
         self.assertEqual(node.stats()["wakes"], 1)
         H.wait_until(lambda: self.server("n1")["state"] == "active", 10, "active again")
         self.assertEqual(H.get(self.d.port, "/healthz").status, 200)
+        self.assertEqual(self.server("n1")["action_failures"], 0)
+
+    def test_http_actuator_with_a_bearer_token(self):
+        tok = self.path("control.token")
+        with open(tok, "w") as f:
+            f.write("node-s3cret\n")
+        node = self.start_node("--control", "%s:0" % H.HOST, "--control-token-file", tok,
+                               "--boot-ms", 300, name="n1")
+        ctl = node.control
+        # Without the token, or with another, the node refuses to sleep.
+        for headers in ([], [("Authorization", "Bearer node-s3cre")],
+                        [("Authorization", "Bearer node-s3cret2")],
+                        [("Authorization", "Basic node-s3cret")]):
+            r = H.request(ctl, "POST", "/sleep", headers=headers)
+            self.assertEqual(r.status, 401, (headers, r.body))
+        self.assertEqual(node.power()["state"], "awake")
+        # dimmer with the token: the http actuator sleeps and wakes it.
+        conf = ("listen: 127.0.0.1:0\nadmin: 127.0.0.1:0\npools:\n  web:\n"
+                "    health_check: {interval: 100ms, timeout: 300ms, rise: 1, fall: 1}\n"
+                "    power: {policy: always-on, min_change_interval: 0, action_interval: 0}\n"
+                "    servers:\n      - {name: n1, address: \"%s:%d\", power: {control: \"%s:%d\", "
+                "control_token_file: %s}}\n" % (H.HOST, node.port, H.HOST, ctl, tok))
+        self.d = self.start_dimmer_conf(self.write_config(conf))
+        self.act(node, "sleep")
+        node.wait_state("asleep")
+        H.wait_until(lambda: self.server("n1")["state"] == "sleeping", 5, "sleeping")
+        self.act(node, "wake")
+        node.wait_state("awake")
+        H.wait_until(lambda: self.server("n1")["state"] == "active", 10, "active again")
         self.assertEqual(self.server("n1")["action_failures"], 0)
 
     def test_command_actuator_and_its_timeout(self):
