@@ -17,8 +17,13 @@ model exactly: asleep, booting, idle to full by the requests in service);
 the quality of service is dimmer-load's score of every response (good < 2 s,
 tolerable < 4 s, else failed, as SPECweb's banking workload scores them).
 
+With --queue-order, each node's max_conns is its capacity, so that the
+requests beyond it wait in dimmer's queue in that order (queue_order:
+arrival or page) instead of in the node's own queue.
+
     python3 bench/power_exp2.py [--policies always-on,single,...] [--scale 6]
-        [--nodes 8] [--sessions 90] [--ramp S] [--out build/power_exp2] [--build build]
+        [--nodes 8] [--sessions 90] [--ramp S] [--queue-order arrival|page]
+        [--out build/power_exp2] [--build build]
     (--policies takes static:N too: the yardstick of N nodes always awake)
 """
 import argparse
@@ -125,16 +130,17 @@ class Run:
         self.metrics = a.metrics_port
         nodes = [self.node(i) for i in range(a.nodes)]
         servers = "\n".join(
-            '      - {name: n%d, address: "%s:%d", capacity: %d, power: {control: "%s:%d", '
+            '      - {name: n%d, address: "%s:%d", capacity: %d,%s power: {control: "%s:%d", '
             'idle_w: %g, full_w: 70, asleep_w: 3, booting_w: %g}}'
-            % (i, HOST, p, a.capacity, HOST, c, a.idle_w, a.booting_w)
+            % (i, HOST, p, a.capacity, " max_conns: %d," % a.capacity if a.queue_order else "",
+               HOST, c, a.idle_w, a.booting_w)
             for i, (p, c) in enumerate(nodes))
         with open(conf, "w") as f:
             f.write("""workers: 1
 listen: 127.0.0.1:0
 admin: 127.0.0.1:0
 access_log: off
-timeouts: {server_response: 60s, shutdown: 1s}
+timeouts: {server_response: 60s, shutdown: 1s, queue: 60s}
 power:
   metrics: 127.0.0.1:%d
   key_file: %s
@@ -142,7 +148,7 @@ pools:
   web:
     balance: leastconn
     affinity: connection
-    health_check: {interval: 1s, timeout: 500ms, rise: 1, fall: 2}
+%s    health_check: {interval: 1s, timeout: 500ms, rise: 1, fall: 2}
     power:
       policy: %s
       period: %ds
@@ -156,7 +162,10 @@ pools:
       slow_start: 0
     servers:
 %s
-""" % (self.metrics, self.key, self.dimmer_policy, a.period, a.boot_ms, a.delay_off, a.history, a.tcp_max,
+""" % (self.metrics, self.key,
+       "    queue_order: %s\n" % a.queue_order
+       + ("    page_bound: %gs\n" % a.page_bound if a.queue_order == "page" else "")
+       if a.queue_order else "", self.dimmer_policy, a.period, a.boot_ms, a.delay_off, a.history, a.tcp_max,
                 servers))
         self.start("dimmer", [os.path.join(a.build, "dimmer"), "-c", conf, "--ports-file", ports])
         lines = wait_for(lambda: os.path.exists(ports) and open(ports).read().splitlines(), 15,
@@ -274,6 +283,12 @@ def main():
     ap.add_argument("--ramp", type=float, default=0,
                     help="every rise and fall of exp2 at least this long, s of the pattern "
                          "(dimmer-load --ramp; 0: exp2's 5 s)")
+    ap.add_argument("--queue-order", choices=("arrival", "page"), default=None,
+                    help="each node's max_conns at its capacity, so that the requests beyond "
+                    "it wait in dimmer's queue, in this order (default: no max_conns, they "
+                    "wait in the node's own queue)")
+    ap.add_argument("--page-bound", type=float, default=2,
+                    help="queue_order: page's page_bound, s")
     ap.add_argument("--metrics-port", type=int, default=19902)
     ap.add_argument("--out", default="build/power_exp2")
     ap.add_argument("--build", default="build")

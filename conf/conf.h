@@ -72,6 +72,8 @@ struct dm_conf_passive {
     uint64_t fail_timeout_ms; /* how long it then stays down; default 10000 */
 };
 
+enum dm_queue_order { DM_QO_ARRIVAL = 0, DM_QO_SIZE, DM_QO_PAGE };
+
 /* hash: where the key of a request comes from. */
 enum dm_hash_key {
     DM_HASH_CLIENT = 0, /* client address (default) */
@@ -196,10 +198,15 @@ struct dm_conf_pool {
      * most; one more is answered 503 at once. Default 0 = no bound but
      * timeouts.queue. */
     unsigned max_queue;
-    /* queue_order: size serves the waiting requests of each worker by
-     * arrival plus their response's expected size from the catalog
-     * (dm_queue_class_offset_us); arrival (default, false): in arrival order. */
-    bool queue_by_size;
+    /* queue_order: how each worker serves its waiting requests. arrival
+     * (default): in arrival order. size: by arrival plus their response's
+     * expected size from the catalog (dm_queue_class_offset_us). page: the
+     * oldest page first, by its start plus page_bound (a connection's
+     * request within page_gap of its last response belongs to the same
+     * page), and those of pages past page_bound after every other. */
+    enum dm_queue_order queue_order;
+    uint64_t page_gap_ms;   /* default 250 */
+    uint64_t page_bound_ms; /* default 2000 */
     struct dm_conf_power power;
     struct dm_conf_session session; /* read whatever the policy; used by balance: session */
     struct dm_conf_tls_client *tls; /* TLS to the servers (conf/tls.h); NULL: plain */

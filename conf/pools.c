@@ -306,6 +306,8 @@ enum {
     POOL_SESSION,
     POOL_MAX_QUEUE,
     POOL_QUEUE_ORDER,
+    POOL_PAGE_GAP,
+    POOL_PAGE_BOUND,
     POOL_TLS,
     POOL_N
 };
@@ -322,11 +324,13 @@ static const char *const pool_keys[POOL_N] = {
     [POOL_SESSION] = "session",
     [POOL_MAX_QUEUE] = "max_queue",
     [POOL_QUEUE_ORDER] = "queue_order",
+    [POOL_PAGE_GAP] = "page_gap",
+    [POOL_PAGE_BOUND] = "page_bound",
     [POOL_TLS] = "tls",
 };
 
 static const char *const affinity_names[] = { "connection", "request" };
-static const char *const queue_order_names[] = { "arrival", "size" };
+static const char *const queue_order_names[] = { "arrival", "size", "page" };
 
 bool
 dm_conf_pool_defaults(struct dm_conf_pool *p)
@@ -342,6 +346,8 @@ dm_conf_pool_defaults(struct dm_conf_pool *p)
     p->passive.fail_timeout_ms = 10000;
     p->hash = (struct dm_conf_hash){ .key = DM_HASH_CLIENT, .name = NULL, .balance = 1.25 };
     p->age = (struct dm_conf_age){ .weight = 0.1, .half_life_ms = 10000, .request_cost = 8192 };
+    p->page_gap_ms = 250;
+    p->page_bound_ms = 2000; /* SPECweb's bound of a good page */
     /* Right for the default policy; load_pool sets it again once balance is known. */
     p->affinity_connection = false;
     dm_conf_power_defaults(&p->power);
@@ -370,7 +376,19 @@ load_pool(struct dm_conf_loader *ld, struct dm_conf_pool *p, const yaml_node_t *
         int o = dm_conf_get_choice(ld, v[POOL_QUEUE_ORDER], "queue_order", queue_order_names,
                                    DM_CONF_NKEYS(queue_order_names));
         if (o >= 0) {
-            p->queue_by_size = o == 1;
+            p->queue_order = (enum dm_queue_order)o;
+        }
+    }
+    static const int page_keys[] = { POOL_PAGE_GAP, POOL_PAGE_BOUND };
+    uint64_t *page_ms[] = { &p->page_gap_ms, &p->page_bound_ms };
+    for (size_t i = 0; i < DM_CONF_NKEYS(page_keys); i++) {
+        const yaml_node_t *k = v[page_keys[i]];
+        if (k == NULL) {
+            continue;
+        }
+        if (dm_conf_get_duration(ld, k, pool_keys[page_keys[i]], i == 0, page_ms[i]) &&
+            p->queue_order != DM_QO_PAGE) {
+            dm_conf_fail_at(ld, k, "%s applies to queue_order: page", pool_keys[page_keys[i]]);
         }
     }
     /* Before the servers: their power blocks take their defaults from it. */

@@ -11,11 +11,11 @@
  * once for load / u1 servers, u1 = (T1 - idle_w) / (full_w - idle_w) being
  * the share of a server the seed's threshold T1 keeps busy.
  *
- * Up: the load now as its connections count it, or the mean load over the
- * last boot delay, whichever is more (power that reads full for a second or
- * two, a step's sessions all asking for their first page at once, is a
- * burst over long before a server woken for it is up; full power that
- * lasts moves the mean), plus
+ * Up: the load now as its connections count it, or the least load read
+ * over the last boot delay, whichever is more (power that reads full for a
+ * few seconds, a step's sessions all asking for their first page at once,
+ * is a burst over before a server woken for it is up, and would move a
+ * mean; full power that lasts a boot delay raises the least), plus
  * the spare its slope uses up within a boot delay (and a margin), the slope
  * fitted over the last boot delay's readings (at least four) so that one
  * burst is not a trend, and counted only while the last readings still
@@ -144,8 +144,8 @@ decide(void *state, const struct dm_power_params *p, const struct dm_power_metri
     uint64_t four = 4 * (uint64_t)(trend_s * 1e6);
     uint64_t up_window = p->boot_us > four ? p->boot_us : four;
     uint64_t down_window = p->delay_off_us > up_window ? p->delay_off_us : up_window;
-    double slope, mean_load, slope_down, mean_down;
-    trend(s, now_us, up_window, &slope, &mean_load);
+    double slope, mean_up, slope_down, mean_down;
+    trend(s, now_us, up_window, &slope, &mean_up); /* the mean is not used: a burst moves it */
     trend(s, now_us, down_window, &slope_down, &mean_down);
     /* The slope in connections a second, turned into the servers' worth of
      * load it adds within a boot delay. */
@@ -154,13 +154,14 @@ decide(void *state, const struct dm_power_params *p, const struct dm_power_metri
     /* The memory of steps: the largest rise of the demand within a boot
      * delay and the largest demand, each fading with a half-life of
      * history_us. */
-    double low = demand_now;
+    double low = demand_now, least_load = load_now;
     for (unsigned i = 0; i < s->n; i++) {
         unsigned k = (s->head + SAMPLES - 1 - i) % SAMPLES;
         if (now_us - s->t_us[k] > up_window) {
             break;
         }
         low = s->demand[k] < low ? s->demand[k] : low;
+        least_load = s->load[k] < least_load ? s->load[k] : least_load;
     }
     double keep = p->history_us > 0 && s->memo_us != 0
                       ? exp2(-(double)(now_us - s->memo_us) / (double)p->history_us)
@@ -192,7 +193,7 @@ decide(void *state, const struct dm_power_params *p, const struct dm_power_metri
      * back to a known level needs what that level needed), nor past what is
      * there now. */
     double by_tcp_now = p->tcp_max > 0 ? m->tcp / p->tcp_max : 0;
-    double base = by_tcp_now > mean_load ? by_tcp_now : mean_load; /* not a burst's power */
+    double base = by_tcp_now > least_load ? by_tcp_now : least_load; /* not a burst's power */
     double up_load = base + spare;
     double cap = base > peak_before ? base : peak_before;
     if (demand_now <= peak_old * (1 + p->margin) && up_load > cap) {

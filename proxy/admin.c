@@ -221,7 +221,9 @@ stats_json(struct dm_sbuf *b, const struct dm_admin *a)
                      "\"order\":\"%s\",\"timeout_ms\":%llu,\"timeouts\":%llu,\"full\":%llu}",
                      (unsigned long long)dm_counter_get(&p->queued),
                      (unsigned long long)dm_counter_get(&p->queue_peak), p->cf->max_queue,
-                     p->cf->queue_by_size ? "size" : "arrival",
+                     p->cf->queue_order == DM_QO_SIZE   ? "size"
+                     : p->cf->queue_order == DM_QO_PAGE ? "page"
+                                                        : "arrival",
                      (unsigned long long)rt->conf->timeouts.queue_ms,
                      (unsigned long long)dm_counter_get(&p->queue_timeouts),
                      (unsigned long long)dm_counter_get(&p->queue_full));

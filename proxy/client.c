@@ -68,7 +68,8 @@ status_text(unsigned status)
  * so an insertion almost always lands at the tail; a shorter one (a reload
  * changed the duration, or a request's remaining bound) walks back to its
  * place. The queue (max_conns) is the one kind with a list per size class
- * (queue_order: size), each in the order of its keys.
+ * (queue_order: size) and two of pages (queue_order: page), each in the
+ * order of its keys.
  */
 
 /* The list a node of `kind` (and class cls, for DM_T_QUEUE) is on. */
@@ -227,7 +228,16 @@ dm_client_queue(struct dm_client *c)
         req->queue_deadline_ms = now + queue_ms;
         req->queue_key_ms = now;
         req->queue_class = 0;
-        if (p->cf->queue_by_size) {
+        if (p->cf->queue_order == DM_QO_PAGE) {
+            /* Its page's start (no earlier than page_bound ago) plus
+             * page_bound, from now on; at now, the page is late already. */
+            uint64_t bound = p->cf->page_bound_ms;
+            uint64_t age = (uint32_t)((uint32_t)now - c->page_start_ms);
+            uint64_t key = now - (age < bound ? age : bound) + bound;
+            req->queue_key_ms = key > now ? key : key + DM_QUEUE_LATE_MS;
+            req->queue_class = key > now ? DM_QUEUE_PAGE : DM_QUEUE_LATE;
+            req->queue_deadline_ms = key + queue_ms;
+        } else if (p->cf->queue_order == DM_QO_SIZE) {
             uint64_t dflt = c->rt->conf->catalog.default_object_bytes;
             struct dm_catalog *cat = c->rt->catalog;
             uint64_t size = cat != NULL ? dm_catalog_size(cat, req->key, dflt) : dflt;
@@ -273,6 +283,23 @@ dm_client_unqueue(struct dm_client *c)
     }
 }
 
+/*
+ * queue_order: page: the requests whose page's bound has passed go after
+ * every other, in the order of their pages. They leave the page list from
+ * its head (it is in that order), each once.
+ */
+static void
+queue_late(struct dm_worker *w, uint64_t now)
+{
+    struct dm_tnode *n;
+    while ((n = w->queue[DM_QUEUE_PAGE].head) != NULL && n->deadline_ms <= now) {
+        struct dm_client *c = (struct dm_client *)((char *)n - offsetof(struct dm_client, timer));
+        c->req->queue_key_ms = n->deadline_ms + DM_QUEUE_LATE_MS;
+        c->req->queue_class = DM_QUEUE_LATE;
+        tq_insert(w, n, DM_T_QUEUE, DM_QUEUE_LATE, c->req->queue_key_ms);
+    }
+}
+
 void
 dm_clients_queue_retry(struct dm_worker *w)
 {
@@ -287,20 +314,21 @@ dm_clients_queue_retry(struct dm_worker *w)
      * tries again.
      */
     uint64_t stayed = 0;
-    struct dm_tnode *at[DM_QUEUE_CLASSES]; /* each class's next */
-    for (unsigned k = 0; k < DM_QUEUE_CLASSES; k++) {
+    queue_late(w, uv_now(&w->loop));
+    struct dm_tnode *at[DM_QUEUE_LISTS]; /* each list's next */
+    for (unsigned k = 0; k < DM_QUEUE_LISTS; k++) {
         at[k] = w->queue[k].head;
     }
     for (;;) {
-        /* The smallest key of the classes' next (of two alike, the smaller class's). */
-        unsigned best = DM_QUEUE_CLASSES;
-        for (unsigned k = 0; k < DM_QUEUE_CLASSES; k++) {
+        /* The smallest key of the lists' next (of two alike, the smaller list's). */
+        unsigned best = DM_QUEUE_LISTS;
+        for (unsigned k = 0; k < DM_QUEUE_LISTS; k++) {
             if (at[k] != NULL &&
-                (best == DM_QUEUE_CLASSES || at[k]->deadline_ms < at[best]->deadline_ms)) {
+                (best == DM_QUEUE_LISTS || at[k]->deadline_ms < at[best]->deadline_ms)) {
                 best = k;
             }
         }
-        if (best == DM_QUEUE_CLASSES) {
+        if (best == DM_QUEUE_LISTS) {
             break;
         }
         struct dm_tnode *n = at[best];
@@ -381,7 +409,7 @@ static void client_timeout(struct dm_client *c, enum dm_tkind kind);
 static void
 queue_expire(struct dm_worker *w, uint64_t now)
 {
-    for (unsigned k = 0; k < DM_QUEUE_CLASSES; k++) {
+    for (unsigned k = 0; k < DM_QUEUE_LISTS; k++) {
         struct dm_tnode *n;
         while ((n = w->queue[k].head) != NULL) {
             struct dm_client *c =
@@ -1066,6 +1094,7 @@ client_over_rate(struct dm_client *c)
     c->parser.msg = NULL;
     dm_req_free(c->w, req);
     c->served = true;
+    c->page_done_ms = (uint32_t)uv_now(&c->w->loop);
     dm_http_parser_next(&c->parser);
     c->state = DM_C_IDLE;
     return true;
@@ -1106,6 +1135,15 @@ client_head_done(struct dm_client *c)
     req->routed = true;
     req->pool = dm_route_match(cf, req->info.host.p, req->info.host.len, req->info.path.p,
                                req->info.path.len);
+    if (cf->pools[req->pool].queue_order == DM_QO_PAGE) {
+        /* A request within page_gap of the connection's last response is
+         * of the same page (a browser asking for the page's objects); one
+         * after a longer pause begins the next. */
+        uint32_t now = (uint32_t)uv_now(&c->w->loop);
+        if (!c->served || now - c->page_done_ms > cf->pools[req->pool].page_gap_ms) {
+            c->page_start_ms = now;
+        }
+    }
     if (c->rt->pools[req->pool].keyed) {
         /* A connection whose page came from a host-less preload keys its
          * objects without host too, so that they match the page's list. */

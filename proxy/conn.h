@@ -62,7 +62,10 @@ struct dm_client {
     uint16_t held_pool;              /* the pool whose held or queued count has it */
     uint32_t writes;                 /* writes in flight */
     uint32_t head_start;             /* offset in `in` where the current head starts */
-    uint8_t state;                   /* enum dm_client_state */
+    /* queue_order: page, loop time's low 32 bits: when the connection's
+     * current page began, and when its last response was done. */
+    uint32_t page_start_ms, page_done_ms;
+    uint8_t state; /* enum dm_client_state */
     bool reading;
     bool paused;       /* reading stopped by back-pressure */
     bool eof;          /* the client sent FIN */
@@ -166,8 +169,9 @@ struct dm_req {
     uint64_t queue_deadline_ms; /* loop time a queued request gets its 503; 0: never queued */
     /* Its place in the worker's queue, set when it is first queued: the
      * arrival in arrival order, arrival + dm_queue_class_offset_us of its
-     * expected size's class (queue_class) with queue_order: size; never
-     * after queue_deadline_ms. */
+     * expected size's class (queue_class) with queue_order: size, its
+     * page's start + page_bound with queue_order: page (DM_QUEUE_LATE_MS
+     * more once that has passed, internal.h). */
     uint64_t queue_key_ms;
     uint8_t queue_class;
     bool close_client;

@@ -246,6 +246,17 @@ enum dm_tkind {
     DM_T_KINDS,
 };
 
+/*
+ * The worker's queue lists: DM_QUEUE_CLASSES by size class, then those of
+ * queue_order: page, keyed by their page's start plus page_bound: pages
+ * within their bound, and (keys DM_QUEUE_LATE_MS higher, so after every
+ * other) those past it, moved there as their bound passes.
+ */
+#define DM_QUEUE_PAGE    DM_QUEUE_CLASSES
+#define DM_QUEUE_LATE    (DM_QUEUE_CLASSES + 1)
+#define DM_QUEUE_LISTS   (DM_QUEUE_CLASSES + 2)
+#define DM_QUEUE_LATE_MS (1ull << 48)
+
 /* A node of a timeout list, embedded in what it times. */
 struct dm_tnode {
     struct dm_tnode *prev, *next;
@@ -274,9 +285,10 @@ struct dm_worker {
     unsigned commanded_closing;  /* connections a command closed, not yet freed */
     struct dm_tq tq[DM_T_KINDS]; /* timeout lists, by enum dm_tkind */
     /* The queue (DM_T_QUEUE, max_conns) in place of tq[DM_T_QUEUE]: one
-     * list a size class (balancers/balancer.h), each in the order of its
-     * keys; served smallest key first over their heads. */
-    struct dm_tq queue[DM_QUEUE_CLASSES];
+     * list a size class (balancers/balancer.h), then queue_order: page's
+     * two (DM_QUEUE_PAGE, DM_QUEUE_LATE), each in the order of its keys;
+     * served smallest key first over their heads. */
+    struct dm_tq queue[DM_QUEUE_LISTS];
     struct dm_client *aging;    /* clients with policy state, for on_tick */
     struct dm_upstream *corked; /* server connections with writes to flush */
     /* TLS (proxy/tls.h): the scratch buffer ciphertext is read into, and

@@ -636,6 +636,7 @@ dm_req_finish(struct dm_req *req)
     c->parser.msg = NULL;
     dm_req_free(c->w, req);
     c->served = true;
+    c->page_done_ms = (uint32_t)uv_now(&c->w->loop);
     dm_http_parser_next(&c->parser);
     if (close) {
         dm_client_read_stop(c);

@@ -79,7 +79,7 @@ dm_runtime_create(struct dm_conf *conf, unsigned nworkers, struct dm_hosts *host
             goto fail;
         }
         p->work = (ops->needs & (DM_BAL_NEEDS_WORK | DM_BAL_NEEDS_OBJECTS)) != 0;
-        p->keyed = p->work || pc->queue_by_size;
+        p->keyed = p->work || pc->queue_order == DM_QO_SIZE;
         p->hashing = (ops->needs & DM_BAL_NEEDS_KEY) != 0;
         p->idle =
             calloc((size_t)nworkers * (pc->nservers > 0 ? pc->nservers : 1), sizeof(*p->idle));

@@ -454,7 +454,7 @@ tick_cb(uv_timer_t *t)
     }
     /* Queued requests (max_conns) hear of each freed place at once
      * (WAKE_QUEUE); every tick besides, for a server that became usable. */
-    for (unsigned k = 0; k < DM_QUEUE_CLASSES; k++) {
+    for (unsigned k = 0; k < DM_QUEUE_LISTS; k++) {
         if (w->queue[k].head != NULL) {
             dm_clients_queue_retry(w);
             break;

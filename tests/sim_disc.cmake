@@ -2,7 +2,8 @@
 #   cmake -DSIM=dimmer-sim -P sim_disc.cmake
 # --discipline fifo reaches the power and hetero experiments' servers: the
 # tables say so, and the figures differ from processor sharing's (seeded
-# runs: the same every time); a bad value is refused.
+# runs: the same every time); a bad value is refused. --queue-order page
+# reaches the power experiment's FIFO servers.
 if(NOT SIM)
     message(FATAL_ERROR "usage: cmake -DSIM=dimmer-sim -P sim_disc.cmake")
 endif()
@@ -39,4 +40,24 @@ execute_process(COMMAND ${SIM} --quick power --discipline lifo
 if(rc EQUAL 0 OR NOT err MATCHES "--discipline: ps or fifo, not 'lifo'")
     message(FATAL_ERROR "--discipline lifo was not refused (${rc}): ${err}")
 endif()
-message(STATUS "--discipline fifo reaches power and hetero")
+# --queue-order page reaches the power experiment's FIFO servers: the table
+# says so and the figures move; without fifo it is refused.
+set(args power --exp 2 --periods 5 --policies always-on,multi --no-ablation --discipline fifo)
+execute_process(COMMAND ${SIM} --quick --no-plots ${args} --queue-order page
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out_page ERROR_VARIABLE err)
+if(NOT rc EQUAL 0 OR NOT out_page MATCHES "oldest page first, pages past 2 s")
+    message(FATAL_ERROR "dimmer-sim power --queue-order page (${rc}):\n${out_page}${err}")
+endif()
+execute_process(COMMAND ${SIM} --quick --no-plots ${args}
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out_fifo ERROR_VARIABLE err)
+string(REGEX MATCHALL "\nmulti[^\n]*" rows_fifo "${out_fifo}")
+string(REGEX MATCHALL "\nmulti[^\n]*" rows_page "${out_page}")
+if(NOT rows_fifo OR "${rows_fifo}" STREQUAL "${rows_page}")
+    message(FATAL_ERROR "dimmer-sim power: the same figures in arrival and page order:\n${rows_page}")
+endif()
+execute_process(COMMAND ${SIM} --quick power --queue-order page
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(rc EQUAL 0 OR NOT err MATCHES "--queue-order page needs --discipline fifo")
+    message(FATAL_ERROR "--queue-order page without fifo was not refused (${rc}): ${err}")
+endif()
+message(STATUS "--discipline fifo reaches power and hetero, --queue-order page power")

@@ -76,6 +76,8 @@ struct pw_params {
     /* cluster */
     unsigned servers, slots;
     enum dm_sim_disc disc; /* --discipline: processor sharing (default) or FIFO */
+    bool page_order;       /* --queue-order page: FIFO's waiting requests as dimmer's page order */
+    double page_bound_s;   /* --page-bound: its page_bound */
     double full_w, idle_w, asleep_w, booting_w, sat_w;
     double boot_s;
     /* workload */
@@ -379,6 +381,12 @@ send_request(struct pw_conn *c, double work)
     c->at = idx;
     c->job.size = work;
     c->job.owner = c;
+    if (run->p->page_order) {
+        /* dimmer's queue_order: page: the page's start (no earlier than its
+         * bound ago) plus page_bound; past that, after every other. */
+        double b = run->p->page_bound_s, now = run->sim.now;
+        c->job.key = (ss->page_start > now - b ? ss->page_start : now - b) + b;
+    }
     ss->outstanding++;
     dm_sim_srv_add(&run->sim, &run->srv[idx].q, &c->job);
 }
@@ -973,6 +981,9 @@ run_one(const struct pw_params *p, struct pw_result *r)
         s->run = run;
         s->index = i;
         dm_sim_srv_init(&s->q, p->disc, p->slots, p->slots, request_done, s);
+        if (p->page_order) {
+            dm_sim_srv_keyed(&s->q);
+        }
         s->state = DM_PM_ACTIVE; /* every server awake at the start */
     }
     dm_sim_at(&run->sim, 0, sessions_tick, run, 0);
@@ -1034,6 +1045,7 @@ defaults(struct pw_params *p)
         .slow_start_s = 10,
         .delay_off_s = 30,
         .history_s = 3600,
+        .page_bound_s = 2,
         .margin = 0.25,
         .action_interval_s = 1,
         .t1_w = 60,
@@ -1146,10 +1158,18 @@ emit_table(const struct dm_sim_ctx *ctx, const char *name, const char *title, st
                       "responses / average W;");
     dm_sim_table_note(t, "wakes: servers woken; mean s: mean request response time.");
     if (rows[0].p.disc == DM_SIM_FIFO) {
-        dm_sim_table_note(t,
-                          "servers: FIFO (--discipline fifo), %u requests served at once a "
-                          "server, the rest waiting in arrival order.",
-                          rows[0].p.slots);
+        if (rows[0].p.page_order) {
+            dm_sim_table_note(t,
+                              "servers: FIFO (--discipline fifo), %u requests served at once a "
+                              "server, the rest waiting oldest page first, pages past %g s after "
+                              "every other (--queue-order page, dimmer's queue_order: page).",
+                              rows[0].p.slots, rows[0].p.page_bound_s);
+        } else {
+            dm_sim_table_note(t,
+                              "servers: FIFO (--discipline fifo), %u requests served at once a "
+                              "server, the rest waiting in arrival order.",
+                              rows[0].p.slots);
+        }
     }
     int rc = dm_sim_table_emit(ctx, t);
     dm_sim_table_destroy(t);
@@ -1232,6 +1252,9 @@ static const char usage_text[] =
     "  --servers N           15        --slots N          8 (slots a server)\n"
     "  --discipline D        ps (default: processor sharing over the slots) or fifo\n"
     "                        (the slots serve one request each, the rest wait in order)\n"
+    "  --queue-order O       with fifo: arrival (default) or page (dimmer's queue_order:\n"
+    "                        page: the oldest page first, past --page-bound after all)\n"
+    "  --page-bound S        2 (page_bound)\n"
     "  --full-w W            70        --idle-w W         40\n"
     "  --asleep-w W          3         --booting-w W      70\n"
     "  --sat-w W             62 (estimate of a saturated server, with saturation)\n"
@@ -1382,6 +1405,13 @@ parse(int argc, char **argv, struct opts *o)
             ok = dm_sim_opt_unsigned(EXP, a, v, 1, 4096, &p->slots);
         } else if (strcmp(a, "--discipline") == 0) {
             ok = dm_sim_opt_disc(EXP, a, v, &p->disc);
+        } else if (strcmp(a, "--queue-order") == 0) {
+            ok = v != NULL && (strcmp(v, "page") == 0 || strcmp(v, "arrival") == 0);
+            if (ok) {
+                p->page_order = strcmp(v, "page") == 0;
+            } else {
+                fprintf(stderr, "dimmer-sim power: --queue-order wants arrival or page\n");
+            }
         } else if (strcmp(a, "--sessions") == 0) {
             ok = dm_sim_opt_double(EXP, a, v, 1, 100000, &p->max_sessions);
             o->sessions_set = true;
@@ -1418,6 +1448,7 @@ parse(int argc, char **argv, struct opts *o)
                 { "--delay-off", offsetof(struct pw_params, delay_off_s), 0, 3600 },
                 { "--margin", offsetof(struct pw_params, margin), 0, 100 },
                 { "--history", offsetof(struct pw_params, history_s), 0, 1e7 },
+                { "--page-bound", offsetof(struct pw_params, page_bound_s), 0.001, 3600 },
                 { "--oracle-u", offsetof(struct pw_params, oracle_u), 0.05, 1 },
                 { "--static-n", offsetof(struct pw_params, static_n), 0, 10000 },
             };
@@ -1440,6 +1471,11 @@ parse(int argc, char **argv, struct opts *o)
     }
     if (p->idle_w > p->full_w) {
         fprintf(stderr, "dimmer-sim power: --idle-w must not exceed --full-w\n");
+        return 2;
+    }
+    if (p->page_order && p->disc != DM_SIM_FIFO) {
+        fprintf(stderr, "dimmer-sim power: --queue-order page needs --discipline fifo (a queue "
+                        "to order)\n");
         return 2;
     }
     return 0;

@@ -21,8 +21,17 @@ dm_sim_srv_fini(struct dm_sim_srv *srv)
 {
     free(srv->_svc);
     free(srv->_wait);
+    free(srv->_kw.a);
+    free(srv->_kl.a);
     srv->_svc = NULL;
     srv->_wait = NULL;
+    srv->_kw = srv->_kl = (struct dm_sim_heap){ 0 };
+}
+
+void
+dm_sim_srv_keyed(struct dm_sim_srv *srv)
+{
+    srv->keyed = true;
 }
 
 /* The rate of each job in service. */
@@ -95,6 +104,12 @@ dm_sim_srv_backlog(const struct dm_sim *sim, const struct dm_sim_srv *srv)
     }
     for (size_t i = 0; i < srv->_nwait; i++) {
         sum += srv->_wait[(srv->_whead + i) % srv->_capwait]->size;
+    }
+    for (size_t i = 0; i < srv->_kw.n; i++) {
+        sum += srv->_kw.a[i]->size;
+    }
+    for (size_t i = 0; i < srv->_kl.n; i++) {
+        sum += srv->_kl.a[i]->size;
     }
     return sum;
 }
@@ -183,9 +198,69 @@ svc_pop(struct dm_sim_srv *srv)
     return top;
 }
 
+/* ---- the keyed wait heaps, by key, then turn ---- */
+
+static bool
+key_less(const struct dm_sim_job *a, const struct dm_sim_job *b)
+{
+    return a->key < b->key || (a->key == b->key && a->_seq < b->_seq);
+}
+
+static bool
+heap_push(struct dm_sim_srv *srv, struct dm_sim_heap *h, struct dm_sim_job *j)
+{
+    if (h->n == h->cap) {
+        size_t cap = h->cap ? h->cap * 2 : 16;
+        struct dm_sim_job **a = realloc(h->a, cap * sizeof(*a));
+        if (a == NULL) {
+            srv->_oom = true;
+            return false;
+        }
+        h->a = a;
+        h->cap = cap;
+    }
+    size_t i = h->n++;
+    while (i > 0 && key_less(j, h->a[(i - 1) / 2])) {
+        h->a[i] = h->a[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    h->a[i] = j;
+    j->_waiting = true;
+    return true;
+}
+
+static struct dm_sim_job *
+heap_pop(struct dm_sim_heap *h)
+{
+    struct dm_sim_job *top = h->a[0], *last = h->a[--h->n];
+    size_t i = 0;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= h->n) {
+            break;
+        }
+        if (c + 1 < h->n && key_less(h->a[c + 1], h->a[c])) {
+            c++;
+        }
+        if (!key_less(h->a[c], last)) {
+            break;
+        }
+        h->a[i] = h->a[c];
+        i = c;
+    }
+    if (h->n > 0) {
+        h->a[i] = last;
+    }
+    return top;
+}
+
 static bool
 wait_push(struct dm_sim_srv *srv, struct dm_sim_job *j)
 {
+    if (srv->keyed) {
+        j->_seq = srv->_kseq++;
+        return heap_push(srv, &srv->_kw, j);
+    }
     if (srv->_nwait == srv->_capwait) {
         size_t cap = srv->_capwait ? srv->_capwait * 2 : 16;
         struct dm_sim_job **a = malloc(cap * sizeof(*a));
@@ -206,9 +281,20 @@ wait_push(struct dm_sim_srv *srv, struct dm_sim_job *j)
     return true;
 }
 
+/* The next waiting job at now; there is one. */
 static struct dm_sim_job *
-wait_pop(struct dm_sim_srv *srv)
+wait_pop(struct dm_sim_srv *srv, double now)
 {
+    if (srv->keyed) {
+        /* Past keys leave the first heap from its top (the smallest), each once. */
+        while (srv->_kw.n > 0 && srv->_kw.a[0]->key <= now) {
+            struct dm_sim_job *late = heap_pop(&srv->_kw);
+            if (!heap_push(srv, &srv->_kl, late)) {
+                return late; /* out of memory: served now rather than lost */
+            }
+        }
+        return heap_pop(srv->_kw.n > 0 ? &srv->_kw : &srv->_kl);
+    }
     struct dm_sim_job *j = srv->_wait[srv->_whead];
     srv->_whead = (srv->_whead + 1) % srv->_capwait;
     srv->_nwait--;
@@ -242,8 +328,8 @@ completion_cb(struct dm_sim *sim, void *arg, uint64_t tag)
     struct dm_sim_job *j = svc_pop(srv);
     srv->n--;
     srv->completed++;
-    if (srv->_nwait > 0) {
-        svc_push(srv, wait_pop(srv));
+    if (srv->_nwait + srv->_kw.n + srv->_kl.n > 0) {
+        svc_push(srv, wait_pop(srv, sim->now));
     }
     schedule(sim, srv);
     srv->done(sim, srv, j);
@@ -279,6 +365,8 @@ dm_sim_srv_abort(struct dm_sim *sim, struct dm_sim_srv *srv,
     size_t nsvc = srv->_nsvc, nwait = srv->_nwait;
     struct dm_sim_job **svc = srv->_svc, **wait = srv->_wait;
     size_t whead = srv->_whead, capwait = srv->_capwait;
+    struct dm_sim_heap kw = srv->_kw, kl = srv->_kl;
+    srv->_kw = srv->_kl = (struct dm_sim_heap){ 0 };
     srv->_svc = NULL;
     srv->_wait = NULL;
     srv->_nsvc = srv->_capsvc = srv->_nwait = srv->_capwait = srv->_whead = 0;
@@ -290,6 +378,14 @@ dm_sim_srv_abort(struct dm_sim *sim, struct dm_sim_srv *srv,
     for (size_t i = 0; i < nwait; i++) {
         cb(sim, srv, wait[(whead + i) % capwait], arg);
     }
+    for (size_t i = 0; i < kw.n; i++) {
+        cb(sim, srv, kw.a[i], arg);
+    }
+    for (size_t i = 0; i < kl.n; i++) {
+        cb(sim, srv, kl.a[i], arg);
+    }
     free(svc);
     free(wait);
+    free(kw.a);
+    free(kl.a);
 }

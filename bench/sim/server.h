@@ -8,7 +8,11 @@
  *                job runs at the speed of one slot (a request does not get the
  *                whole machine); above, they share it. slots 1 is classic PS.
  *   DM_SIM_FIFO  `slots` servers of speed / slots each, jobs beyond them wait
- *                in arrival order (M/G/k with k = slots).
+ *                in arrival order (M/G/k with k = slots); or, once
+ *                dm_sim_srv_keyed() is called, in the order of their keys,
+ *                those whose key has passed after every other (the order
+ *                of dimmer's queue_order: page, a key being the page's
+ *                start plus page_bound).
  *
  * The work done so far per job in service is tracked as a virtual time, so
  * an arrival or a departure costs O(log n), not O(n): each job's finish tag
@@ -40,8 +44,10 @@ struct dm_sim_job {
     double size;    /* work units */
     double arrived; /* when it reached the server */
     void *owner;    /* the caller's */
+    double key;     /* keyed FIFO: its place (smaller first; past, after all) */
     uint64_t data;  /* the caller's */
     double _tag;    /* virtual finish time (in service) */
+    uint64_t _seq;  /* keyed: its turn among equal keys */
     size_t _pos;    /* index in the service heap, or in the wait queue */
     bool _waiting;
 };
@@ -60,6 +66,12 @@ struct dm_sim_srv {
     size_t _nsvc, _capsvc;
     struct dm_sim_job **_wait; /* ring of waiting jobs (FIFO) */
     size_t _whead, _nwait, _capwait;
+    bool keyed;
+    uint64_t _kseq; /* keyed jobs added so far */
+    struct dm_sim_heap {
+        struct dm_sim_job **a;
+        size_t n, cap;
+    } _kw, _kl;    /* keyed: waiting jobs whose key is to come, and past */
     uint64_t _gen; /* tag of the completion event that counts */
     bool _oom;
 };
@@ -68,6 +80,9 @@ struct dm_sim_srv {
 int dm_sim_srv_init(struct dm_sim_srv *srv, enum dm_sim_disc disc, double speed, unsigned slots,
                     dm_sim_done_cb done, void *owner);
 void dm_sim_srv_fini(struct dm_sim_srv *srv);
+
+/* Makes a FIFO srv serve its waiting jobs by key (before any is added). */
+void dm_sim_srv_keyed(struct dm_sim_srv *srv);
 
 /* Puts job (size set) on srv at sim->now. */
 void dm_sim_srv_add(struct dm_sim *sim, struct dm_sim_srv *srv, struct dm_sim_job *job);

@@ -1686,15 +1686,17 @@ test_queue_keys(void **state)
     assert_int_equal(c->pools[0].max_queue, 7);
     assert_int_equal(c->pools[0].servers[0].max_conns, 3);
     assert_int_equal(c->pools[0].servers[1].max_conns, 0);
-    assert_false(c->pools[0].queue_by_size); /* queue_order: arrival by default */
+    assert_int_equal(c->pools[0].queue_order, DM_QO_ARRIVAL); /* by default */
+    assert_int_equal(c->pools[0].page_gap_ms, 250);
+    assert_int_equal(c->pools[0].page_bound_ms, 2000);
     dm_conf_destroy(c);
     expect_error(LISTEN "timeouts: {queue: 0}\npools:\n  p:\n    servers:\n"
                         "      - {name: a, address: \"127.0.0.1:9001\"}\n",
                  "t.yaml:2:19: queue must be more than 0");
     static const struct {
         const char *order;
-        bool by_size;
-    } orders[] = { { "size", true }, { "arrival", false } };
+        enum dm_queue_order is;
+    } orders[] = { { "size", DM_QO_SIZE }, { "arrival", DM_QO_ARRIVAL }, { "page", DM_QO_PAGE } };
     for (size_t i = 0; i < sizeof orders / sizeof orders[0]; i++) {
         char y[256];
         snprintf(y, sizeof y,
@@ -1702,12 +1704,27 @@ test_queue_keys(void **state)
                         "      - {name: a, address: \"127.0.0.1:9001\", max_conns: 1}\n",
                  orders[i].order);
         c = load_ok(y);
-        assert_int_equal(c->pools[0].queue_by_size, orders[i].by_size);
+        assert_int_equal(c->pools[0].queue_order, orders[i].is);
         dm_conf_destroy(c);
     }
     expect_error(LISTEN "pools:\n  p:\n    queue_order: smallest\n    servers:\n"
                         "      - {name: a, address: \"127.0.0.1:9001\"}\n",
-                 "t.yaml:4:18: unknown queue_order \"smallest\" (known: arrival, size)");
+                 "t.yaml:4:18: unknown queue_order \"smallest\" (known: arrival, size, page)");
+    c = load_ok(LISTEN "pools:\n  p:\n    queue_order: page\n    page_gap: 100ms\n"
+                       "    page_bound: 4s\n    servers:\n"
+                       "      - {name: a, address: \"127.0.0.1:9001\", max_conns: 1}\n");
+    assert_int_equal(c->pools[0].page_gap_ms, 100);
+    assert_int_equal(c->pools[0].page_bound_ms, 4000);
+    dm_conf_destroy(c);
+    expect_error(LISTEN "pools:\n  p:\n    queue_order: size\n    page_bound: 4s\n    servers:\n"
+                        "      - {name: a, address: \"127.0.0.1:9001\"}\n",
+                 "t.yaml:5:17: page_bound applies to queue_order: page");
+    expect_error(LISTEN "pools:\n  p:\n    page_gap: 1s\n    servers:\n"
+                        "      - {name: a, address: \"127.0.0.1:9001\"}\n",
+                 "t.yaml:4:15: page_gap applies to queue_order: page");
+    expect_error(LISTEN "pools:\n  p:\n    queue_order: page\n    page_bound: 0\n    servers:\n"
+                        "      - {name: a, address: \"127.0.0.1:9001\"}\n",
+                 "t.yaml:5:17: page_bound must be more than 0");
     expect_error(LISTEN "pools:\n  p:\n    max_queue: -1\n    servers:\n"
                         "      - {name: a, address: \"127.0.0.1:9001\"}\n",
                  "t.yaml:4:16: max_queue must be between 0 and 10000000, got -1");

@@ -623,7 +623,7 @@ def yaml_config(listen, pools, admin=None, workers=1, timeouts=None, limits=None
     out.append("pools:")
     for name, p in pools.items():
         out.append("  %s:" % name)
-        for key in ("balance", "affinity", "max_queue", "queue_order"):
+        for key in ("balance", "affinity", "max_queue", "queue_order", "page_gap", "page_bound"):
             if p.get(key):
                 out.append("    %s: %s" % (key, p[key]))
         for key in ("health_check", "passive"):

@@ -7,6 +7,9 @@ at max_queue, is answered 503 and never reaches a server.
 
 The servers are dimmer-backend nodes whose requests take ?ms=N of service
 each; their /stats tell the most requests they ever had in service at once.
+The queue's orders: arrival, size (the smaller expected response first) and
+page (a connection's page in progress before new pages, a page past its
+bound after every other).
 """
 import os
 import sys
@@ -17,6 +20,26 @@ sys.path.insert(0, os.path.dirname(__file__))
 import harness as H  # noqa: E402
 
 NO_PASSIVE = {"max_fails": 0}
+
+
+def read_all(tc, conns, holder):
+    """
+    Each of conns' responses, read at once (one thread each), then the
+    holder's (200): {key: (when it was read, status, body length)}.
+    """
+    done = {}
+
+    def read(k):
+        r = conns[k].read_response(timeout=15)
+        done[k] = (time.monotonic(), r.status, len(r.body))
+
+    threads = [threading.Thread(target=read, args=(k,)) for k in conns]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(20)
+    tc.assertEqual(holder.read_response(timeout=10).status, 200)
+    return done
 
 
 def fetch_all(port, paths, timeout=20):
@@ -177,24 +200,13 @@ class QueueTest(H.DimmerTest):
             self.assertEqual(H.get(self.d.port, path).status, 200)
         holder = H.Conn(self.d.port, timeout=10)
         conns = {b: H.Conn(self.d.port, timeout=10) for b in sizes}
-        done = {}
         try:
             holder.send(H.build_request("GET", "/bytes/1?ms=%d" % (800 + 100 * len(sizes))))
             H.wait_until(lambda: n.stats()["in_service"] == 1, 5, "the holder in service")
             for k, b in enumerate(sizes):
                 conns[b].send(H.build_request("GET", paths[b]))
                 H.wait_until(lambda: self.queue()["now"] == k + 1, 5, "%d bytes queued" % b)
-
-            def read(b):
-                r = conns[b].read_response(timeout=15)
-                done[b] = (time.monotonic(), r.status, len(r.body))
-
-            threads = [threading.Thread(target=read, args=(b,)) for b in sizes]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join(20)
-            self.assertEqual(holder.read_response(timeout=10).status, 200)
+            done = read_all(self, conns, holder)
         finally:
             holder.close()
             for c in conns.values():
@@ -223,6 +235,56 @@ class QueueTest(H.DimmerTest):
 
     def test_queue_order_arrival_keeps_the_turn(self):
         self.assertEqual(self.served_order("arrival", [200000, 10]), [200000, 10])
+
+    def page_order(self, late, order="page"):
+        """
+        Connection P asks for /bytes/2 (its page begins), then, page_gap
+        being 5 s, its next request belongs to the same page. A holder takes
+        the server's one place for `hold` s; P's second request and two new
+        pages (N1, N2, each on its own connection) wait. With late, P waits
+        1.5 s first and is queued first: its page is within page_bound (3 s)
+        then, and past it (by half a second) once the holder is done, while
+        the new pages are still a second within theirs. Without, P is
+        queued last. The order they are served in.
+        """
+        n = self.node("n-page")
+        self.d = self.start_dimmer(
+            {"web": {"servers": [(n.name, n.port, {"max_conns": 1})], "passive": NO_PASSIVE,
+                     "queue_order": order,
+                     "page_gap": "5s" if order == "page" else None,
+                     "page_bound": "3s" if order == "page" else None}},
+            timeouts={"queue": "20s"})
+        p = H.Conn(self.d.port, timeout=10)
+        holder = H.Conn(self.d.port, timeout=10)
+        news = {name: H.Conn(self.d.port, timeout=10) for name in ("N1", "N2")}
+        conns = dict(news, P=p)
+        try:
+            self.assertEqual(p.request("GET", "/bytes/2").status, 200)
+            if late:
+                time.sleep(1.5)  # the page ages (no event to wait for: time is the point)
+            holder.send(H.build_request("GET", "/bytes/1?ms=%d" % (2000 if late else 1000)))
+            H.wait_until(lambda: n.stats()["in_service"] == 1, 5, "the holder in service")
+            queued = (["P"] if late else []) + ["N1", "N2"] + ([] if late else ["P"])
+            for k, name in enumerate(queued):
+                conns[name].send(H.build_request("GET", "/bytes/%d?ms=100" % (k + 3)))
+                H.wait_until(lambda: self.queue()["now"] == k + 1, 5, "%s queued" % name)
+            done = read_all(self, conns, holder)
+        finally:
+            for c in list(conns.values()) + [holder]:
+                c.close()
+        self.assertEqual({k: v[1] for k, v in done.items()}, {"P": 200, "N1": 200, "N2": 200})
+        self.assertEqual(self.queue()["order"], order)
+        self.assertEqual(n.stats()["in_service_max"], 1)
+        return sorted(done, key=lambda k: done[k][0])
+
+    def test_queue_order_page_serves_a_page_in_progress_before_new_pages(self):
+        self.assertEqual(self.page_order(late=False), ["P", "N1", "N2"])
+
+    def test_queue_order_page_serves_a_page_past_its_bound_after_the_others(self):
+        self.assertEqual(self.page_order(late=True), ["N1", "N2", "P"])
+
+    def test_queue_order_arrival_serves_the_same_in_arrival_order(self):
+        self.assertEqual(self.page_order(late=False, order="arrival"), ["N1", "N2", "P"])
 
     def test_no_limit_by_default(self):
         n = self.node("n1")

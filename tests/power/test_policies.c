@@ -344,10 +344,10 @@ test_boot_aware_keeps_room_for_steps(void **st)
 /*
  * A burst is not a need: on 2 live servers holding 200 connections (1
  * server's worth at tcp_max 200, 2 servers at u1), a page burst fills both
- * to full power for 2 s while the connections stay. A server woken then
- * would be up 7 s later, long after it: nothing is woken. Full power that
- * lasts (a load the connections undercount) is: once a boot delay's mean
- * of it calls for more servers, they are woken.
+ * to full power for 5 s while the connections stay. A server woken then
+ * would be up 7 s later, after it: nothing is woken. Full power that lasts
+ * (a load the connections undercount) is: once it has lasted a boot delay,
+ * the servers it calls for are woken.
  */
 static void
 test_boot_aware_waits_out_a_burst_shorter_than_a_boot(void **st)
@@ -362,18 +362,18 @@ test_boot_aware_waits_out_a_burst_shorter_than_a_boot(void **st)
         assert_int_equal(decide(&dm_power_boot_aware, state, &m, s * 1000000).servers, 2);
     }
     m.total_w = 2 * P.full_w;
-    for (uint64_t end = s + 2; s < end; s++) {
+    for (uint64_t end = s + 5; s < end; s++) {
         assert_int_equal(decide(&dm_power_boot_aware, state, &m, s * 1000000).servers, 2);
     }
     m.total_w = 2 * P.idle_w;
     for (uint64_t end = s + 20; s < end; s++) {
         assert_int_equal(decide(&dm_power_boot_aware, state, &m, s * 1000000).servers, 2);
     }
-    /* Full power that stays: 2 servers' worth on the mean of a boot delay
-     * is 3 servers at u1 (2 / (2/3)), asked for within that boot delay. */
+    /* Full power that stays: 2 servers' worth over a boot delay is 3
+     * servers at u1 (2 / (2/3)), asked for once it has lasted one. */
     m.total_w = 2 * P.full_w;
     unsigned most = 0;
-    for (uint64_t end = s + 7; s < end; s++) {
+    for (uint64_t end = s + 9; s < end; s++) {
         unsigned n = decide(&dm_power_boot_aware, state, &m, s * 1000000).servers;
         most = n > most ? n : most;
     }

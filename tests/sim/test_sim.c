@@ -308,6 +308,61 @@ test_abort(void **state)
     dm_sim_fini(&sim);
 }
 
+struct keyed {
+    struct dm_sim_srv srv;
+    uint64_t order[8];
+    size_t n;
+};
+
+static void
+keyed_done(struct dm_sim *sim, struct dm_sim_srv *srv, struct dm_sim_job *job)
+{
+    (void)sim;
+    struct keyed *k = srv->owner;
+    k->order[k->n++] = job->data;
+}
+
+/*
+ * A keyed FIFO server (dimmer's queue_order: page): the waiting jobs go in
+ * the order of their keys, ties in arrival order, and those whose key has
+ * passed when a slot frees go after every other, in key order too.
+ */
+static void
+test_keyed_fifo(void **state)
+{
+    (void)state;
+    struct dm_sim sim;
+    dm_sim_init(&sim, 1);
+    struct keyed k = { 0 };
+    dm_sim_srv_init(&k.srv, DM_SIM_FIFO, 1, 1, keyed_done, &k);
+    dm_sim_srv_keyed(&k.srv);
+    /* Job 0 holds the one slot for 2 s; then, waiting: keys 9, 3, 1.5
+     * (passed at 2 s: after the others), 3 again (after the first 3), 0.5
+     * (passed, before 1.5 among the passed ones). */
+    static const double keys[] = { 0, 9, 3, 1.5, 3, 0.5 };
+    struct dm_sim_job j[6];
+    for (int i = 0; i < 6; i++) {
+        j[i] = (struct dm_sim_job){ .size = i == 0 ? 2 : 0.1, .key = keys[i], .data = (uint64_t)i };
+        dm_sim_srv_add(&sim, &k.srv, &j[i]);
+    }
+    assert_true(fabs(dm_sim_srv_backlog(&sim, &k.srv) - 2.5) < 1e-9);
+    while (dm_sim_step(&sim)) {
+    }
+    assert_int_equal(k.n, 6);
+    static const uint64_t want[] = { 0, 2, 4, 1, 5, 3 };
+    assert_memory_equal(k.order, want, sizeof(want));
+    /* An abort takes the keyed waiting jobs off too. */
+    for (int i = 0; i < 3; i++) {
+        j[i].key = 100;
+        dm_sim_srv_add(&sim, &k.srv, &j[i]);
+    }
+    int aborted = 0;
+    dm_sim_srv_abort(&sim, &k.srv, count_abort, &aborted);
+    assert_int_equal(aborted, 3);
+    dm_sim_srv_fini(&k.srv);
+    dm_sim_fini(&sim);
+}
+
 /* Same seed, same run; another seed, another run. */
 static void
 test_determinism(void **state)
@@ -329,7 +384,7 @@ main(void)
         cmocka_unit_test(test_variates),    cmocka_unit_test(test_mm1_ps),
         cmocka_unit_test(test_mm1_fifo),    cmocka_unit_test(test_mm2_fifo),
         cmocka_unit_test(test_ps_slots),    cmocka_unit_test(test_abort),
-        cmocka_unit_test(test_determinism),
+        cmocka_unit_test(test_keyed_fifo),  cmocka_unit_test(test_determinism),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
