@@ -60,4 +60,13 @@ execute_process(COMMAND ${SIM} --quick power --queue-order page
 if(rc EQUAL 0 OR NOT err MATCHES "--queue-order page needs --discipline fifo")
     message(FATAL_ERROR "--queue-order page without fifo was not refused (${rc}): ${err}")
 endif()
-message(STATUS "--discipline fifo reaches power and hetero, --queue-order page power")
+# --warm scores the second of two plays of the pattern: the title says so
+# and the figures move (the policies meet it with a memory).
+execute_process(COMMAND ${SIM} --quick --no-plots ${args} --warm
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out_warm ERROR_VARIABLE err)
+string(REGEX MATCHALL "\nmulti[^\n]*" rows_warm "${out_warm}")
+if(NOT rc EQUAL 0 OR NOT out_warm MATCHES "the second of two plays"
+   OR "${rows_warm}" STREQUAL "${rows_fifo}")
+    message(FATAL_ERROR "dimmer-sim power --warm (${rc}):\n${out_warm}${err}")
+endif()
+message(STATUS "--discipline fifo reaches power and hetero, --queue-order page and --warm power")

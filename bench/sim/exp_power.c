@@ -102,6 +102,7 @@ struct pw_params {
     unsigned seeds; /* runs pooled, seed, seed + 1, ... */
     uint64_t seed;
     bool timeline; /* keep the per-second series */
+    bool warm;     /* --warm: play the pattern twice, score the second */
 };
 
 struct pw_sample {
@@ -180,6 +181,8 @@ struct pw_run {
     struct pw_session *free_list;
     unsigned live, ending;
     double end_s;
+    double score_from; /* --warm: the second play's start (0: the run's) */
+    double energy_from_j;
     uint8_t tried[MAX_SERVERS / 8 + 1];
     struct pw_result *r;
     double rt_sum;
@@ -187,6 +190,56 @@ struct pw_run {
 };
 
 /* ---- power and state ---- */
+
+static void account(struct pw_srv *s);
+
+/*
+ * --warm: the pattern played twice, one after the other (its points again,
+ * a duration later), so that the policy meets the second play with what
+ * the first taught it; only the second is scored.
+ */
+static int
+warm_pattern(struct dm_load_pattern *p)
+{
+    double d = dm_load_pattern_duration(p);
+    double *t = malloc(2 * p->n * sizeof(*t)), *v = malloc(2 * p->n * sizeof(*v));
+    if (t == NULL || v == NULL) {
+        free(t);
+        free(v);
+        return -1;
+    }
+    size_t n = 0;
+    for (size_t i = 0; i < p->n; i++, n++) {
+        t[n] = p->t[i];
+        v[n] = p->sessions[i];
+    }
+    for (size_t i = 0; i < p->n; i++) {
+        if (d + p->t[i] > t[n - 1]) { /* a point at the seam is there already */
+            t[n] = d + p->t[i];
+            v[n++] = p->sessions[i];
+        }
+    }
+    free(p->t);
+    free(p->sessions);
+    p->t = t;
+    p->sessions = v;
+    p->n = n;
+    return 0;
+}
+
+/* --warm: the energy so far, at the second play's start, is not the run's. */
+static void
+energy_mark(struct dm_sim *sim, void *arg, uint64_t tag)
+{
+    (void)sim;
+    (void)tag;
+    struct pw_run *run = arg;
+    run->energy_from_j = 0;
+    for (unsigned i = 0; i < run->p->servers; i++) {
+        account(&run->srv[i]);
+        run->energy_from_j += run->srv[i].energy_j;
+    }
+}
 
 static double
 true_w(const struct pw_srv *s)
@@ -251,7 +304,7 @@ static void
 count_second(struct pw_run *run, bool good)
 {
     struct pw_result *r = run->r;
-    size_t i = (size_t)run->sim.now;
+    size_t i = (size_t)(run->sim.now - run->score_from);
     if (r->series != NULL && i < r->nseries) {
         r->series[i].valid++;
         r->series[i].good += good;
@@ -263,6 +316,9 @@ static void
 score(struct pw_run *run, bool ok, double rt)
 {
     struct pw_result *r = run->r;
+    if (run->sim.now < run->score_from) {
+        return; /* --warm: the first play is not scored */
+    }
     if (!ok) {
         r->errors++;
         return;
@@ -277,6 +333,9 @@ score(struct pw_run *run, bool ok, double rt)
 static void
 count_request(struct pw_run *run, bool ok, double rt)
 {
+    if (run->sim.now < run->score_from) {
+        return;
+    }
     run->r->requests++;
     if (!(run->p->mech & M_BOUNDS)) {
         score(run, ok, rt);
@@ -290,6 +349,9 @@ count_request(struct pw_run *run, bool ok, double rt)
 static void
 count_page(struct pw_run *run, bool ok, double rt)
 {
+    if (run->sim.now < run->score_from) {
+        return;
+    }
     run->r->pages++;
     if (run->p->mech & M_BOUNDS) {
         score(run, ok, rt);
@@ -618,7 +680,7 @@ go_to_sleep(struct pw_srv *s)
     }
     set_state(s, DM_PM_SLEEPING);
     s->last_action_us = dm_sim_now_us(&run->sim);
-    run->r->sleeps++;
+    run->r->sleeps += run->sim.now >= run->score_from;
 }
 
 static void
@@ -712,7 +774,7 @@ act(struct pw_run *run, unsigned want)
         } else if (moves[i].to == DM_PM_BOOTING) {
             set_state(s, DM_PM_BOOTING);
             s->last_action_us = now;
-            run->r->wakes++;
+            run->r->wakes += run->sim.now >= run->score_from;
         } else if (run->p->mech & M_ABRUPT) {
             go_to_sleep(s);
         } else {
@@ -761,7 +823,10 @@ sample(struct pw_run *run)
     if (!run->p->timeline || r->series == NULL) {
         return;
     }
-    size_t i = (size_t)(run->sim.now + 1e-9);
+    if (run->sim.now + 1e-9 < run->score_from) {
+        return;
+    }
+    size_t i = (size_t)(run->sim.now - run->score_from + 1e-9);
     if (i >= r->nseries) {
         return;
     }
@@ -911,6 +976,11 @@ run_one(const struct pw_params *p, struct pw_result *r)
         dm_load_pattern_scale(&run->pattern, p->time_scale);
     }
     run->end_s = dm_load_pattern_duration(&run->pattern);
+    if (p->warm && warm_pattern(&run->pattern) != 0) {
+        goto out_pattern;
+    }
+    run->score_from = p->warm ? run->end_s : 0;
+    run->end_s = dm_load_pattern_duration(&run->pattern);
     run->ops = strcmp(p->policy, "oracle") == 0   ? &oracle_ops
                : strcmp(p->policy, "static") == 0 ? &static_ops
                                                   : dm_power_find(p->policy);
@@ -937,7 +1007,7 @@ run_one(const struct pw_params *p, struct pw_result *r)
         run->free_list = &run->sessions[i];
     }
     if (p->timeline) {
-        r->nseries = (size_t)run->end_s + 2;
+        r->nseries = (size_t)(run->end_s - run->score_from) + 2;
         r->series = calloc(r->nseries, sizeof(*r->series));
     }
     params_of(p, &run->pp);
@@ -989,13 +1059,17 @@ run_one(const struct pw_params *p, struct pw_result *r)
     dm_sim_at(&run->sim, 0, sessions_tick, run, 0);
     run->next_trend = p->trend_s;
     dm_sim_at(&run->sim, TICK_S, manager_tick, run, 0);
+    if (run->score_from > 0) {
+        dm_sim_at(&run->sim, run->score_from, energy_mark, run, 0);
+    }
     dm_sim_run_until(&run->sim, run->end_s);
     for (unsigned i = 0; i < p->servers; i++) {
         account(&run->srv[i]);
         r->energy_j += run->srv[i].energy_j;
         r->failed |= dm_sim_srv_failed(&run->srv[i].q);
     }
-    r->seconds = run->end_s;
+    r->energy_j -= run->energy_from_j;
+    r->seconds = run->end_s - run->score_from;
     r->events = run->sim.events;
     r->mean_rt = run->rt_n ? run->rt_sum / (double)run->rt_n : 0;
     r->failed |= dm_sim_failed(&run->sim);
@@ -1255,6 +1329,8 @@ static const char usage_text[] =
     "  --queue-order O       with fifo: arrival (default) or page (dimmer's queue_order:\n"
     "                        page: the oldest page first, past --page-bound after all)\n"
     "  --page-bound S        2 (page_bound)\n"
+    "  --warm                play the pattern twice and score the second play only: the\n"
+    "                        policies meet it with what the first taught them\n"
     "  --full-w W            70        --idle-w W         40\n"
     "  --asleep-w W          3         --booting-w W      70\n"
     "  --sat-w W             62 (estimate of a saturated server, with saturation)\n"
@@ -1341,6 +1417,9 @@ parse(int argc, char **argv, struct opts *o)
         bool takes = true;
         if (strcmp(a, "--no-ablation") == 0) {
             o->ablation = false;
+            takes = false;
+        } else if (strcmp(a, "--warm") == 0) {
+            p->warm = true;
             takes = false;
         } else if (v == NULL) {
             fprintf(stderr, "dimmer-sim power: %s needs a value (or unknown option)\n", a);
@@ -1645,11 +1724,12 @@ power_run(const struct dm_sim_ctx *ctx, int argc, char **argv)
             mech_text(base.mech, mech, sizeof(mech));
             snprintf(name, sizeof(name), "power_exp%d_%gs", e, o.periods[q]);
             snprintf(title, sizeof(title),
-                     "Experiment %s (%s, %.0f sessions at most, %.0f s%s), %g s period: %u "
+                     "Experiment %s (%s, %.0f sessions at most, %.0f s%s%s), %g s period: %u "
                      "servers, %s, mechanisms %s",
                      e == 1 ? "I" : "II", e == 1 ? "a day in an hour" : "rapid changes",
-                     base.max_sessions, jobs[q * np].r.seconds, ramp, o.periods[q], base.servers,
-                     base.balancer, mech);
+                     base.max_sessions, jobs[q * np].r.seconds, ramp,
+                     base.warm ? ", the second of two plays (--warm)" : "", o.periods[q],
+                     base.servers, base.balancer, mech);
             for (size_t k = 0; k < np; k++) {
                 rc |= jobs[q * np + k].rc != 0;
             }
