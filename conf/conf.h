@@ -43,7 +43,8 @@ struct dm_conf_server_power {
     bool has_mac;
     struct dm_conf_addr wol_to;  /* where the magic packet goes; default 255.255.255.255:9 */
     struct dm_conf_addr control; /* http actuator: host:port of the node's control */
-    char *control_token; /* its bearer token (control_token_file's first line); NULL: none */
+    char *control_token; /* its bearer token (control_token_file, final newlines dropped); NULL:
+                            none */
     char *wake_command, *sleep_command;
     bool keep_on; /* never slept by the policy (the operator may still) */
 };
@@ -285,7 +286,7 @@ struct dm_conf {
     uint8_t *metrics_key;        /* the key file's bytes, a final newline dropped */
     size_t metrics_key_len;
     uint64_t report_max_age_ms; /* default 5000: a report's timestamp may be this far off */
-    char *admin_token;          /* the admin token file's first line; NULL: none */
+    char *admin_token;          /* the admin token file, final newlines dropped; NULL: none */
 };
 
 /*

@@ -495,8 +495,8 @@ get_secret(struct dm_conf_loader *ld, const yaml_node_t *n, const char *key, uin
     return true;
 }
 
-/* A bearer token's file: its first line, printable ASCII without spaces
- * (it goes in a header); false after reporting. */
+/* A bearer token's file: its bytes without final newlines, printable ASCII
+ * without spaces (it goes in a header); false after reporting. */
 static bool
 get_token(struct dm_conf_loader *ld, const yaml_node_t *n, const char *key, char **out)
 {

@@ -1135,10 +1135,11 @@ client_head_done(struct dm_client *c)
     req->routed = true;
     req->pool = dm_route_match(cf, req->info.host.p, req->info.host.len, req->info.path.p,
                                req->info.path.len);
-    if (cf->pools[req->pool].queue_order == DM_QO_PAGE) {
+    {
         /* A request within page_gap of the connection's last response is
          * of the same page (a browser asking for the page's objects); one
-         * after a longer pause begins the next. */
+         * after a longer pause begins the next. Kept whatever the pool (a
+         * page from one pool, its objects from a page-ordered one). */
         uint32_t now = (uint32_t)uv_now(&c->w->loop);
         if (!c->served || now - c->page_done_ms > cf->pools[req->pool].page_gap_ms) {
             c->page_start_ms = now;

@@ -214,8 +214,13 @@ warm_pattern(struct dm_load_pattern *p)
         v[n] = p->sessions[i];
     }
     for (size_t i = 0; i < p->n; i++) {
-        if (d + p->t[i] > t[n - 1]) { /* a point at the seam is there already */
+        if (d + p->t[i] > t[n - 1]) {
             t[n] = d + p->t[i];
+            v[n++] = p->sessions[i];
+        } else if (p->sessions[i] != v[n - 1]) {
+            /* At the seam, a level that is not the one the first play ends
+             * on: a step there (times must increase). */
+            t[n] = t[n - 1] + 1e-6;
             v[n++] = p->sessions[i];
         }
     }

@@ -236,7 +236,7 @@ class QueueTest(H.DimmerTest):
     def test_queue_order_arrival_keeps_the_turn(self):
         self.assertEqual(self.served_order("arrival", [200000, 10]), [200000, 10])
 
-    def page_order(self, late, order="page"):
+    def page_order(self, late, order="page", split=False):
         """
         Connection P asks for /bytes/2 (its page begins), then, page_gap
         being 5 s, its next request belongs to the same page. A holder takes
@@ -245,21 +245,31 @@ class QueueTest(H.DimmerTest):
         1.5 s first and is queued first: its page is within page_bound (3 s)
         then, and past it (by half a second) once the holder is done, while
         the new pages are still a second within theirs. Without, P is
-        queued last. The order they are served in.
+        queued last. With split, P's first request goes to another pool
+        (/fault/..., no queue order of its own): its page begins there all
+        the same. The order they are served in.
         """
         n = self.node("n-page")
-        self.d = self.start_dimmer(
-            {"web": {"servers": [(n.name, n.port, {"max_conns": 1})], "passive": NO_PASSIVE,
-                     "queue_order": order,
-                     "page_gap": "5s" if order == "page" else None,
-                     "page_bound": "3s" if order == "page" else None}},
-            timeouts={"queue": "20s"})
+        pools = {"web": {"servers": [(n.name, n.port, {"max_conns": 1})], "passive": NO_PASSIVE,
+                         "queue_order": order,
+                         "page_gap": "5s" if order == "page" else None,
+                         "page_bound": "3s" if order == "page" else None}}
+        routes = None
+        if split:
+            other = self.node("n-other")
+            pools["other"] = {"servers": [(other.name, other.port)], "passive": NO_PASSIVE}
+            routes = [{"path": "/fault/", "pool": "other"}]
+        self.d = self.start_dimmer(pools, routes=routes, default_pool="web" if split else None,
+                                   timeouts={"queue": "20s"})
         p = H.Conn(self.d.port, timeout=10)
         holder = H.Conn(self.d.port, timeout=10)
         news = {name: H.Conn(self.d.port, timeout=10) for name in ("N1", "N2")}
         conns = dict(news, P=p)
         try:
-            self.assertEqual(p.request("GET", "/bytes/2").status, 200)
+            first = p.request("GET", "/fault/page" if split else "/bytes/2")
+            self.assertNotEqual(first.status, 0)
+            if not split:
+                self.assertEqual(first.status, 200)
             if late:
                 time.sleep(1.5)  # the page ages (no event to wait for: time is the point)
             holder.send(H.build_request("GET", "/bytes/1?ms=%d" % (2000 if late else 1000)))
@@ -279,6 +289,9 @@ class QueueTest(H.DimmerTest):
 
     def test_queue_order_page_serves_a_page_in_progress_before_new_pages(self):
         self.assertEqual(self.page_order(late=False), ["P", "N1", "N2"])
+
+    def test_queue_order_page_counts_a_page_begun_in_another_pool(self):
+        self.assertEqual(self.page_order(late=False, split=True), ["P", "N1", "N2"])
 
     def test_queue_order_page_serves_a_page_past_its_bound_after_the_others(self):
         self.assertEqual(self.page_order(late=True), ["N1", "N2", "P"])
