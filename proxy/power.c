@@ -207,6 +207,27 @@ action_close(struct pm_action *a)
 
 static void run_action(struct dm_powermgr *pm, struct pm_server *s, enum pm_act_kind kind);
 
+/* Whether an actuator may run for s now: none running, and action_interval
+ * since its last run. */
+static bool
+action_due(const struct pm_server *s, uint64_t now)
+{
+    return s->action == NULL &&
+           (s->last_action_us == 0 ||
+            now - s->last_action_us >= s->pcf->power.action_interval_ms * 1000);
+}
+
+/* Runs the action asked while s could not act, once it can (the tick calls
+ * it too). */
+static void
+run_pending(struct dm_powermgr *pm, struct pm_server *s, uint64_t now)
+{
+    if (s->has_pending && action_due(s, now)) {
+        s->has_pending = false;
+        run_action(pm, s, s->pending);
+    }
+}
+
 /* The action's outcome, logged, once; then its handles close. */
 static void
 action_finish(struct pm_action *a, bool ok, const char *what)
@@ -232,9 +253,8 @@ action_finish(struct pm_action *a, bool ok, const char *what)
             decision(a->pm, s->pool, "%s: its sleep failed: active again", s->cf->name);
             set_state(a->pm, s, DM_PM_ACTIVE, dm_mono_us());
         }
-        if (s->has_pending && a->pm != NULL && !a->pm->stopping) {
-            s->has_pending = false;
-            run_action(a->pm, s, s->pending);
+        if (a->pm != NULL && !a->pm->stopping) {
+            run_pending(a->pm, s, dm_mono_us());
         }
     }
     action_close(a);
@@ -476,13 +496,21 @@ run_action(struct dm_powermgr *pm, struct pm_server *s, enum pm_act_kind kind)
 {
     const struct dm_conf_server_power *sp = &s->cf->power;
     enum dm_power_act how = kind == ACT_WAKE ? sp->wake : sp->sleep;
-    if (s->action != NULL) {
+    uint64_t now = dm_mono_us();
+    /* One at a time, and action_interval apart: a later ask replaces one
+     * that waits (a sleep then a wake runs the wake only). */
+    if (!action_due(s, now)) {
+        if (!s->has_pending || s->pending != kind) {
+            dm_log_info("power: %s %s: after %s", kind == ACT_WAKE ? "wake" : "sleep", s->cf->name,
+                        s->action != NULL ? "the action running" : "action_interval");
+        }
         s->pending = kind;
         s->has_pending = true;
         return;
     }
+    s->has_pending = false;
     s->actions++;
-    s->last_action_us = dm_mono_us();
+    s->last_action_us = now;
     if (how == DM_ACT_NONE) {
         dm_log_info(
             "power: %s %s: no actuator (%s)", kind == ACT_WAKE ? "wake" : "sleep", s->cf->name,
@@ -653,7 +681,7 @@ machine_view(const struct pm_server *s)
         .last_change_us = s->last_change_us,
         .last_action_us = s->last_action_us,
         .held = s->held,
-        .busy = s->action != NULL,
+        .busy = s->action != NULL || s->has_pending,
         .can_wake = s->cf->power.wake != DM_ACT_NONE,
         .keep_on = s->cf->power.keep_on,
         .cost = s->cf->power.full_w / cap,
@@ -854,6 +882,9 @@ tick_cb(uv_timer_t *t)
         if (s->pool != NULL) {
             measure(s, now);
             progress(pm, s, now);
+            if (!pm->stopping) {
+                run_pending(pm, s, now);
+            }
         }
     }
     for (size_t i = 0; i < pm->npools; i++) {

@@ -248,7 +248,7 @@ class PowerMetricsTest(H.DimmerTest):
         texts = [d["text"] for d in self.power()["decisions"]]
         self.assertTrue(any("operator: maint b1" in t for t in texts), texts)
 
-    def node_pool(self, power):
+    def node_pool(self, power, action_interval="0"):
         """One node, alone in pool web, with the server power block `power`."""
         node = self.start_node("--control", "%s:0" % H.HOST, "--wol", "%s:0" % H.HOST,
                                "--mac", "02:00:00:00:00:07", "--boot-ms", 300, name="n1")
@@ -256,10 +256,10 @@ class PowerMetricsTest(H.DimmerTest):
             "WOL", "%s:%d" % (H.HOST, node.wol)).replace("PID", str(node.proc.pid))
         conf = ("listen: 127.0.0.1:0\nadmin: 127.0.0.1:0\npools:\n  web:\n"
                 "    health_check: {interval: 100ms, timeout: 300ms, rise: 1, fall: 1}\n"
-                "    power: {policy: always-on, min_change_interval: 0, action_interval: 0, "
+                "    power: {policy: always-on, min_change_interval: 0, action_interval: %s, "
                 "command_timeout: 500ms}\n"
                 "    servers:\n      - {name: n1, address: \"%s:%d\", power: {%s}}\n"
-                % (H.HOST, node.port, power))
+                % (action_interval, H.HOST, node.port, power))
         self.d = self.start_dimmer_conf(self.write_config(conf))
         return node
 
@@ -318,6 +318,25 @@ class PowerMetricsTest(H.DimmerTest):
         H.wait_until(lambda: self.server("n1")["state"] == "active", 10, "active again")
         self.assertIn('running "kill -USR1 %d"' % node.proc.pid, self.d.proc.stderr())
         self.assertIn("wake n1 (command): exit status 0", self.d.proc.stderr())
+        self.assertEqual(self.server("n1")["action_failures"], 0)
+
+    def test_actions_wait_for_action_interval(self):
+        # A wake asked right after a sleep runs action_interval after it, not at once.
+        stamps = self.path("stamps")
+        node = self.node_pool('sleep_command: "date +%%s.%%N >> %s; kill -USR1 PID", '
+                              'wake_command: "date +%%s.%%N >> %s; kill -USR2 PID"'
+                              % (stamps, stamps), action_interval="1500ms")
+        self.act(node, "sleep")
+        node.wait_state("asleep")
+        self.act(node, "wake")
+        self.assertEqual(self.server("n1")["state"], "booting")
+        node.wait_state("awake")
+        H.wait_until(lambda: self.server("n1")["state"] == "active", 10, "active again")
+        with open(stamps) as f:
+            t = [float(x) for x in f.read().split()]
+        self.assertEqual(len(t), 2, t)
+        self.assertGreaterEqual(t[1] - t[0], 1.4)
+        self.assertIn("wake n1: after action_interval", self.d.proc.stderr())
         self.assertEqual(self.server("n1")["action_failures"], 0)
 
     def test_a_command_that_hangs_is_killed(self):
