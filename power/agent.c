@@ -9,11 +9,17 @@
  *   dimmer-agent --name web1 --to 127.0.0.1:9902 --key-file /etc/dimmer/agent.key
  *                --ports 9001 [--interval 1000] [--idle-w 35] [--sys-w 70]
  *                [--io-w 50] [--wait-w 45] [--count N]
+ *                [--control HOST:PORT [--control-token-file FILE]
+ *                 [--sleep-command CMD] [--wake-command CMD] [--command-timeout MS]]
+ *
+ * With --control it also serves dimmer's http actuator (power/agent_control.h).
  */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <glob.h>
 #include <netdb.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +27,7 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include "power/agent_control.h"
 #include "power/procfs.h"
 #include "power/report.h"
 
@@ -48,6 +55,7 @@ struct agent {
     bool have_rapl;
     glob_t rapl; /* the energy counters' files */
     char *buf;
+    struct dm_control *control; /* NULL: no --control */
 };
 
 static void __attribute__((noreturn)) usage_error(const char *what, const char *value)
@@ -60,21 +68,37 @@ static void __attribute__((noreturn)) usage_error(const char *what, const char *
 static void
 usage(void)
 {
-    printf("usage: dimmer-agent --name NAME --to HOST:PORT --key-file FILE --ports P[,P...]\n"
-           "                    [--interval MS] [--idle-w W] [--sys-w W] [--io-w W] [--wait-w W]\n"
-           "                    [--count N]\n"
-           "Sends a signed report of this server's estimated power and connections\n"
-           "to dimmer's metrics listener every --interval ms (default 1000).\n"
-           "  --name NAME      the server's name in dimmer's configuration\n"
-           "  --to HOST:PORT   dimmer's metrics listener (UDP)\n"
-           "  --key-file FILE  the shared key (the file's bytes, final newlines dropped)\n"
-           "  --ports LIST     the served TCP ports whose connections are counted\n"
-           "  --interval MS    one report every MS ms, 10 to 3600000 (default 1000)\n"
-           "  --idle-w W       power with the CPU idle (default 35)\n"
-           "  --sys-w W        at full SYS use (user, nice, system, steal; default 70)\n"
-           "  --io-w W         at full I/O use (irq, softirq; default 50)\n"
-           "  --wait-w W       at full WAIT (iowait; default 45)\n"
-           "  --count N        send N reports, then exit (default: until SIGTERM)\n");
+    printf(
+        "usage: dimmer-agent --name NAME --to HOST:PORT --key-file FILE --ports P[,P...]\n"
+        "                    [--interval MS] [--idle-w W] [--sys-w W] [--io-w W] [--wait-w W]\n"
+        "                    [--count N] [--control HOST:PORT [--control-token-file FILE]\n"
+        "                    [--sleep-command CMD] [--wake-command CMD] [--command-timeout MS]]\n"
+        "Sends a signed report of this server's estimated power and connections\n"
+        "to dimmer's metrics listener every --interval ms (default 1000).\n"
+        "  --name NAME      the server's name in dimmer's configuration\n"
+        "  --to HOST:PORT   dimmer's metrics listener (UDP)\n"
+        "  --key-file FILE  the shared key (the file's bytes, final newlines dropped)\n"
+        "  --ports LIST     the served TCP ports whose connections are counted\n"
+        "  --interval MS    one report every MS ms, 10 to 3600000 (default 1000)\n"
+        "  --idle-w W       power with the CPU idle (default 35)\n"
+        "  --sys-w W        at full SYS use (user, nice, system, steal; default 70)\n"
+        "  --io-w W         at full I/O use (irq, softirq; default 50)\n"
+        "  --wait-w W       at full WAIT (iowait; default 45)\n"
+        "  --count N        send N reports, then exit (default: until SIGTERM)\n"
+        "  --control HOST:PORT\n"
+        "                   serve dimmer's http actuator here (TCP): POST /sleep runs\n"
+        "                   --sleep-command and answers 202 at once; POST /wake runs\n"
+        "                   --wake-command and answers 200 (exit status 0) or 502;\n"
+        "                   GET /status; one command at a time\n"
+        "  --control-token-file FILE\n"
+        "                   the bearer token the POSTs must carry (dimmer's\n"
+        "                   control_token_file); needed unless HOST is loopback\n"
+        "  --sleep-command CMD, --wake-command CMD\n"
+        "                   run with /bin/sh -c (e.g. \"systemctl suspend\"); without\n"
+        "                   one, its POST is 501\n"
+        "  --command-timeout MS\n"
+        "                   a command running longer is killed (default 8000: below\n"
+        "                   dimmer's command_timeout, 10 s, which waits for a wake)\n");
 }
 
 /* Reads a whole (small) file into a->buf; returns its length or -1. */
@@ -222,6 +246,8 @@ stop(struct agent *a)
     uv_close((uv_handle_t *)&a->sigterm, NULL);
     uv_close((uv_handle_t *)&a->sigint, NULL);
     uv_close((uv_handle_t *)&a->udp, NULL); /* sends still queued finish with ECANCELED */
+    dm_control_stop(a->control);
+    a->control = NULL;
 }
 
 static void
@@ -242,13 +268,14 @@ number(const char *opt, const char *v, double lo, double hi)
     return d;
 }
 
+/* HOST:PORT (an IPv6 address in brackets), numeric port, into *out. */
 static void
-parse_to(struct agent *a, const char *v)
+parse_addr(const char *opt, const char *v, int socktype, struct sockaddr_storage *out)
 {
     char host[256];
     const char *colon = strrchr(v, ':');
     if (colon == NULL || (size_t)(colon - v) >= sizeof(host) || colon == v) {
-        usage_error("--to: expected HOST:PORT", v);
+        usage_error(opt, v);
     }
     memcpy(host, v, (size_t)(colon - v));
     host[colon - v] = 0;
@@ -258,13 +285,65 @@ parse_to(struct agent *a, const char *v)
         h[hl - 1] = 0;
         h++;
     }
-    struct addrinfo hints = { .ai_socktype = SOCK_DGRAM, .ai_flags = AI_NUMERICSERV };
+    struct addrinfo hints = { .ai_socktype = socktype, .ai_flags = AI_NUMERICSERV };
     struct addrinfo *ai;
     if (getaddrinfo(h, colon + 1, &hints, &ai) != 0) {
-        usage_error("--to: cannot resolve", v);
+        usage_error(opt, v);
     }
-    memcpy(&a->to, ai->ai_addr, ai->ai_addrlen);
+    memcpy(out, ai->ai_addr, ai->ai_addrlen);
     freeaddrinfo(ai);
+}
+
+static bool
+is_loopback(const struct sockaddr_storage *ss)
+{
+    if (ss->ss_family == AF_INET) {
+        const struct sockaddr_in *s4 = (const struct sockaddr_in *)ss;
+        return (ntohl(s4->sin_addr.s_addr) >> 24) == 127;
+    }
+    const struct sockaddr_in6 *s6 = (const struct sockaddr_in6 *)ss;
+    return ss->ss_family == AF_INET6 && IN6_IS_ADDR_LOOPBACK(&s6->sin6_addr);
+}
+
+/* The control token: printable, no spaces (it goes in a header). */
+static void
+read_token(const char *file, struct dm_control_conf *cc)
+{
+    uint8_t tok[DM_REPORT_KEY_MAX];
+    size_t len = 0;
+    int err = dm_report_key_read(file, tok, &len);
+    bool printable = err == 0 && len < sizeof(cc->token);
+    for (size_t i = 0; printable && i < len; i++) {
+        printable = tok[i] > 0x20 && tok[i] < 0x7f;
+    }
+    if (err < 0 || !printable) {
+        fprintf(stderr, "dimmer-agent: --control-token-file: %s: %s\n", file,
+                err == -EINVAL ? "empty token"
+                : err < 0      ? strerror(-err)
+                               : "printable ASCII, no spaces, wanted");
+        exit(2);
+    }
+    memcpy(cc->token, tok, len);
+    cc->token_len = len;
+}
+
+static void
+print_addr(const char *what, const struct sockaddr_storage *ss)
+{
+    char host[INET6_ADDRSTRLEN] = "?";
+    int port = 0;
+    if (ss->ss_family == AF_INET6) {
+        const struct sockaddr_in6 *s6 = (const struct sockaddr_in6 *)ss;
+        inet_ntop(AF_INET6, &s6->sin6_addr, host, sizeof(host));
+        port = ntohs(s6->sin6_port);
+        printf("dimmer-agent %s on [%s]:%d\n", what, host, port);
+    } else {
+        const struct sockaddr_in *s4 = (const struct sockaddr_in *)ss;
+        inet_ntop(AF_INET, &s4->sin_addr, host, sizeof(host));
+        port = ntohs(s4->sin_port);
+        printf("dimmer-agent %s on %s:%d\n", what, host, port);
+    }
+    fflush(stdout);
 }
 
 int
@@ -274,6 +353,8 @@ main(int argc, char **argv)
     a.interval_ms = 1000;
     a.model = (struct dm_power_model){ .idle_w = 35, .sys_w = 70, .io_w = 50, .wait_w = 45 };
     const char *name = NULL, *to = NULL, *key_file = NULL, *ports = NULL;
+    const char *control = NULL, *token_file = NULL;
+    struct dm_control_conf cc = { .command_timeout_ms = 8000 };
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(o, "--help") == 0) {
@@ -304,6 +385,16 @@ main(int argc, char **argv)
             a.model.wait_w = number(o, v, 0, DM_REPORT_WATTS_MAX);
         } else if (strcmp(o, "--count") == 0) {
             a.count = (uint64_t)number(o, v, 1, 1e12);
+        } else if (strcmp(o, "--control") == 0) {
+            control = v;
+        } else if (strcmp(o, "--control-token-file") == 0) {
+            token_file = v;
+        } else if (strcmp(o, "--sleep-command") == 0) {
+            cc.sleep_command = v;
+        } else if (strcmp(o, "--wake-command") == 0) {
+            cc.wake_command = v;
+        } else if (strcmp(o, "--command-timeout") == 0) {
+            cc.command_timeout_ms = (uint64_t)number(o, v, 1, 3600000);
         } else {
             usage_error("unknown option", o);
         }
@@ -325,7 +416,22 @@ main(int argc, char **argv)
     if (dm_report_encode(&probe, (const uint8_t *)"k", 1, tmp, sizeof(tmp)) == 0) {
         usage_error("--name: letters, digits, '.', '_', '-' only", name);
     }
-    parse_to(&a, to);
+    parse_addr("--to: expected HOST:PORT", to, SOCK_DGRAM, &a.to);
+    if (control != NULL) {
+        parse_addr("--control: expected HOST:PORT", control, SOCK_STREAM, &cc.addr);
+        if (token_file != NULL) {
+            read_token(token_file, &cc);
+        } else if (!is_loopback(&cc.addr)) {
+            usage_error("--control on an address other than loopback needs --control-token-file",
+                        control);
+        }
+        if (cc.sleep_command == NULL && cc.wake_command == NULL) {
+            usage_error("--control needs --sleep-command or --wake-command", NULL);
+        }
+    } else if (token_file != NULL || cc.sleep_command != NULL || cc.wake_command != NULL) {
+        usage_error("--control-token-file, --sleep-command and --wake-command need --control",
+                    NULL);
+    }
     for (const char *p = ports; *p;) {
         char *end;
         unsigned long port = strtoul(p, &end, 10);
@@ -359,6 +465,16 @@ main(int argc, char **argv)
     a.timer.data = &a;
     a.sigterm.data = &a;
     a.sigint.data = &a;
+    if (control != NULL) {
+        struct sockaddr_storage bound;
+        int e;
+        a.control = dm_control_start(a.loop, &cc, &bound, &e);
+        if (a.control == NULL) {
+            fprintf(stderr, "dimmer-agent: --control %s: %s\n", control, uv_strerror(e));
+            return 1;
+        }
+        print_addr("control", &bound);
+    }
     uv_signal_start(&a.sigterm, on_signal, SIGTERM);
     uv_signal_start(&a.sigint, on_signal, SIGINT);
     /* The first report at once (estimated as idle: no CPU interval yet). */

@@ -6,7 +6,9 @@ numbers one apart from the start time in microseconds, a timestamp of now, an es
 and full watts, and the ESTABLISHED connections of the served port counted
 from /proc/net/tcp. Bad arguments get one line and exit code 2.
 """
+import json
 import os
+import re
 import socket
 import sys
 import time
@@ -151,8 +153,86 @@ class AgentTest(H.DimmerTest):
                            (["--name", "a", "--to", "127.0.0.1:9", "--key-file", key_file,
                              "--ports", "0"], "--ports"),
                            (["--name", "a"] + base + ["--bogus", "1"], "unknown option"),
-                           (["--name", "a"], "required")):
+                           (["--name", "a"], "required"),
+                           (["--name", "a"] + base + ["--control", "0.0.0.0:0", "--sleep-command",
+                                                      "true"], "needs --control-token-file"),
+                           (["--name", "a"] + base + ["--control", "127.0.0.1:0"],
+                            "--sleep-command or --wake-command"),
+                           (["--name", "a"] + base + ["--sleep-command", "true"], "need --control"),
+                           (["--name", "a"] + base + ["--control", "127.0.0.1",
+                                                      "--sleep-command", "true"], "--control")):
             self.assert_usage_error(H.DIMMER_AGENT, args, what)
+
+    def start_control(self, *args):
+        """An agent serving --control on a port of its choice, with args; its port."""
+        key_file = self.path("k")
+        with open(key_file, "w") as f:
+            f.write("k")
+        rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)  # the reports go nowhere
+        rx.bind((H.HOST, 0))
+        self.addCleanup(rx.close)
+        p = self.start_proc("agent-control-%d" % len(self.procs), [
+            H.DIMMER_AGENT, "--name", "a", "--to", "%s:%d" % rx.getsockname(), "--key-file",
+            key_file, "--ports", "80", "--control", "%s:0" % H.HOST] + list(args))
+        line = re.compile(r"^dimmer-agent control on \S+:(\d+)$", re.M)
+        H.wait_until(lambda: line.search(p.stdout()) or not p.alive(), 10, "the control port")
+        self.assertTrue(p.alive(), p.stderr())
+        return p, int(line.search(p.stdout()).group(1))
+
+    def test_control_runs_one_command_at_a_time_and_kills_a_hung_one(self):
+        mark = self.path("slept")
+        p, port = self.start_control("--sleep-command", "echo slept >> %s" % mark,
+                                     "--wake-command", "exec sleep 30", "--command-timeout", "400")
+        r = H.request(port, "POST", "/sleep")
+        self.assertEqual(r.status, 202, r.body)
+        H.wait_until(lambda: os.path.exists(mark), 10, "the sleep command to run")
+        # A wake that hangs holds its answer; a sleep meanwhile is refused.
+        waker = H.Conn(port, timeout=10)
+        self.addCleanup(waker.close)
+        waker.send(H.build_request("POST", "/wake"))
+        H.wait_until(lambda: 'running "exec sleep 30"' in p.stderr(), 10, "the wake command")
+        r = H.request(port, "POST", "/sleep")
+        self.assertEqual(r.status, 409, r.body)
+        self.assertIn(b"the wake command is running", r.body)
+        r = waker.read_response()
+        self.assertEqual(r.status, 502, r.body)
+        self.assertIn(b"killed by signal 9 (command timeout)", r.body)
+        status = json.loads(H.get(port, "/status").body)
+        self.assertEqual((status["sleeps"], status["wakes"], status["failed"], status["running"]),
+                         (1, 1, 1, None))
+        with open(mark) as f:
+            self.assertEqual(f.read(), "slept\n")  # the 409 ran nothing
+
+    def test_control_refuses_bad_requests(self):
+        p, port = self.start_control("--wake-command", "true")
+        self.assertEqual(H.request(port, "POST", "/sleep").status, 501)  # no --sleep-command
+        self.assertEqual(H.request(port, "POST", "/nothing").status, 404)
+        self.assertEqual(H.request(port, "DELETE", "/status").status, 405)
+        for data, status in ((b"POST /wake HTTP/1.1\r\nHost x\r\n\r\n", b"400"),
+                             (b"POST /wake HTTP/1.1\r\nHost: x\r\nX: " + b"a" * 5000 +
+                              b"\r\n\r\n", b"431")):
+            got, closed = H.raw_exchange(port, data)
+            self.assertEqual(got.split(b" ")[1], status, got)
+            self.assertTrue(closed)
+        # Connections past the limit are closed at once; the ones before still count.
+        held = [H.Conn(port, timeout=10) for _ in range(16)]
+        try:
+            extra = socket.create_connection((H.HOST, port), timeout=10)
+            self.addCleanup(extra.close)
+            self.assertEqual(extra.recv(100), b"")  # closed without an answer
+            held[0].send(H.build_request("POST", "/wake"))
+            self.assertEqual(held[0].read_response().status, 200)
+        finally:
+            for c in held:
+                c.close()
+        H.wait_until(lambda: H.request(port, "POST", "/wake").status == 200, 10,
+                     "a request once the connections are gone")
+        # A head that never ends is answered 408 (after DM_CONTROL_READ_MS, 5 s).
+        slow = socket.create_connection((H.HOST, port), timeout=15)
+        self.addCleanup(slow.close)
+        slow.sendall(b"POST /wake HTTP/1.1\r\n")
+        self.assertIn(b" 408 ", slow.recv(200))
+        self.assertEqual(json.loads(H.get(port, "/status").body)["wakes"], 2)
 
 
 if __name__ == "__main__":

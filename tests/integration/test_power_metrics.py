@@ -280,6 +280,22 @@ class PowerMetricsTest(H.DimmerTest):
         self.assertEqual(H.get(self.d.port, "/healthz").status, 200)
         self.assertEqual(self.server("n1")["action_failures"], 0)
 
+    def sleep_and_wake_through(self, node, ctl, tok):
+        """dimmer's http actuator posting to ctl with the token of file tok sleeps node, then
+        wakes it, both asked by the operator; back in service after."""
+        conf = ("listen: 127.0.0.1:0\nadmin: 127.0.0.1:0\npools:\n  web:\n"
+                "    health_check: {interval: 100ms, timeout: 300ms, rise: 1, fall: 1}\n"
+                "    power: {policy: always-on, min_change_interval: 0, action_interval: 0}\n"
+                "    servers:\n      - {name: n1, address: \"%s:%d\", power: {control: \"%s:%d\", "
+                "control_token_file: %s}}\n" % (H.HOST, node.port, H.HOST, ctl, tok))
+        self.d = self.start_dimmer_conf(self.write_config(conf))
+        self.act(node, "sleep")
+        node.wait_state("asleep")
+        H.wait_until(lambda: self.server("n1")["state"] == "sleeping", 5, "sleeping")
+        self.act(node, "wake")
+        node.wait_state("awake")
+        H.wait_until(lambda: self.server("n1")["state"] == "active", 10, "active again")
+
     def test_http_actuator_with_a_bearer_token(self):
         tok = self.path("control.token")
         with open(tok, "w") as f:
@@ -295,19 +311,48 @@ class PowerMetricsTest(H.DimmerTest):
             self.assertEqual(r.status, 401, (headers, r.body))
         self.assertEqual(node.power()["state"], "awake")
         # dimmer with the token: the http actuator sleeps and wakes it.
-        conf = ("listen: 127.0.0.1:0\nadmin: 127.0.0.1:0\npools:\n  web:\n"
-                "    health_check: {interval: 100ms, timeout: 300ms, rise: 1, fall: 1}\n"
-                "    power: {policy: always-on, min_change_interval: 0, action_interval: 0}\n"
-                "    servers:\n      - {name: n1, address: \"%s:%d\", power: {control: \"%s:%d\", "
-                "control_token_file: %s}}\n" % (H.HOST, node.port, H.HOST, ctl, tok))
-        self.d = self.start_dimmer_conf(self.write_config(conf))
-        self.act(node, "sleep")
-        node.wait_state("asleep")
-        H.wait_until(lambda: self.server("n1")["state"] == "sleeping", 5, "sleeping")
-        self.act(node, "wake")
-        node.wait_state("awake")
-        H.wait_until(lambda: self.server("n1")["state"] == "active", 10, "active again")
+        self.sleep_and_wake_through(node, ctl, tok)
         self.assertEqual(self.server("n1")["action_failures"], 0)
+
+    def test_http_actuator_through_dimmer_agent(self):
+        # dimmer posts to the machine's dimmer-agent, which runs the operator's
+        # commands (here kill -USR1 / -USR2 on the node, which sleep and wake it).
+        tok = self.path("agent-control.token")
+        with open(tok, "w") as f:
+            f.write("agent-s3cret\n")
+        key = self.path("agent.key")
+        with open(key, "wb") as f:
+            f.write(KEY + b"\n")
+        sink = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)  # the reports go nowhere
+        sink.bind((H.HOST, 0))
+        self.addCleanup(sink.close)
+        # The node's own control listener only shows its state here (GET /power).
+        node = self.start_node("--control", "%s:0" % H.HOST, "--boot-ms", 300, name="n1")
+        agent = self.start_proc("agent", [
+            H.DIMMER_AGENT, "--name", "n1", "--to", "%s:%d" % (H.HOST, sink.getsockname()[1]),
+            "--key-file", key, "--ports", str(node.port), "--control", "%s:0" % H.HOST,
+            "--control-token-file", tok, "--sleep-command", "kill -USR1 %d" % node.proc.pid,
+            "--wake-command", "kill -USR2 %d" % node.proc.pid, "--command-timeout", "5000"])
+        line = re.compile(r"^dimmer-agent control on \S+:(\d+)$", re.M)
+        H.wait_until(lambda: line.search(agent.stdout()) or not agent.alive(), 10,
+                     "the agent's control port")
+        ctl = int(line.search(agent.stdout()).group(1))
+        # Refused without the token; GET /status says nothing ran.
+        for headers in ([], [("Authorization", "Bearer agent-s3cre")],
+                        [("Authorization", "Bearer agent-s3cret"),
+                         ("Authorization", "Bearer agent-s3cret")]):
+            self.assertEqual(H.request(ctl, "POST", "/sleep", headers=headers).status, 401)
+        self.assertEqual(H.request(ctl, "GET", "/sleep").status, 405)
+        status = json.loads(H.get(ctl, "/status").body)
+        self.assertEqual((status["sleeps"], status["wakes"], status["running"]), (0, 0, None))
+        self.assertEqual(node.power()["state"], "awake")
+        self.sleep_and_wake_through(node, ctl, tok)
+        self.assertEqual(H.get(self.d.port, "/healthz").status, 200)
+        self.assertEqual(self.server("n1")["action_failures"], 0)
+        status = json.loads(H.get(ctl, "/status").body)
+        self.assertEqual((status["sleeps"], status["wakes"], status["failed"]), (1, 1, 0))
+        self.assertIn("wake command: exit status 0", agent.stderr())
+        self.assertIn("wake n1 (http): HTTP/1.1 200 OK", self.d.proc.stderr())
 
     def test_command_actuator_and_its_timeout(self):
         node = self.node_pool('sleep_command: "kill -USR1 PID", wake_command: "kill -USR2 PID"')
