@@ -26,7 +26,8 @@ tell which port the kernel picked); dimmer binds port 0.
 
 Only 127.0.0.1 and ports the kernel picks; every process is stopped and every
 connection closed at the end. Needs N + a few hundred file descriptors (it
-raises its soft limit to the hard one).
+raises its soft limit to the hard one). Also printed: how much the proxy's
+resident memory grew with the flood, per queued request.
 """
 import argparse
 import json
@@ -48,6 +49,11 @@ def cpu_s(pid):
     with open("/proc/%d/stat" % pid) as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def rss_kib(pid):
+    with open("/proc/%d/status" % pid) as f:
+        return next(int(x.split()[1]) for x in f if x.startswith("VmRSS:"))
 
 
 def queued(admin):
@@ -139,7 +145,11 @@ def wait_for(get, n, timeout=120):
 
 
 def one_round(kind, a):
-    """CPU us a request: (large ones queued, small ones each ahead of every large one)."""
+    """
+    CPU us a request (large ones queued, small ones each ahead of every
+    large one) and the proxy's resident memory grown by the flood, KiB a
+    queued request.
+    """
     procs, socks = [], []
     with tempfile.TemporaryDirectory(prefix="queue_flood-") as tmp:
         try:
@@ -152,14 +162,14 @@ def one_round(kind, a):
             # The holder: the server's one place (sent first, so it takes it).
             flood(port, "/bytes/1?ms=600000", 1, socks)
             half = a.n // 2
-            c0 = cpu_s(pid)
+            c0, m0 = cpu_s(pid), rss_kib(pid)
             flood(port, "/bytes/%d" % a.large, half, socks)
             wait_for(get, half)
             c1 = cpu_s(pid)
             flood(port, "/bytes/10", half, socks)
             wait_for(get, 2 * half)
-            c2 = cpu_s(pid)
-            return (c1 - c0) * 1e6 / half, (c2 - c1) * 1e6 / half
+            c2, m2 = cpu_s(pid), rss_kib(pid)
+            return (c1 - c0) * 1e6 / half, (c2 - c1) * 1e6 / half, (m2 - m0) / (2 * half)
         finally:
             for s in socks:
                 s.close()
@@ -188,16 +198,18 @@ def main():
     for r in range(a.rounds):
         for k in kinds:  # alternated, so that the machine's drift falls on each alike
             res[k].append(one_round(k, a))
-            print("round %d %s: large %.1f us, small %.1f us a request" % ((r + 1, k) + res[k][-1]),
-                  flush=True)
+            print("round %d %s: large %.1f us, small %.1f us a request, %.2f KiB resident a "
+                  "request" % ((r + 1, k) + res[k][-1]), flush=True)
     half = a.n // 2
     print("queue_flood: %d large then %d small queued behind one busy place, medians of %d%s"
           % (half, half, a.rounds, ", pinned" if a.pin else ""))
-    print("| proxy | CPU us a large request queued | CPU us a small one, ahead of every large |")
-    print("|---|---|---|")
+    print("| proxy | CPU us a large request queued | CPU us a small one, ahead of every large "
+          "| resident KiB a queued request |")
+    print("|---|---|---|---|")
     for k in kinds:
-        print("| %s | %.1f | %.1f |" % (k, statistics.median(x[0] for x in res[k]),
-                                        statistics.median(x[1] for x in res[k])))
+        print("| %s | %.1f | %.1f | %.2f |" % (k, statistics.median(x[0] for x in res[k]),
+                                               statistics.median(x[1] for x in res[k]),
+                                               statistics.median(x[2] for x in res[k])))
     if "dimmer" in res and "haproxy" in res:
         ratio = [d[1] / h[1] for d, h in zip(res["dimmer"], res["haproxy"])]
         print("dimmer / haproxy, small requests, median of the paired rounds: %.2f"

@@ -48,6 +48,17 @@ dm_buf_get(struct dm_worker *w, uint32_t cap)
     return b;
 }
 
+struct dm_buf *
+dm_buf_get_exact(struct dm_worker *w, uint32_t cap)
+{
+    (void)w;
+    struct dm_buf *b = malloc(sizeof(*b) + cap);
+    if (b != NULL) {
+        *b = (struct dm_buf){ .refs = 1, .cap = cap };
+    }
+    return b;
+}
+
 void
 dm_buf_read_space(struct dm_worker *w, struct dm_buf **in, uint32_t cap, uv_buf_t *out)
 {

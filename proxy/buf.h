@@ -30,6 +30,10 @@ struct dm_buf {
  */
 struct dm_buf *dm_buf_get(struct dm_worker *w, uint32_t cap);
 
+/* As dm_buf_get, but of exactly cap bytes, never from a pool (a waiting
+ * request's head). */
+struct dm_buf *dm_buf_get_exact(struct dm_worker *w, uint32_t cap);
+
 /* Drops one reference to b (NULL: nothing); the last one pools or frees it. */
 void dm_buf_unref(struct dm_worker *w, struct dm_buf *b);
 

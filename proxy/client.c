@@ -214,6 +214,68 @@ dm_clients_hold_retry(struct dm_worker *w)
     }
 }
 
+/* Moves a span that points into [from, from + n) by delta. */
+static void
+span_move(struct dm_span *sp, const char *from, size_t n, ptrdiff_t delta)
+{
+    if (sp->p != NULL && sp->p >= from && sp->p + sp->len <= from + n) {
+        sp->p += delta;
+    }
+}
+
+/*
+ * A request about to wait in the queue moves its head, and what the client
+ * sent after it, out of the read buffer (rt->buf_cap, 32 KiB or more) into a
+ * buffer of their size and DM_QUEUE_SLACK more: a queue of many thousands
+ * costs a few hundred bytes a request, and the read buffer goes back to the
+ * pool for the next connection. Only before its first attempt (no rewritten
+ * head yet, which would point into it), and only while the read buffer is
+ * the request's head buffer and nobody else's. The slack keeps the client
+ * read, so that one that goes away is seen; one that sends more than that
+ * meanwhile is read again once its request goes to a server.
+ */
+#define DM_QUEUE_SLACK 512
+
+static void
+client_shrink_in(struct dm_client *c)
+{
+    struct dm_req *req = c->req;
+    struct dm_buf *in = c->in;
+    if (in == NULL || req->head_buf != in || in->refs != 2 || req->out_head != NULL ||
+        req->trailers != NULL || c->head_start > in->off || in->off > in->len) {
+        return;
+    }
+    uint32_t keep = in->len - c->head_start;
+    uint32_t cap = (keep + DM_QUEUE_SLACK + 255) & ~255u;
+    if (cap >= in->cap) {
+        return;
+    }
+    struct dm_buf *nb = dm_buf_get_exact(c->w, cap);
+    if (nb == NULL) {
+        return; /* it waits in the read buffer, as before */
+    }
+    const char *from = in->data + c->head_start;
+    memcpy(nb->data, from, keep);
+    ptrdiff_t delta = nb->data - from;
+    struct dm_http_msg *m = &req->msg;
+    span_move(&m->method, from, keep, delta);
+    span_move(&m->target, from, keep, delta);
+    for (unsigned i = 0; i < m->nfields; i++) {
+        span_move(&m->fields[i].name, from, keep, delta);
+        span_move(&m->fields[i].value, from, keep, delta);
+    }
+    span_move(&req->info.host, from, keep, delta);
+    span_move(&req->info.path, from, keep, delta);
+    nb->off = in->off - c->head_start;
+    nb->len = keep;
+    nb->refs = 2; /* c->in and req->head_buf, as the old one had */
+    c->head_start = 0;
+    c->in = nb;
+    req->head_buf = nb;
+    dm_buf_unref(c->w, in);
+    dm_buf_unref(c->w, in);
+}
+
 void
 dm_client_queue(struct dm_client *c)
 {
@@ -263,6 +325,9 @@ dm_client_queue(struct dm_client *c)
     while (before + 1 > peak &&
            !atomic_compare_exchange_weak_explicit(&p->queue_peak, &peak, before + 1,
                                                   memory_order_relaxed, memory_order_relaxed)) {
+    }
+    if (req->attempts == 0) {
+        client_shrink_in(c);
     }
     dm_client_timer_stop(c);
     c->queued = true;
@@ -865,7 +930,7 @@ client_make_room(struct dm_client *c)
         return 0;
     }
     uint32_t rest = in->len - in->off;
-    if (in->refs == 1) {
+    if (in->refs == 1 && in->cap >= need) { /* a waiting request's buffer is smaller */
         memmove(in->data, in->data + in->off, rest);
         in->off = 0;
         in->len = rest;

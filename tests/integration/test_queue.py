@@ -11,6 +11,8 @@ The queue's orders: arrival, size (the smaller expected response first) and
 page (a connection's page in progress before new pages, a page past its
 bound after every other).
 """
+import hashlib
+import json
 import os
 import sys
 import threading
@@ -174,6 +176,61 @@ class QueueTest(H.DimmerTest):
         # The next request is served at once; the gone ones never reached the server.
         self.assertEqual(H.get(self.d.port, "/bytes/4").body, H.pattern(4))
         self.assertEqual(n.stats()["requests"], 2)
+
+    def test_a_queued_request_keeps_its_head_its_body_and_what_follows(self):
+        """
+        A waiting request's head moves out of the read buffer into one of its
+        own size: its fields reach the server whole even after other
+        connections have read into the buffer it came in, its body (more than
+        the few hundred bytes of room the move leaves) follows once a place
+        frees, and so does a request pipelined behind it.
+        """
+        n = self.node("n1")
+        self.d = self.start_dimmer(
+            {"web": {"servers": [(n.name, n.port, {"max_conns": 1})], "passive": NO_PASSIVE}},
+            timeouts={"queue": "20s"})
+        fields = [("X-Field-%02d" % i, "value %02d " % i + "v" * 40) for i in range(40)]
+        body = bytes(range(256)) * 800  # 200 KiB
+        holder = H.Conn(self.d.port, timeout=20)
+        heads, post = H.Conn(self.d.port, timeout=20), H.Conn(self.d.port, timeout=20)
+        try:
+            holder.send(H.build_request("GET", "/bytes/1?ms=1500"))
+            H.wait_until(lambda: n.stats()["in_service"] == 1, 5, "the first in service")
+            heads.send(H.build_request("GET", "/headers?first", headers=fields) +
+                       H.build_request("GET", "/headers?second", headers=fields[:3]))
+            H.wait_until(lambda: self.queue()["now"] == 1, 5, "the first /headers queued")
+            sender = threading.Thread(target=post.send, args=(
+                H.build_request("POST", "/sha256", body=body),))
+            sender.start()
+            H.wait_until(lambda: self.queue()["now"] == 2, 5, "the POST queued")
+            # Other connections read into the pooled read buffers meanwhile.
+            filler = [("X-Filler", "z" * 4000)]
+            others = [H.Conn(self.d.port, timeout=20) for _ in range(3)]
+            for c in others:
+                self.addCleanup(c.close)
+                c.send(H.build_request("GET", "/bytes/3", headers=filler))
+            H.wait_until(lambda: self.queue()["now"] == 5, 5, "five queued")
+            self.assertEqual(holder.read_response(timeout=20).status, 200)
+            first = heads.read_response(timeout=20)
+            self.assertEqual(first.status, 200)
+            for name, value in fields:
+                self.assertIn(("%s: %s\r\n" % (name, value)).encode(), first.body)
+            self.assertIn(b"GET /headers?first HTTP/1.1\r\n", first.body)
+            second = heads.read_response(timeout=20)
+            self.assertEqual(second.status, 200)
+            self.assertIn(b"GET /headers?second HTTP/1.1\r\n", second.body)
+            self.assertNotIn(b"X-Field-03", second.body)
+            sender.join(20)
+            r = post.read_response(timeout=20)
+            self.assertEqual(r.status, 200)
+            self.assertEqual(json.loads(r.body), {"bytes": len(body),
+                                                  "sha256": hashlib.sha256(body).hexdigest()})
+            for c in others:
+                self.assertEqual(c.read_response(timeout=20).body, H.pattern(3))
+        finally:
+            for c in (holder, heads, post):
+                c.close()
+        self.assertEqual(n.stats()["in_service_max"], 1)
 
     def test_two_workers_share_the_places_of_a_server(self):
         n = self.node("n1")
