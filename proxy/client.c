@@ -165,55 +165,6 @@ dm_client_timer_stop(struct dm_client *c)
     dm_tq_remove(c->w, &c->timer);
 }
 
-bool
-dm_client_hold(struct dm_client *c)
-{
-    struct dm_req *req = c->req;
-    const struct dm_conf_power *pw = &c->rt->conf->pools[req->pool].power;
-    struct dm_rpool *p = &c->rt->pools[req->pool];
-    uint64_t now = uv_now(&c->w->loop);
-    if (!pw->enabled || pw->hold_timeout_ms == 0) {
-        return false;
-    }
-    if (req->hold_deadline_ms == 0) {
-        req->hold_deadline_ms = now + pw->hold_timeout_ms;
-    }
-    if (now >= req->hold_deadline_ms ||
-        atomic_fetch_add_explicit(&p->held, 1, memory_order_relaxed) >= pw->hold_queue) {
-        if (now < req->hold_deadline_ms) {
-            dm_counter_sub(&p->held, 1);
-        }
-        return false;
-    }
-    c->held = true;
-    c->held_pool = (uint16_t)req->pool;
-    tq_insert(c->w, &c->timer, DM_T_HOLD, 0, req->hold_deadline_ms);
-    uv_async_t *n = atomic_load(&dm_hold_notify);
-    if (n != NULL) {
-        uv_async_send(n);
-    }
-    return true;
-}
-
-void
-dm_clients_hold_retry(struct dm_worker *w)
-{
-    /* Taken off whole first: a request that is held again goes on the new list. */
-    struct dm_tnode *n = w->tq[DM_T_HOLD].head;
-    w->tq[DM_T_HOLD].head = w->tq[DM_T_HOLD].tail = NULL;
-    while (n != NULL) {
-        struct dm_tnode *next = n->next;
-        n->prev = n->next = NULL;
-        n->kind = DM_T_NONE;
-        struct dm_client *c = (struct dm_client *)((char *)n - offsetof(struct dm_client, timer));
-        hold_release(c);
-        if (!c->closing && c->req != NULL && c->state == DM_C_CONNECT) {
-            dm_req_pick_and_connect(c->req);
-        }
-        n = next;
-    }
-}
-
 /* Moves a span that points into [from, from + n) by delta. */
 static void
 span_move(struct dm_span *sp, const char *from, size_t n, ptrdiff_t delta)
@@ -224,11 +175,12 @@ span_move(struct dm_span *sp, const char *from, size_t n, ptrdiff_t delta)
 }
 
 /*
- * A request about to wait in the queue moves its head, and what the client
- * sent after it, out of the read buffer (rt->buf_cap, 32 KiB or more) into a
- * buffer of their size and DM_QUEUE_SLACK more: a queue of many thousands
- * costs a few hundred bytes a request, and the read buffer goes back to the
- * pool for the next connection. Only before its first attempt (no rewritten
+ * A request about to wait in the queue (or held for a server to wake) moves
+ * its head, and what the client sent after it, out of the read buffer
+ * (rt->buf_cap, 32 KiB or more) into a buffer of their size and
+ * DM_QUEUE_SLACK more: a queue of many thousands costs a few hundred bytes
+ * a request, and the read buffer goes back to the pool for the next
+ * connection. Only before its first attempt (no rewritten
  * head yet, which would point into it), and only while the read buffer is
  * the request's head buffer and nobody else's. The slack keeps the client
  * read, so that one that goes away is seen; one that sends more than that
@@ -274,6 +226,58 @@ client_shrink_in(struct dm_client *c)
     req->head_buf = nb;
     dm_buf_unref(c->w, in);
     dm_buf_unref(c->w, in);
+}
+
+bool
+dm_client_hold(struct dm_client *c)
+{
+    struct dm_req *req = c->req;
+    const struct dm_conf_power *pw = &c->rt->conf->pools[req->pool].power;
+    struct dm_rpool *p = &c->rt->pools[req->pool];
+    uint64_t now = uv_now(&c->w->loop);
+    if (!pw->enabled || pw->hold_timeout_ms == 0) {
+        return false;
+    }
+    if (req->hold_deadline_ms == 0) {
+        req->hold_deadline_ms = now + pw->hold_timeout_ms;
+    }
+    if (now >= req->hold_deadline_ms ||
+        atomic_fetch_add_explicit(&p->held, 1, memory_order_relaxed) >= pw->hold_queue) {
+        if (now < req->hold_deadline_ms) {
+            dm_counter_sub(&p->held, 1);
+        }
+        return false;
+    }
+    if (req->attempts == 0) {
+        client_shrink_in(c);
+    }
+    c->held = true;
+    c->held_pool = (uint16_t)req->pool;
+    tq_insert(c->w, &c->timer, DM_T_HOLD, 0, req->hold_deadline_ms);
+    uv_async_t *n = atomic_load(&dm_hold_notify);
+    if (n != NULL) {
+        uv_async_send(n);
+    }
+    return true;
+}
+
+void
+dm_clients_hold_retry(struct dm_worker *w)
+{
+    /* Taken off whole first: a request that is held again goes on the new list. */
+    struct dm_tnode *n = w->tq[DM_T_HOLD].head;
+    w->tq[DM_T_HOLD].head = w->tq[DM_T_HOLD].tail = NULL;
+    while (n != NULL) {
+        struct dm_tnode *next = n->next;
+        n->prev = n->next = NULL;
+        n->kind = DM_T_NONE;
+        struct dm_client *c = (struct dm_client *)((char *)n - offsetof(struct dm_client, timer));
+        hold_release(c);
+        if (!c->closing && c->req != NULL && c->state == DM_C_CONNECT) {
+            dm_req_pick_and_connect(c->req);
+        }
+        n = next;
+    }
 }
 
 void
