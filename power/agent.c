@@ -20,6 +20,7 @@
 #include <glob.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -456,6 +457,9 @@ main(int argc, char **argv)
     if (glob("/sys/class/powercap/intel-rapl:[0-9]*/energy_uj", 0, NULL, &a.rapl) != 0) {
         a.rapl.gl_pathc = 0; /* no counter: measured_w is "-" */
     }
+    /* A requester that went away before its answer is an error of that
+     * write, not the end of the agent. */
+    signal(SIGPIPE, SIG_IGN);
     a.loop = uv_default_loop();
     if (uv_udp_init(a.loop, &a.udp) < 0 || uv_timer_init(a.loop, &a.timer) < 0 ||
         uv_signal_init(a.loop, &a.sigterm) < 0 || uv_signal_init(a.loop, &a.sigint) < 0) {

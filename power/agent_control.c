@@ -43,7 +43,7 @@ struct ctl_conn {
     size_t field_len;
     char auth[DM_CONTROL_TOKEN_MAX + 16];
     size_t auth_len;
-    bool url_long, auth_long, in_auth, seen_auth, complete, answered, closing;
+    bool url_long, auth_long, in_auth, seen_auth, headers_done, complete, answered, closing;
     struct ctl_cmd *waiting_for;
     char *out;
     unsigned open;
@@ -56,6 +56,7 @@ struct dm_control {
     struct ctl_conn *conns;
     unsigned nconns;
     struct ctl_cmd *running;
+    struct ctl_conn *next_wake; /* a wake asked while the sleep command ran */
     uint64_t sleeps, wakes, failed;
     char last[96]; /* the last command's outcome */
     unsigned open; /* the server, the connections and the command not yet closed */
@@ -94,6 +95,9 @@ conn_close(struct ctl_conn *k)
     if (k->waiting_for != NULL) {
         k->waiting_for->conn = NULL;
         k->waiting_for = NULL;
+    }
+    if (k->ctl->next_wake == k) {
+        k->ctl->next_wake = NULL;
     }
     *k->pprev = k->next;
     if (k->next != NULL) {
@@ -191,6 +195,18 @@ cmd_closed(uv_handle_t *h)
     }
 }
 
+static void act(struct ctl_conn *k, int kind);
+
+/* A command runs in a process group of its own (UV_PROCESS_DETACHED): killed
+ * with its children, not only its shell. */
+static void
+kill_command(uv_process_t *p)
+{
+    if (kill(-p->pid, SIGKILL) != 0) {
+        uv_process_kill(p, SIGKILL);
+    }
+}
+
 static void
 cmd_close(struct ctl_cmd *m)
 {
@@ -226,6 +242,12 @@ cmd_exited(uv_process_t *p, int64_t status, int sig)
         answer_text(k, ok ? 200 : 502, body, "");
     }
     cmd_close(m);
+    /* A wake that waited for the sleep command runs now. */
+    if (c->next_wake != NULL && !c->stopping) {
+        struct ctl_conn *k = c->next_wake;
+        c->next_wake = NULL;
+        act(k, CMD_WAKE);
+    }
 }
 
 static void
@@ -234,7 +256,7 @@ cmd_timeout(uv_timer_t *t)
     struct ctl_cmd *m = t->data;
     if (!m->exited) {
         m->killed = true;
-        uv_process_kill(&m->proc, SIGKILL);
+        kill_command(&m->proc);
     }
 }
 
@@ -257,6 +279,7 @@ cmd_run(struct dm_control *c, int kind, const char *command, int *err)
         .exit_cb = cmd_exited,
         .file = "/bin/sh",
         .args = args,
+        .flags = UV_PROCESS_DETACHED,
         .stdio_count = 3,
         .stdio = io,
     };
@@ -332,6 +355,16 @@ act(struct ctl_conn *k, int kind)
                     kind == CMD_SLEEP ? "no --sleep-command\n"
                                       : "no --wake-command: wake this machine with wol\n",
                     "");
+        return;
+    }
+    if (c->running != NULL && kind == CMD_WAKE && c->running->kind == CMD_SLEEP &&
+        c->next_wake == NULL) {
+        /* The machine is going to sleep: wake it once the sleep command
+         * ends (answered then, as any wake). */
+        c->next_wake = k;
+        uv_timer_stop(&k->timer);
+        uv_read_stop((uv_stream_t *)&k->tcp);
+        fprintf(stderr, "dimmer-agent: wake: after the sleep command\n");
         return;
     }
     if (c->running != NULL) {
@@ -421,7 +454,9 @@ static int
 on_header_field_complete(llhttp_t *p)
 {
     struct ctl_conn *k = conn_of(p);
-    k->in_auth = k->field_len == 13 && strncasecmp(k->field, "Authorization", 13) == 0;
+    /* A trailer's fields are not the request's credentials. */
+    k->in_auth =
+        !k->headers_done && k->field_len == 13 && strncasecmp(k->field, "Authorization", 13) == 0;
     k->field_len = 0;
     if (k->in_auth) {
         /* A second Authorization makes the credentials ambiguous: none. */
@@ -456,6 +491,13 @@ on_header_value_complete(llhttp_t *p)
 }
 
 static int
+on_headers_complete(llhttp_t *p)
+{
+    conn_of(p)->headers_done = true;
+    return 0;
+}
+
+static int
 on_message_complete(llhttp_t *p)
 {
     conn_of(p)->complete = true;
@@ -468,6 +510,7 @@ static const llhttp_settings_t settings = {
     .on_header_field_complete = on_header_field_complete,
     .on_header_value = on_header_value,
     .on_header_value_complete = on_header_value_complete,
+    .on_headers_complete = on_headers_complete,
     .on_message_complete = on_message_complete,
 };
 

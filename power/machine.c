@@ -65,12 +65,19 @@ dm_pm_count(const struct dm_pm_server *s, size_t n, unsigned *active, unsigned *
     }
 }
 
+/* Whether s's actuator may run now: action_interval since its last run. */
+static bool
+action_due(const struct dm_pm_rules *r, const struct dm_pm_server *s, uint64_t now_us)
+{
+    return s->last_action_us == 0 || now_us - s->last_action_us >= r->action_interval_us;
+}
+
 static bool
 may_change(const struct dm_pm_rules *r, const struct dm_pm_server *s, uint64_t now_us)
 {
     return !s->held && !s->busy &&
            (s->last_change_us == 0 || now_us - s->last_change_us >= r->min_change_us) &&
-           (s->last_action_us == 0 || now_us - s->last_action_us >= r->action_interval_us);
+           action_due(r, s, now_us);
 }
 
 /* Whether moves[0..k) already names server i. */
@@ -112,7 +119,13 @@ dm_pm_plan(const struct dm_pm_rules *r, const struct dm_pm_server *s, size_t n, 
                 (!urgent && !may_change(r, c, now_us)) || (urgent && c->busy)) {
                 continue;
             }
-            if (best == n || (r->wake_rule == DM_PM_WAKE_EFFICIENT && c->cost < s[best].cost)) {
+            /* Urgent: one whose wake can run now (action_interval since its
+             * last action) before one whose wake would wait for it. */
+            bool due = action_due(r, c, now_us);
+            bool best_due = best < n && action_due(r, &s[best], now_us);
+            if (best == n || (due && !best_due) ||
+                (due == best_due && r->wake_rule == DM_PM_WAKE_EFFICIENT &&
+                 c->cost < s[best].cost)) {
                 best = i;
             }
         }

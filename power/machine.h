@@ -12,9 +12,9 @@
  *
  * A server can be slept only if it can be woken again (it has a wake
  * actuator) and is not one that must stay on; a server changed less than min_change ago, or whose
- * last action was less than action_interval ago, or whose actuator still runs, or that the operator
- * holds, is left alone. A draining server is the first to take back when more are wanted: it is
- * still up.
+ * last action was less than action_interval ago, or whose actuator still runs or waits to run, or
+ * that the operator holds, is left alone. A draining server is the first to take back when more are
+ * wanted: it is still up.
  */
 #ifndef DM_POWER_MACHINE_H
 #define DM_POWER_MACHINE_H
@@ -58,7 +58,7 @@ struct dm_pm_server {
     uint64_t last_change_us; /* its last change of state (0: never) */
     uint64_t last_action_us; /* its last actuator run (0: never) */
     bool held;               /* the operator's */
-    bool busy;               /* an actuator of it still runs */
+    bool busy;               /* an actuator of it runs, or one waits to run */
     bool can_wake;           /* it has a wake actuator */
     bool keep_on;            /* it must stay on: never drained by a plan */
     double cost;             /* W at full use per unit of capacity: lower wakes first */
@@ -101,7 +101,9 @@ struct dm_pm_move {
  * draining ones, then wake sleeping ones by the wake rule; or drain active
  * ones by the sleep rule, never leaving fewer than min_active active.
  * urgent (a request is held with none awake): waking ignores min_change and
- * action_interval. Writes at most cap moves to out and returns how many;
+ * action_interval, and wakes first a server whose action_interval has passed
+ * (the manager runs a wake only action_interval after the server's last
+ * action, so another one's would wait). Writes at most cap moves to out and returns how many;
  * *short_by is how many more were wanted and could not be woken now.
  */
 size_t dm_pm_plan(const struct dm_pm_rules *r, const struct dm_pm_server *s, size_t n,

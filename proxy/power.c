@@ -207,6 +207,16 @@ action_close(struct pm_action *a)
 
 static void run_action(struct dm_powermgr *pm, struct pm_server *s, enum pm_act_kind kind);
 
+/* A command runs in a process group of its own (UV_PROCESS_DETACHED): killed
+ * with its children (an ssh it started, say), not only its shell. */
+static void
+kill_command(uv_process_t *p)
+{
+    if (kill(-p->pid, SIGKILL) != 0) {
+        uv_process_kill(p, SIGKILL);
+    }
+}
+
 /* Whether an actuator may run for s now: none running, and action_interval
  * since its last run. */
 static bool
@@ -265,7 +275,7 @@ action_timeout(uv_timer_t *t)
 {
     struct pm_action *a = t->data;
     if (a->running) {
-        uv_process_kill(&a->proc, SIGKILL); /* the exit callback finishes it */
+        kill_command(&a->proc); /* the exit callback finishes it */
         dm_log_warn("power: command for %s timed out: killed",
                     a->s != NULL && a->s->cf != NULL ? a->s->cf->name : "?");
         return;
@@ -347,6 +357,7 @@ start_command(struct dm_powermgr *pm, struct pm_action *a, const char *tpl)
         .exit_cb = command_exited,
         .file = "/bin/sh",
         .args = args,
+        .flags = UV_PROCESS_DETACHED,
         .stdio_count = 3,
         .stdio = io,
     };
@@ -511,6 +522,10 @@ run_action(struct dm_powermgr *pm, struct pm_server *s, enum pm_act_kind kind)
     s->has_pending = false;
     s->actions++;
     s->last_action_us = now;
+    if (kind == ACT_WAKE && s->state == DM_PM_BOOTING) {
+        /* A wake that waited: the boot delay and timeout count from now. */
+        s->since_us = now;
+    }
     if (how == DM_ACT_NONE) {
         dm_log_info(
             "power: %s %s: no actuator (%s)", kind == ACT_WAKE ? "wake" : "sleep", s->cf->name,
@@ -1115,6 +1130,9 @@ configure(struct dm_powermgr *pm, struct dm_runtime *rt)
             s->action->s = NULL; /* its config goes with the old runtime */
             s->action = NULL;
         }
+        if (s->pool == NULL) {
+            s->has_pending = false; /* nothing runs for a server no longer managed */
+        }
     }
     return 0;
 }
@@ -1245,7 +1263,7 @@ dm_power_stop(struct dm_powermgr *pm)
             a->pm = NULL;
             pm->servers[i]->action = NULL;
             if (a->running) {
-                uv_process_kill(&a->proc, SIGKILL);
+                kill_command(&a->proc);
             }
             action_finish(a, false, "abandoned: stopping");
         }

@@ -10,6 +10,7 @@ import json
 import os
 import re
 import socket
+import struct
 import sys
 import time
 
@@ -33,6 +34,11 @@ def established(ports):
         except FileNotFoundError:
             pass
     return n
+
+
+def text(path):
+    with open(path) as f:
+        return f.read()
 
 
 # Attempts at a count taken while no other process has a connection on the
@@ -202,6 +208,65 @@ class AgentTest(H.DimmerTest):
                          (1, 1, 1, None))
         with open(mark) as f:
             self.assertEqual(f.read(), "slept\n")  # the 409 ran nothing
+
+    def test_control_wakes_after_a_running_sleep_and_kills_a_hung_commands_children(self):
+        child, mark = self.path("child"), self.path("woke")
+        p, port = self.start_control(
+            "--sleep-command", "sleep 30 & echo $! > %s; wait" % child,
+            "--wake-command", "echo woke >> %s" % mark, "--command-timeout", "1500")
+        self.assertEqual(H.request(port, "POST", "/sleep").status, 202)
+        H.wait_until(lambda: os.path.exists(child) and text(child).strip(), 10,
+                     "the sleep command's child")
+        pid = int(text(child))
+        # A wake while the machine goes to sleep waits for the sleep command
+        # and then runs (dimmer counts a 409 as a failed wake); a second one
+        # meanwhile is refused.
+        waker = H.Conn(port, timeout=10)
+        self.addCleanup(waker.close)
+        waker.send(H.build_request("POST", "/wake"))
+        H.wait_until(lambda: "wake: after the sleep command" in p.stderr(), 10, "the wake to wait")
+        r = H.request(port, "POST", "/wake")
+        self.assertEqual(r.status, 409, r.body)
+        self.assertFalse(os.path.exists(mark))
+        r = waker.read_response()
+        self.assertEqual(r.status, 200, r.body)
+        with open(mark) as f:
+            self.assertEqual(f.read(), "woke\n")
+        self.assertIn("sleep command: killed by signal 9", p.stderr())
+        # The timeout killed the command's child too, not only its shell.
+
+        def gone():
+            try:
+                with open("/proc/%d/stat" % pid) as f:
+                    return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+            except FileNotFoundError:
+                return True
+        H.wait_until(gone, 10, "the sleep command's child to be killed")
+        status = json.loads(H.get(port, "/status").body)
+        self.assertEqual((status["sleeps"], status["wakes"], status["failed"]), (1, 1, 1))
+
+    def test_control_outlives_a_reset_requester_and_ignores_trailer_credentials(self):
+        token = self.path("token")
+        with open(token, "w") as f:
+            f.write("s3cret")
+        p, port = self.start_control("--wake-command", "sleep 0.3", "--control-token-file", token)
+        # The answer to a wake whose requester reset its connection meanwhile
+        # is a failed write, not a SIGPIPE that ends the agent.
+        s = socket.create_connection((H.HOST, port), timeout=10)
+        s.sendall(H.build_request("POST", "/wake", headers=[("Authorization", "Bearer s3cret")]))
+        H.wait_until(lambda: 'running "sleep 0.3"' in p.stderr(), 10, "the wake command")
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        s.close()
+        H.wait_until(lambda: "wake command: exit status 0" in p.stderr() or not p.alive(), 10,
+                     "the wake command to end")
+        r = H.request(port, "GET", "/status")
+        self.assertTrue(p.alive(), p.stderr())
+        self.assertEqual(json.loads(r.body)["wakes"], 1)
+        # Credentials in a chunked body's trailer are not the request's.
+        got, closed = H.raw_exchange(port, b"POST /wake HTTP/1.1\r\nHost: x\r\n"
+                                     b"Transfer-Encoding: chunked\r\n\r\n0\r\n"
+                                     b"Authorization: Bearer s3cret\r\n\r\n")
+        self.assertEqual(got.split(b" ")[1], b"401", got)
 
     def test_control_refuses_bad_requests(self):
         p, port = self.start_control("--wake-command", "true")

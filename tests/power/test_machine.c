@@ -190,6 +190,21 @@ test_plan_respects_min_change_holds_and_wakeability(void **st)
     s[3].last_action_us = 995 * S / 10;
     assert_int_equal(dm_pm_plan(&r, s, 4, 3, 100 * S, false, m, 4, &short_by), 0);
     assert_int_equal(dm_pm_plan(&r, s, 4, 3, 100 * S, true, m, 4, &short_by), 1);
+    /* Urgent with two asleep: the one whose action_interval has passed
+     * first, though the other is cheaper; then the cheaper if both are due. */
+    struct dm_pm_server u[3] = {
+        server(DM_PM_ACTIVE, 0, 1, 1),
+        server(DM_PM_SLEEPING, 0, 1, 0),
+        server(DM_PM_SLEEPING, 0, 2, 0),
+    };
+    u[1].last_action_us = 995 * S / 10;
+    k = dm_pm_plan(&r, u, 3, 2, 100 * S, true, m, 4, &short_by);
+    assert_int_equal(k, 1);
+    assert_int_equal(m[0].index, 2);
+    u[1].last_action_us = 0;
+    k = dm_pm_plan(&r, u, 3, 2, 100 * S, true, m, 4, &short_by);
+    assert_int_equal(k, 1);
+    assert_int_equal(m[0].index, 1);
     /* An actuator still running: never a second action, urgent or not. */
     s[3].busy = true;
     assert_int_equal(dm_pm_plan(&r, s, 4, 3, 100 * S, true, m, 4, &short_by), 0);
