@@ -557,12 +557,35 @@ free_handle(uv_handle_t *h)
     free(h);
 }
 
+/* The connection that has waited longest for its head, or NULL when every
+ * one has a request (a wake waiting for its command, an answer going out). */
+static struct ctl_conn *
+oldest_reading(struct dm_control *c)
+{
+    struct ctl_conn *old = NULL;
+    for (struct ctl_conn *k = c->conns; k != NULL; k = k->next) {
+        if (!k->complete && !k->answered) {
+            old = k; /* the list is newest first */
+        }
+    }
+    return old;
+}
+
 static void
 on_accept(uv_stream_t *server, int status)
 {
     struct dm_control *c = server->data;
     if (status < 0) {
         return;
+    }
+    if (c->nconns >= DM_CONTROL_CONNS) {
+        /* Full: the one slowest to send its head makes room, so that
+         * connections that send nothing cannot keep dimmer's requests
+         * (whole at once) out. */
+        struct ctl_conn *old = oldest_reading(c);
+        if (old != NULL) {
+            conn_close(old);
+        }
     }
     struct ctl_conn *k = c->nconns < DM_CONTROL_CONNS ? calloc(1, sizeof(*k)) : NULL;
     if (k == NULL) {

@@ -12,7 +12,8 @@
  * One command at a time (409 while one runs), killed past its timeout; a
  * bearer token when one is configured (compared in constant time); one
  * request a connection, a whole head within DM_CONTROL_HEAD_MAX bytes and
- * DM_CONTROL_READ_MS, at most DM_CONTROL_CONNS connections at once.
+ * DM_CONTROL_READ_MS, at most DM_CONTROL_CONNS connections at once (a new
+ * one past them closes the oldest still reading its head).
  */
 #ifndef DM_AGENT_CONTROL_H
 #define DM_AGENT_CONTROL_H
