@@ -183,10 +183,14 @@ span_move(struct dm_span *sp, const char *from, size_t n, ptrdiff_t delta)
  * connection. Only before its first attempt (no rewritten
  * head yet, which would point into it), and only while the read buffer is
  * the request's head buffer and nobody else's. The slack keeps the client
- * read, so that one that goes away is seen; one that sends more than that
- * meanwhile is read again once its request goes to a server.
+ * read, so that one that goes away is seen; so does room for the body the
+ * head announces, up to DM_QUEUE_BODY (a POST sends its body at once: with
+ * only the slack its reading would stop, and a client gone meanwhile would
+ * not be seen until its request went to a server). One that sends more than
+ * that meanwhile is read again once its request goes to a server.
  */
 #define DM_QUEUE_SLACK 512
+#define DM_QUEUE_BODY  8192
 
 static void
 client_shrink_in(struct dm_client *c)
@@ -198,7 +202,9 @@ client_shrink_in(struct dm_client *c)
         return;
     }
     uint32_t keep = in->len - c->head_start;
-    uint32_t cap = (keep + DM_QUEUE_SLACK + 255) & ~255u;
+    uint64_t body = req->info.chunked ? DM_QUEUE_BODY : req->info.content_length;
+    uint32_t room = body < DM_QUEUE_BODY ? (uint32_t)body : DM_QUEUE_BODY;
+    uint32_t cap = (keep + DM_QUEUE_SLACK + room + 255) & ~255u;
     if (cap >= in->cap) {
         return;
     }

@@ -161,12 +161,16 @@ class QueueTest(H.DimmerTest):
             timeouts={"queue": "20s"})
         holder = H.Conn(self.d.port, timeout=10)
         try:
-            holder.send(H.build_request("GET", "/bytes/1?ms=1000"))
+            holder.send(H.build_request("GET", "/bytes/1?ms=3000"))
             H.wait_until(lambda: n.stats()["in_service"] == 1, 5, "the first in service")
-            gone = [H.Conn(self.d.port) for _ in range(3)]
-            for c in gone:
+            gone = [H.Conn(self.d.port) for _ in range(4)]
+            for c in gone[:3]:
                 c.send(H.build_request("GET", "/bytes/2"))
-            H.wait_until(lambda: self.queue()["now"] == 3, 5, "three queued")
+            # A POST whose body comes after its head has queued: read while it
+            # waits, so that its close is seen too.
+            gone[3].send(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 6000\r\n\r\n")
+            H.wait_until(lambda: self.queue()["now"] == 4, 5, "four queued")
+            gone[3].send(b"b" * 6000)
             for c in gone:
                 c.close()
             H.wait_until(lambda: self.queue()["now"] == 0, 5, "the queue emptied by the closes")
