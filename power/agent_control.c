@@ -45,6 +45,8 @@ struct ctl_conn {
     size_t auth_len;
     bool url_long, auth_long, in_auth, seen_auth, headers_done, complete, answered, closing;
     struct ctl_cmd *waiting_for;
+    uint64_t asked_ms; /* when a wake that waits for the sleep command was asked */
+    bool waited;       /* ... and that it did */
     char *out;
     unsigned open;
 };
@@ -141,6 +143,8 @@ reason(int status)
         return "Not Implemented";
     case 502:
         return "Bad Gateway";
+    case 504:
+        return "Gateway Timeout";
     default:
         return "Internal Server Error";
     }
@@ -262,7 +266,7 @@ cmd_timeout(uv_timer_t *t)
 
 /* Runs the kind's command; NULL with *err set when it could not start. */
 static struct ctl_cmd *
-cmd_run(struct dm_control *c, int kind, const char *command, int *err)
+cmd_run(struct dm_control *c, int kind, const char *command, uint64_t timeout_ms, int *err)
 {
     struct ctl_cmd *m = calloc(1, sizeof(*m));
     if (m == NULL) {
@@ -297,7 +301,7 @@ cmd_run(struct dm_control *c, int kind, const char *command, int *err)
     c->running = m;
     fprintf(stderr, "dimmer-agent: %s: running \"%s\" (pid %d)\n", kind_name[kind], command,
             m->proc.pid);
-    uv_timer_start(&m->timer, cmd_timeout, c->cf.command_timeout_ms, 0);
+    uv_timer_start(&m->timer, cmd_timeout, timeout_ms, 0);
     return m;
 }
 
@@ -362,6 +366,8 @@ act(struct ctl_conn *k, int kind)
         /* The machine is going to sleep: wake it once the sleep command
          * ends (answered then, as any wake). */
         c->next_wake = k;
+        k->asked_ms = uv_now(c->loop);
+        k->waited = true;
         uv_timer_stop(&k->timer);
         uv_read_stop((uv_stream_t *)&k->tcp);
         fprintf(stderr, "dimmer-agent: wake: after the sleep command\n");
@@ -373,8 +379,24 @@ act(struct ctl_conn *k, int kind)
         answer_text(k, 409, body, "");
         return;
     }
+    /* A wake that waited for the sleep command has what is left of
+     * --command-timeout: answered within it of its asking, so within
+     * dimmer's wait (its command_timeout is longer). */
+    uint64_t timeout_ms = c->cf.command_timeout_ms;
+    if (k->waited) {
+        uint64_t waited = uv_now(c->loop) - k->asked_ms;
+        if (waited >= timeout_ms) {
+            c->failed++;
+            snprintf(c->last, sizeof(c->last),
+                     "wake command: not run (the sleep command used its --command-timeout)");
+            fprintf(stderr, "dimmer-agent: %s\n", c->last);
+            answer_text(k, 504, "the sleep command ran past the wake's --command-timeout\n", "");
+            return;
+        }
+        timeout_ms -= waited;
+    }
     int err;
-    struct ctl_cmd *m = cmd_run(c, kind, command, &err);
+    struct ctl_cmd *m = cmd_run(c, kind, command, timeout_ms, &err);
     if (m == NULL) {
         char body[128];
         snprintf(body, sizeof(body), "cannot run the %s command: %s\n", kind_name[kind],

@@ -245,6 +245,24 @@ class AgentTest(H.DimmerTest):
         status = json.loads(H.get(port, "/status").body)
         self.assertEqual((status["sleeps"], status["wakes"], status["failed"]), (1, 1, 1))
 
+    def test_control_answers_a_waiting_wake_within_its_command_timeout(self):
+        p, port = self.start_control("--sleep-command", "exec sleep 30",
+                                     "--wake-command", "exec sleep 30", "--command-timeout", "2000")
+        self.assertEqual(H.request(port, "POST", "/sleep").status, 202)
+        H.wait_until(lambda: 'running "exec sleep 30"' in p.stderr(), 10, "the sleep command")
+        # The time a wake waits for a hung sleep command counts against its
+        # own --command-timeout: it is answered within it of its asking (so
+        # within dimmer's wait), not after the sleep's timeout and its own.
+        waker = H.Conn(port, timeout=20)
+        self.addCleanup(waker.close)
+        asked = time.monotonic()
+        waker.send(H.build_request("POST", "/wake"))
+        r = waker.read_response()
+        waited = time.monotonic() - asked
+        self.assertIn(r.status, (502, 504), r.body)
+        self.assertLess(waited, 3.0, "a waiting wake answered %.1f s after its asking" % waited)
+        self.assertIn("sleep command: killed by signal 9 (command timeout)", p.stderr())
+
     def test_control_outlives_a_reset_requester_and_ignores_trailer_credentials(self):
         token = self.path("token")
         with open(token, "w") as f:
