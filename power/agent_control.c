@@ -368,6 +368,13 @@ act(struct ctl_conn *k, int kind)
         c->next_wake = k;
         k->asked_ms = uv_now(c->loop);
         k->waited = true;
+        /* The two share one --command-timeout from the wake's asking: the
+         * sleep command has half of it at most from now, the wake what is
+         * left (a wake supersedes a sleep that hangs). */
+        uint64_t half = c->cf.command_timeout_ms / 2;
+        if (!c->running->exited && uv_timer_get_due_in(&c->running->timer) > half) {
+            uv_timer_start(&c->running->timer, cmd_timeout, half, 0);
+        }
         uv_timer_stop(&k->timer);
         uv_read_stop((uv_stream_t *)&k->tcp);
         fprintf(stderr, "dimmer-agent: wake: after the sleep command\n");
@@ -380,8 +387,9 @@ act(struct ctl_conn *k, int kind)
         return;
     }
     /* A wake that waited for the sleep command has what is left of
-     * --command-timeout: answered within it of its asking, so within
-     * dimmer's wait (its command_timeout is longer). */
+     * --command-timeout (half of it or more: the sleep had the other half at
+     * most), so it is answered within it of its asking, within dimmer's wait
+     * (its command_timeout is longer). */
     uint64_t timeout_ms = c->cf.command_timeout_ms;
     if (k->waited) {
         uint64_t waited = uv_now(c->loop) - k->asked_ms;
