@@ -245,6 +245,11 @@ dm_backend_power_start(struct dm_backend *be)
             return err;
         }
     }
+    /* As dimmer-agent: sequence numbers start at the start time in
+     * microseconds, so a restarted node goes on above the run before it
+     * (dimmer drops a number not above the last it took: from 1, a node that
+     * ran an hour was a replay for an hour after a restart). */
+    p->report.seq = unix_ms() * 1000;
     if (!p->start_asleep) {
         agent_start(be);
     }

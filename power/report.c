@@ -68,7 +68,7 @@ size_t
 dm_report_encode(const struct dm_report *r, const uint8_t *key, size_t key_len, char *out,
                  size_t cap)
 {
-    if (!name_ok(r->name, strlen(r->name)) || !watts_ok(r->est_w) ||
+    if (key_len == 0 || !name_ok(r->name, strlen(r->name)) || !watts_ok(r->est_w) ||
         (r->has_measured && !watts_ok(r->measured_w))) {
         return 0;
     }
@@ -199,11 +199,16 @@ dm_report_decode(const char *buf, size_t len, const uint8_t *key, size_t key_len
     } else {
         return DM_REPORT_MALFORMED;
     }
-    if (!field(&p, end, "tcp", &v, &n) || !u64(v, n, &out->tcp) || p != end) {
+    if (!field(&p, end, "tcp", &v, &n) || !u64(v, n, &out->tcp) || p != end ||
+        out->tcp > DM_REPORT_TCP_MAX) {
+        return DM_REPORT_MALFORMED;
+    }
+    /* seq / 1000 <= ts (the top of power/report.h). */
+    if (out->seq / 1000 > out->ts_ms) {
         return DM_REPORT_MALFORMED;
     }
     char want[HMAC_HEX + 1];
-    if (!sign(key, key_len, buf, (size_t)(end - buf), want) ||
+    if (key_len == 0 || !sign(key, key_len, buf, (size_t)(end - buf), want) ||
         CRYPTO_memcmp(want, hmac, HMAC_HEX) != 0) {
         return DM_REPORT_BAD_HMAC;
     }

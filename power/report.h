@@ -10,10 +10,14 @@
  *
  *   dimmer-agent/1 name=web1 seq=42 ts=1796130000123 est_w=61.5 measured_w=- tcp=17 hmac=<64 hex>
  *
- * name: 1-63 of [A-Za-z0-9._-]; seq: decimal, grows by one each report;
- * ts: Unix time in milliseconds; est_w: the estimate from /proc/stat (W);
- * measured_w: an energy counter's figure (W), "-" when the machine has none;
- * tcp: connections on the served ports; hmac: lowercase hex of
+ * name: 1-63 of [A-Za-z0-9._-]; seq: decimal, grows by one each report,
+ * seq / 1000 (whole) never above ts (an agent starts at its start time in
+ * microseconds and reports at most once a millisecond: a restarted agent
+ * goes on above the run before it, and one report signed with a huge number
+ * cannot shut out every later one); ts: Unix time in milliseconds; est_w: the estimate
+ * from /proc/stat (W); measured_w: an energy counter's figure (W), "-" when
+ * the machine has none; tcp: connections on the served ports, at most
+ * DM_REPORT_TCP_MAX; hmac: lowercase hex of
  * HMAC-SHA256(key, every byte before " hmac="). Fields in that order, one
  * space between them.
  */
@@ -28,6 +32,7 @@
 #define DM_REPORT_NAME_MAX  63
 #define DM_REPORT_WATTS_MAX 100000.0 /* a figure above this is malformed */
 #define DM_REPORT_KEY_MAX   256      /* bytes of a shared key */
+#define DM_REPORT_TCP_MAX   10000000 /* a connection count above this is malformed */
 
 struct dm_report {
     char name[DM_REPORT_NAME_MAX + 1];
@@ -54,8 +59,8 @@ const char *dm_report_verdict_name(enum dm_report_verdict v); /* "ok", "malforme
 
 /*
  * Writes r as a signed datagram into out (cap bytes); returns its length,
- * or 0 when r does not fit the format (bad name, figure out of range) or cap
- * is too small. Any thread.
+ * or 0 when r does not fit the format (bad name, figure out of range), key
+ * is empty or cap is too small. Any thread.
  */
 size_t dm_report_encode(const struct dm_report *r, const uint8_t *key, size_t key_len, char *out,
                         size_t cap);
@@ -63,7 +68,8 @@ size_t dm_report_encode(const struct dm_report *r, const uint8_t *key, size_t ke
 /*
  * Parses the datagram buf (len bytes, not NUL-terminated) into *out and
  * verifies its HMAC under key: DM_REPORT_OK, DM_REPORT_MALFORMED (out
- * undefined) or DM_REPORT_BAD_HMAC (out parsed but not to be trusted).
+ * undefined) or DM_REPORT_BAD_HMAC (out parsed but not to be trusted; also
+ * every report when key_len is 0: no key, nothing trusted).
  * Stateless, any thread.
  */
 enum dm_report_verdict dm_report_decode(const char *buf, size_t len, const uint8_t *key,

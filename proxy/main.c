@@ -224,6 +224,11 @@ reload_conf(struct control *ctl)
         strcmp(conf->admin.text, ctl->rt->conf->admin.text) != 0) {
         dm_log_warn("reload: admin listener changes take effect at the next restart");
     }
+    if ((conf->metrics.text == NULL) != (ctl->rt->conf->metrics.text == NULL) ||
+        (conf->metrics.text != NULL &&
+         strcmp(conf->metrics.text, ctl->rt->conf->metrics.text) != 0)) {
+        dm_log_warn("reload: power metrics listener changes take effect at the next restart");
+    }
     const struct dm_conf *was = ctl->rt->conf;
     if (conf->uid != was->uid || conf->gid != was->gid ||
         (conf->user == NULL) != (was->user == NULL)) {

@@ -950,9 +950,12 @@ metrics_recv(uv_udp_t *u, ssize_t n, const uv_buf_t *buf, const struct sockaddr 
              unsigned flags)
 {
     struct dm_powermgr *pm = u->data;
-    (void)from;
-    if (n <= 0) {
-        return; /* nothing, or an error: there is no report to count */
+    if (n < 0 || (n == 0 && from == NULL)) {
+        return; /* an error, or nothing more to read: there is no report to count */
+    }
+    if (n == 0) {
+        pm->reports[DM_REPORT_MALFORMED]++; /* an empty datagram */
+        return;
     }
     const struct dm_conf *cf = pm->rt->conf;
     struct dm_report r;
@@ -1144,6 +1147,21 @@ dm_power_reload(struct dm_powermgr *pm, struct dm_runtime *rt)
         return;
     }
     dm_runtime_ref(rt);
+    const struct dm_conf *was = pm->rt->conf, *cf = rt->conf;
+    if (was->metrics_key_len != cf->metrics_key_len ||
+        (cf->metrics_key_len > 0 &&
+         memcmp(was->metrics_key, cf->metrics_key, cf->metrics_key_len) != 0)) {
+        /* A new key starts the agents' sequence numbers afresh: what was
+         * taken under the old one (a number that key could push to any
+         * height) says nothing of the reports the new one signs. */
+        for (size_t i = 0; i < pm->nservers; i++) {
+            pm->servers[i]->last_seq = 0;
+        }
+        if (cf->metrics_key_len == 0 && pm->metrics_open) {
+            dm_log_warn("power: no key_file any more: every agent report is dropped until the "
+                        "next restart closes the metrics listener");
+        }
+    }
     if (configure(pm, rt) < 0) {
         dm_log_error("power: out of memory while reloading: some servers are not managed");
     }

@@ -100,7 +100,16 @@ class PowerMetricsTest(H.DimmerTest):
         self.send(report("b1", 3, est_w=99, ts_ms=int(time.time() * 1000) - 60000))  # stale
         self.send(b"dimmer-agent/1 name=b1 seq=x")                   # malformed
         self.send(b"\xff" * 2000)                                    # malformed (too long)
-        want = {"ok": 1, "bad_hmac": 1, "unknown": 1, "replay": 1, "stale": 1, "malformed": 2}
+        self.send(b"")                                               # malformed (empty)
+        # Signed with the key but out of the format's bounds: a sequence
+        # number whose thousands are above its timestamp (one such report would
+        # make every later one a replay, a restarted agent's too), and more
+        # connections than a machine holds (tcp_max: auto would learn it).
+        now_ms = int(time.time() * 1000)
+        self.send(report("b1", now_ms * 1000 + 1000, ts_ms=now_ms))  # malformed
+        self.send(report("b1", 2**64 - 1))                           # malformed
+        self.send(report("b1", 4, tcp=2**64 - 1))                    # malformed
+        want = {"ok": 1, "bad_hmac": 1, "unknown": 1, "replay": 1, "stale": 1, "malformed": 6}
         H.wait_until(lambda: self.reports() == want, 10, "the drops to be counted: %s" % want)
         self.assertEqual(self.power()["reports"], want)
         self.assertEqual(self.server("b1")["agent"]["est_w"], 61.5)
@@ -132,6 +141,44 @@ class PowerMetricsTest(H.DimmerTest):
         self.assertGreaterEqual(a["est_w"], 30)
         self.assertLessEqual(a["est_w"], 70)
         self.assertEqual(sum(self.reports().values()), 6)
+
+    def reload_conf(self, edit):
+        with open(self.d.conf_path) as f:
+            text = f.read()
+        with open(self.d.conf_path, "w") as f:
+            f.write(edit(text))
+        gen = self.d.admin_stats()["generation"]
+        self.d.proc.signal(H.signal.SIGHUP)
+        H.wait_until(lambda: self.d.admin_stats()["generation"] > gen, 10, "the reload")
+
+    def test_a_new_key_starts_sequences_afresh_and_no_key_trusts_nothing(self):
+        self.start(report_timeout="5s")
+        self.send(report("b1", 1000))
+        H.wait_until(lambda: self.reports()["ok"] == 1, 10, "the report to be accepted")
+        # A reload with a new key: reports signed with the old one are
+        # refused, and the sequence numbers taken under it are forgotten.
+        key = self.path("agent.key")
+        with open(key, "wb") as f:
+            f.write(b"a new key\n")
+        self.reload_conf(lambda t: t)
+        self.send(report("b1", 1001))
+        H.wait_until(lambda: self.reports()["bad_hmac"] == 1, 10, "the old key's report refused")
+        self.send(report("b1", 5, key=b"a new key"))
+        H.wait_until(lambda: self.reports()["ok"] == 2, 10, "the new key's report")
+        self.assertEqual(self.reports()["replay"], 0)
+        self.assertEqual(self.server("b1")["agent"]["seq"], 5)
+        # A reload without the power block (no key): the listener stays until
+        # a restart, and nothing it gets is trusted, a report signed with the
+        # empty key (which HMAC takes) included.
+        self.reload_conf(lambda t: re.sub(r"(?m)^power:\n(  .*\n)+", "", t))
+        self.assertNotIn("key_file", open(self.d.conf_path).read())
+        self.send(report("b1", 6, key=b"a new key"))
+        self.send(report("b1", 7, key=b""))
+        H.wait_until(lambda: self.reports()["bad_hmac"] == 3, 10, "both refused")
+        self.assertEqual(self.reports()["ok"], 2)
+        log = self.d.proc.stderr()
+        self.assertIn("power metrics listener changes take effect at the next restart", log)
+        self.assertIn("every agent report is dropped", log)
 
     def test_tcp_max_auto_is_learned_from_the_reports_and_kept_on_reload(self):
         # The agents' TCP counts (tcp: agent) against their power: b1 at half

@@ -65,6 +65,12 @@ test_forged_and_wrong_key(void **st)
     assert_int_equal(dm_report_decode(buf, n, KEY, KEYLEN, &got), DM_REPORT_OK);
     assert_int_equal(dm_report_decode(buf, n, (const uint8_t *)"other", 5, &got),
                      DM_REPORT_BAD_HMAC);
+    /* No key (a config without one): nothing is trusted, and nothing signed
+     * under the empty key (which HMAC allows) passes. */
+    assert_int_equal(dm_report_decode(buf, n, NULL, 0, &got), DM_REPORT_BAD_HMAC);
+    assert_int_equal(dm_report_decode(buf, n, (const uint8_t *)"", 0, &got), DM_REPORT_BAD_HMAC);
+    assert_int_equal(dm_report_encode(&r, (const uint8_t *)"", 0, buf, sizeof(buf)), 0);
+    n = dm_report_encode(&r, KEY, KEYLEN, buf, sizeof(buf));
     buf[n - 1] = buf[n - 1] == '0' ? '1' : '0'; /* one hex digit of the HMAC */
     assert_int_equal(dm_report_decode(buf, n, KEY, KEYLEN, &got), DM_REPORT_BAD_HMAC);
 }
@@ -128,6 +134,17 @@ test_malformed(void **st)
         "dimmer-agent/1 name=a seq=1 ts=1 est_w=100001 measured_w=- tcp=1",
         "dimmer-agent/1 name=a seq=1 ts=1 est_w=1 measured_w=x tcp=1",
         "dimmer-agent/1 name=a seq=1 ts=1 est_w=1 measured_w=- tcp=1 ",
+        /* More connections than any machine holds (one such report would
+         * teach tcp_max: auto a figure that lasts hours). */
+        "dimmer-agent/1 name=a seq=1 ts=1 est_w=1 measured_w=- tcp=10000001",
+        "dimmer-agent/1 name=a seq=1 ts=1 est_w=1 measured_w=- tcp=18446744073709551615",
+        /* A sequence number above its timestamp in microseconds: one such
+         * report signed with the key would leave every later one a replay. */
+        "dimmer-agent/1 name=a seq=2000 ts=1 est_w=1 measured_w=- tcp=1",
+        "dimmer-agent/1 name=a seq=18446744073709551615 ts=1796130000123 est_w=1 measured_w=- "
+        "tcp=1",
+        "dimmer-agent/1 name=a seq=18446744073709551615 ts=18446744073709550 est_w=1 "
+        "measured_w=- tcp=1",
     };
     struct dm_report got;
     char buf[2 * DM_REPORT_MAX];
@@ -135,10 +152,19 @@ test_malformed(void **st)
         size_t n = signed_body(bodies[i], buf, sizeof(buf));
         assert_int_equal(dm_report_decode(buf, n, KEY, KEYLEN, &got), DM_REPORT_MALFORMED);
     }
-    /* A well-formed body with another's HMAC is BAD_HMAC, not MALFORMED. */
-    size_t n = signed_body("dimmer-agent/1 name=a seq=1 ts=1 est_w=1 measured_w=- tcp=1", buf,
-                           sizeof(buf));
-    assert_int_equal(dm_report_decode(buf, n, KEY, KEYLEN, &got), DM_REPORT_BAD_HMAC);
+    /* A well-formed body with another's HMAC is BAD_HMAC, not MALFORMED:
+     * at the bounds too (seq / 1000 at ts, tcp DM_REPORT_TCP_MAX). */
+    const char *good[] = {
+        "dimmer-agent/1 name=a seq=1 ts=1 est_w=1 measured_w=- tcp=1",
+        "dimmer-agent/1 name=a seq=1999 ts=1 est_w=1 measured_w=- tcp=10000000",
+        "dimmer-agent/1 name=a seq=18446744073709551615 ts=18446744073709551 est_w=1 "
+        "measured_w=- tcp=0",
+    };
+    size_t n = 0;
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        n = signed_body(good[i], buf, sizeof(buf));
+        assert_int_equal(dm_report_decode(buf, n, KEY, KEYLEN, &got), DM_REPORT_BAD_HMAC);
+    }
     /* Uppercase HMAC digits, a truncated datagram, an oversized one. */
     struct dm_report r = sample();
     n = dm_report_encode(&r, KEY, KEYLEN, buf, sizeof(buf));
