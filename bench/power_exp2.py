@@ -159,6 +159,8 @@ pools:
       delay_off: %ds
       history: %ds
       tcp_max: %s
+      t1: %g
+      margin: %g
       slow_start: 0
     servers:
 %s
@@ -166,7 +168,7 @@ pools:
        "    queue_order: %s\n" % a.queue_order
        + ("    page_bound: %gs\n" % a.page_bound if a.queue_order == "page" else "")
        if a.queue_order else "", self.dimmer_policy, a.period, a.boot_ms, a.delay_off, a.history, a.tcp_max,
-                servers))
+       a.t1, a.margin, servers))
         self.start("dimmer", [os.path.join(a.build, "dimmer"), "-c", conf, "--ports-file", ports])
         lines = wait_for(lambda: os.path.exists(ports) and open(ports).read().splitlines(), 15,
                          "dimmer")
@@ -276,6 +278,8 @@ def main():
     ap.add_argument("--tcp-max", type=tcp_max, default="200",
                     help="connections per node at full power, or auto (learned from the "
                     "nodes' agents; the value it learned is printed)")
+    ap.add_argument("--t1", type=float, default=60, help="the threshold T1, W a node")
+    ap.add_argument("--margin", type=float, default=0.25, help="boot-aware's margin")
     ap.add_argument("--period", type=int, default=5)
     ap.add_argument("--delay-off", type=int, default=30)
     ap.add_argument("--history", type=int, default=3600,

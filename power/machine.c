@@ -25,6 +25,13 @@ dm_pm_progress(const struct dm_pm_rules *r, const struct dm_pm_server *s,
         return in_state >= r->drain_timeout_us ? DM_PM_DRAIN_TIMEOUT : DM_PM_NOTHING;
     }
     if (s->state == DM_PM_BOOTING) {
+        /* Its wake has not run yet (it waits for the sleep command, or for
+         * action_interval), or runs still: a machine that answers its health
+         * check now is the one going to sleep, and its boot delay has not
+         * begun (the manager starts it when the wake runs). */
+        if (s->busy) {
+            return DM_PM_NOTHING;
+        }
         bool up = r->health_checked ? o->healthy : in_state >= r->boot_us;
         if (up) {
             return DM_PM_UP;

@@ -8,6 +8,9 @@
  *   active --drain--> draining --drained or drain_timeout--> sleeping
  *   sleeping --wake--> booting --healthy--> active
  *   booting --boot_timeout--> failed          (another is woken instead)
+ *
+ * A booting server whose wake waits or runs (busy) stays booting: neither
+ * up nor timed out until its wake has run.
  *   any --operator--> maint (held), and back
  *
  * A server can be slept only if it can be woken again (it has a wake

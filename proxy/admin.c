@@ -560,9 +560,13 @@ authorized(struct admin_conn *ac)
                      "the admin listener is not on loopback: set power.admin_token_file");
         return false;
     }
-    /* Header names are case-insensitive; the head is NUL-terminated. */
+    /* Header names and the scheme are case-insensitive; the head is
+     * NUL-terminated, and ends at its blank line (a body is not a header). */
     for (const char *p = strchr(ac->req, '\n'); p != NULL; p = strchr(p + 1, '\n')) {
         const char *line = p + 1;
+        if (*line == '\n' || (line[0] == '\r' && line[1] == '\n')) {
+            break;
+        }
         if (strncasecmp(line, "Authorization:", 14) != 0) {
             continue;
         }
@@ -570,7 +574,7 @@ authorized(struct admin_conn *ac)
         while (*line == ' ' || *line == '\t') {
             line++;
         }
-        if (strncmp(line, "Bearer ", 7) != 0) {
+        if (strncasecmp(line, "Bearer ", 7) != 0) {
             continue;
         }
         line += 7;
@@ -642,10 +646,22 @@ answer(struct admin_conn *ac)
     ac->req[ac->len] = 0;
     /* The request line: METHOD SP TARGET SP ... */
     char method[8], target[512];
-    if (sscanf(ac->req, "%7s %511s", method, target) != 2) {
+    size_t mlen = strcspn(ac->req, " \r\n");
+    const char *t = ac->req + mlen;
+    size_t tlen = *t == ' ' ? strcspn(t + 1, " \r\n") : 0;
+    if (mlen == 0 || mlen >= sizeof(method) || tlen == 0) {
         respond_text(ac, "400 Bad Request", "bad request");
         return;
     }
+    if (tlen >= sizeof(target)) {
+        /* Never a cut of it: the rest could change what it asks. */
+        respond_text(ac, "414 URI Too Long", "request target over 511 bytes");
+        return;
+    }
+    memcpy(method, ac->req, mlen);
+    method[mlen] = 0;
+    memcpy(target, t + 1, tlen);
+    target[tlen] = 0;
     char *q = strchr(target, '?');
     if (q != NULL) {
         *q = 0;

@@ -83,6 +83,7 @@ struct pm_server {
     uint64_t since_us, last_change_us, last_action_us;
     uint64_t epoch; /* of the last power command */
     bool held;      /* the operator's: the policy leaves it alone */
+    bool managed;   /* in a power-managed pool at the last configure() */
     /* The agent's last accepted report. */
     uint64_t last_seq, report_us, agent_tcp;
     double agent_w, measured_w;
@@ -118,6 +119,11 @@ struct pm_pool {
     bool was_present; /* in the one before */
     /* Decisions by load class and action: [class][0 up, 1 down, 2 stay]. */
     uint64_t decided[DM_PC_CLASSES][3];
+    /* The last decision did nothing, and was short by this many (a decision
+     * that does nothing again, short by as many, is not logged again). */
+    bool idle;
+    unsigned idle_short;
+    bool held_stuck; /* requests held and none could be woken: said once */
 };
 
 /* The policy that runs: the operator's choice, else the config's. */
@@ -167,6 +173,9 @@ decision(struct dm_powermgr *pm, const struct pm_pool *p, const char *fmt, ...)
     struct decision *d = &pm->decisions[pm->ndecisions++ % DECISIONS];
     d->unix_ms = unix_ms();
     int n = snprintf(d->text, sizeof(d->text), "pool %s: ", p != NULL ? p->name : "-");
+    /* A pool's name may fill the text (and more): what follows is cut. */
+    n = n < 0 ? 0 : n < (int)sizeof(d->text) ? n : (int)sizeof(d->text) - 1;
+    d->text[n] = 0;
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(d->text + n, sizeof(d->text) - (size_t)n, fmt, ap);
@@ -256,12 +265,18 @@ action_finish(struct pm_action *a, bool ok, const char *what)
                a->kind == ACT_WAKE ? "wake" : "sleep", s->cf != NULL ? s->cf->name : "?",
                a->how == DM_ACT_HTTP ? "http" : "command", what);
         /* A machine whose sleep failed is most likely still up: back in
-         * service (once its health check passes again). A failed wake is
-         * left to the boot timeout, which wakes another. */
+         * service (once its health check passes again). One whose wake
+         * failed is failed at once (another is woken in its place), not
+         * taken as up when its boot delay has passed. */
         if (!ok && a->kind == ACT_SLEEP && s->state == DM_PM_SLEEPING && a->pm != NULL &&
             !a->pm->stopping) {
             decision(a->pm, s->pool, "%s: its sleep failed: active again", s->cf->name);
             set_state(a->pm, s, DM_PM_ACTIVE, dm_mono_us());
+        }
+        if (!ok && a->kind == ACT_WAKE && s->state == DM_PM_BOOTING && a->pm != NULL &&
+            !a->pm->stopping) {
+            decision(a->pm, s->pool, "%s: its wake failed (%s): failed", s->cf->name, what);
+            set_state(a->pm, s, DM_PM_FAILED, dm_mono_us());
         }
         if (a->pm != NULL && !a->pm->stopping) {
             run_pending(a->pm, s, dm_mono_us());
@@ -523,8 +538,13 @@ run_action(struct dm_powermgr *pm, struct pm_server *s, enum pm_act_kind kind)
     s->actions++;
     s->last_action_us = now;
     if (kind == ACT_WAKE && s->state == DM_PM_BOOTING) {
-        /* A wake that waited: the boot delay and timeout count from now. */
+        /* A wake that waited: the boot delay and timeout count from now, and
+         * a health check that passed meanwhile was of the machine going to
+         * sleep. */
         s->since_us = now;
+        if (s->pcf->health.enabled) {
+            atomic_store(&s->h->down, true);
+        }
     }
     if (how == DM_ACT_NONE) {
         dm_log_info(
@@ -706,11 +726,12 @@ machine_view(const struct pm_server *s)
 
 /*
  * Brings the pool to `want` servers live or booting, as dm_pm_plan() says;
- * what it did goes in did.
+ * what it did goes in did. Returns how many servers it moved; *short_out is
+ * how many more were wanted and could not be woken.
  */
-static void
+static size_t
 act(struct dm_powermgr *pm, struct pm_pool *p, unsigned want, uint64_t now, bool urgent,
-    struct dm_sbuf *did)
+    struct dm_sbuf *did, unsigned *short_out)
 {
     struct pm_server *mine[DM_PM_PLAN_MAX];
     struct dm_pm_server view[DM_PM_PLAN_MAX];
@@ -743,6 +764,8 @@ act(struct dm_powermgr *pm, struct pm_pool *p, unsigned want, uint64_t now, bool
     if (short_by > 0) {
         dm_sb_printf(did, " %u more wanted, none can be woken now;", short_by);
     }
+    *short_out = short_by;
+    return k;
 }
 
 /* Whether the pool has a server active or booting that the policy counts (not held). */
@@ -859,7 +882,20 @@ pool_trend(struct dm_powermgr *pm, struct pm_pool *p, uint64_t now)
     }
     if (dm_pm_should_act(&p->trend, &t, &m, pw->period_ms * 1000, now)) {
         struct dm_sbuf did = { 0 };
-        act(pm, p, t.servers, now, false, &did);
+        unsigned short_by;
+        size_t moved = act(pm, p, t.servers, now, false, &did, &short_by);
+        /* One that does nothing, as the one before did, is not said again
+         * (a pin above the pool's size asks every trend_interval). */
+        bool again = moved == 0 && p->idle && p->idle_short == short_by;
+        p->idle = moved == 0;
+        p->idle_short = short_by;
+        if (again) {
+            dm_log_debug("power: pool %s: %u servers wanted (live %u, booting %u):%s", p->name,
+                         t.servers, m.n_live, m.n_booting, did.p != NULL ? did.p : " nothing");
+            free(did.p);
+            free(watts.p);
+            return;
+        }
         decision(pm, p,
                  "%s: W [%s] total %.1f (%.1f a server: tier %s), TCP %.0f dTCP %+.0f (tcp_max "
                  "%.0f%s%s), "
@@ -910,10 +946,17 @@ tick_cb(uv_timer_t *t)
         /* Scale to zero: a held request and nothing coming wakes one now. */
         if (!any_coming(pm, p) && held_requests(pm, p) > 0) {
             struct dm_sbuf did = { 0 };
-            act(pm, p, 1, now, true, &did);
-            decision(pm, p, "%llu requests held with no server awake:%s",
-                     (unsigned long long)held_requests(pm, p), did.p != NULL ? did.p : "");
+            unsigned short_by;
+            size_t moved = act(pm, p, 1, now, true, &did, &short_by);
+            /* None could be woken: said once, not every tick until one can. */
+            if (moved > 0 || !p->held_stuck) {
+                decision(pm, p, "%llu requests held with no server awake:%s",
+                         (unsigned long long)held_requests(pm, p), did.p != NULL ? did.p : "");
+            }
+            p->held_stuck = moved == 0;
             free(did.p);
+        } else {
+            p->held_stuck = false;
         }
         if (now >= p->next_trend_us) {
             p->next_trend_us = now + p->cf->power.trend_interval_ms * 1000;
@@ -1122,13 +1165,29 @@ configure(struct dm_powermgr *pm, struct dm_runtime *rt)
     }
     for (size_t i = 0; i < pm->nservers; i++) {
         struct pm_server *s = pm->servers[i];
-        if (s->pool == NULL && s->state != DM_PM_ACTIVE) {
-            dm_log_warn("power: %s is no longer power-managed: marked awake (it was %s)",
-                        s->h->text, dm_pm_state_name(s->state));
-            s->state = DM_PM_ACTIVE;
+        if (s->pool == NULL && s->managed && s->state != DM_PM_ACTIVE) {
+            /* Served as any server from now on. What the manager knows of it
+             * stays: one that may be asleep (sleeping, failed, or booting
+             * with its wake dropped here) is asleep should a later reload
+             * manage it again, not active. */
+            enum dm_pm_state was = s->state;
+            bool asleep = was == DM_PM_SLEEPING || was == DM_PM_BOOTING || was == DM_PM_FAILED;
+            dm_log_warn("power: %s is no longer power-managed: served as any server (it was "
+                        "%s%s)",
+                        s->h->text, dm_pm_state_name(was),
+                        asleep ? ", and may be asleep: only a health check keeps requests off it"
+                               : "");
+            s->state = asleep ? DM_PM_SLEEPING : DM_PM_ACTIVE;
             s->held = false;
             s->epoch = dm_workers_set_power(pm->ws, pm->nws, s->h, DM_POWER_AWAKE, now);
         }
+        if (s->pool != NULL && !s->managed && s->state != DM_PM_ACTIVE) {
+            /* Managed again, as it was when it left: the workers hear it. */
+            dm_log_warn("power: %s is power-managed again: %s, as when it left", s->h->text,
+                        dm_pm_state_name(s->state));
+            set_state(pm, s, s->state, now);
+        }
+        s->managed = s->pool != NULL;
         if (s->pool == NULL && s->action != NULL) {
             s->action->s = NULL; /* its config goes with the old runtime */
             s->action = NULL;
@@ -1332,7 +1391,7 @@ dm_power_admin(struct dm_powermgr *pm, struct dm_host *h, const char *action, ui
     }
     enum dm_pm_state was = s->state;
     if (strcmp(action, "maint") == 0 || strcmp(action, "drain") == 0) {
-        if (s->state == DM_PM_SLEEPING || s->state == DM_PM_BOOTING) {
+        if (s->state == DM_PM_SLEEPING || s->state == DM_PM_BOOTING || s->state == DM_PM_FAILED) {
             snprintf(msg, msglen, "%s is %s: wake it first", s->cf->name,
                      dm_pm_state_name(s->state));
             return 409;
@@ -1352,7 +1411,11 @@ dm_power_admin(struct dm_powermgr *pm, struct dm_host *h, const char *action, ui
         }
     } else if (strcmp(action, "wake") == 0) {
         s->held = false;
-        if (s->state == DM_PM_SLEEPING || s->state == DM_PM_FAILED) {
+        if (s->state == DM_PM_SLEEPING || s->state == DM_PM_FAILED ||
+            (s->state == DM_PM_ACTIVE && s->pcf->health.enabled && atomic_load(&s->h->down) &&
+             s->cf->power.wake != DM_ACT_NONE && s->action == NULL && !s->has_pending)) {
+            /* Active but down by its health check: maybe asleep (the
+             * operator knows): its wake runs. */
             wake(pm, s, now);
         } else if (s->state == DM_PM_DRAINING || s->state == DM_PM_MAINT) {
             set_state(pm, s, DM_PM_ACTIVE, now);

@@ -856,6 +856,14 @@ class DimmerTest(unittest.TestCase):
         conf = self.write_config(yaml_config(0, pools, admin=0 if admin else None, **kw))
         return self.start_dimmer_conf(conf)
 
+    def reload_config(self, text):
+        """Writes text over self.d's config file, SIGHUP, waits for the new generation."""
+        gen = self.d.admin_stats()["generation"]
+        with open(self.d.conf_path, "w") as f:
+            f.write(text)
+        self.d.proc.signal(signal.SIGHUP)
+        wait_until(lambda: self.d.admin_stats()["generation"] > gen, 10, "the reload")
+
     def start_dimmer_conf(self, conf, env=None):
         """dimmer -c conf, whose listen and admin addresses should have port 0."""
         return self.start_dimmer_args(["-c", conf], conf, env=env)

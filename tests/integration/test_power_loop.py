@@ -121,13 +121,6 @@ class PowerLoopTest(H.DimmerTest):
     def test_flexible(self):
         self.run_loop("flexible")
 
-    def reload(self, text):
-        gen = self.d.admin_stats()["generation"]
-        with open(self.d.conf_path, "w") as f:
-            f.write(text)
-        self.d.proc.signal(H.signal.SIGHUP)
-        H.wait_until(lambda: self.d.admin_stats()["generation"] > gen, 10, "the reload")
-
     def all_asleep(self):
         try:
             H.wait_until(lambda: set(self.states().values()) == {"sleeping"}, 60,
@@ -140,7 +133,7 @@ class PowerLoopTest(H.DimmerTest):
         self.run_loop("boot-aware")
         # min_active 0 by a reload (the manager's state carries over): with no
         # load every server sleeps.
-        self.reload(self.config("boot-aware", min_active=0).replace(
+        self.reload_config(self.config("boot-aware", min_active=0).replace(
             "hold_timeout: 20s", "hold_timeout: 500ms"))
         self.all_asleep()
         # Held longer than hold_timeout (0.5 s, the boot takes 1.5 s): 503 with
@@ -154,7 +147,7 @@ class PowerLoopTest(H.DimmerTest):
                      "the held request to wake a node")
         # With a hold long enough, a request that finds every server asleep is
         # held while one boots, then served.
-        self.reload(self.config("boot-aware", min_active=0))
+        self.reload_config(self.config("boot-aware", min_active=0))
         self.all_asleep()
         started = time.monotonic()
         r = H.get(self.d.port, "/page/1.html", timeout=30)

@@ -90,6 +90,16 @@ test_boot_timeout_fails_and_another_is_woken(void **st)
     r.health_checked = false;
     assert_int_equal(dm_pm_progress(&r, &b, &sick, 16 * S), DM_PM_NOTHING);
     assert_int_equal(dm_pm_progress(&r, &b, &sick, 17 * S), DM_PM_UP);
+    /* While its wake waits (for the sleep command, or action_interval) or
+     * runs, a booting server is neither up nor timed out: a health check
+     * that passes is the machine still going to sleep. */
+    b.busy = true;
+    assert_int_equal(dm_pm_progress(&r, &b, &sick, 100 * S), DM_PM_NOTHING);
+    r.health_checked = true;
+    assert_int_equal(dm_pm_progress(&r, &b, &well, 11 * S), DM_PM_NOTHING);
+    assert_int_equal(dm_pm_progress(&r, &b, &sick, 100 * S), DM_PM_NOTHING);
+    b.busy = false;
+    assert_int_equal(dm_pm_progress(&r, &b, &well, 11 * S), DM_PM_UP);
 }
 
 static void

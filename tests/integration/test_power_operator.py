@@ -1,0 +1,226 @@
+"""
+The power manager at its edges, with real processes (dimmer-backend nodes
+slept and woken by their signals or their control listener): a wake asked
+while the server's sleep command still runs keeps it booting until the wake
+has run, so no request reaches a machine going to sleep; a wake whose
+actuator fails marks the server failed at once (without a health check, its
+boot delay passing is not "up"), and a failed server cannot be put in maint;
+a server that a reload takes out of power management while it sleeps comes
+back asleep, not active, when a later reload manages it again; the admin
+listener answers 414 to a request target it would have to cut, reads the
+token only in the head, and takes the scheme in any case; a request held
+with no server that can be woken is logged once, not every tick; and a
+pool name longer than a decision's text is cut, not written past it.
+"""
+import json
+import os
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(__file__))
+import harness as H  # noqa: E402
+
+TOKEN = "an-operator-token"
+
+
+class Load:
+    """GETs through dimmer one after another until stopped (at most 60 s)."""
+
+    def __init__(self, port):
+        self.port, self.statuses, self.done = port, {}, False
+        self.t = threading.Thread(target=self.run, daemon=True)
+        self.t.start()
+
+    def run(self):
+        end = time.monotonic() + 60
+        while not self.done and time.monotonic() < end:
+            try:
+                k = H.get(self.port, "/bytes/100", timeout=10).status
+            except (OSError, ValueError) as e:
+                k = type(e).__name__
+            self.statuses[k] = self.statuses.get(k, 0) + 1
+            time.sleep(0.005)  # a pace, not a wait for an event
+
+    def stop(self):
+        self.done = True
+        self.t.join(30)
+        return self.statuses
+
+
+class PowerOperatorTest(H.DimmerTest):
+    def node(self, name):
+        return self.start_node("--control", "%s:0" % H.HOST, "--capacity", 8, "--service-ms", 5,
+                               "--boot-ms", 300, name=name)
+
+    def start(self, servers, pool="web", health=True, extra=""):
+        hc = ("    health_check: {interval: 100ms, timeout: 300ms, rise: 1, fall: 1}\n"
+              if health else "")
+        self.conf = ("workers: 2\nlisten: 127.0.0.1:0\nadmin: 127.0.0.1:0\n%s"
+                     "pools:\n  %s\n    balance: roundrobin\n%s"
+                     "    power: {policy: always-on, min_change_interval: 0, action_interval: 0, "
+                     "boot_time: 300ms, slow_start: 0, hold_timeout: 1s}\n"
+                     "    servers:\n%s" % (extra,
+                                           # an explicit key: a plain one is 1024 bytes at most
+                                           pool + ":" if len(pool) < 1000 else "? %s\n  :" % pool,
+                                           hc, servers))
+        self.d = self.start_dimmer_conf(self.write_config(self.conf))
+
+    @staticmethod
+    def line(name, node, power):
+        return '      - {name: %s, address: "%s:%d", power: {%s}}\n' % (name, H.HOST, node.port,
+                                                                        power)
+
+    def power(self):
+        r = H.get(self.d.admin, "/power", timeout=5.0)
+        self.assertEqual(r.status, 200)
+        return json.loads(r.body)
+
+    def state(self, name):
+        return next(s["state"] for p in self.power()["pools"] for s in p["servers"]
+                    if s["name"] == name)
+
+    def admin(self, node, what, status=200):
+        r = H.request(self.d.admin, "POST", "/hosts/%s:%d/%s" % (H.HOST, node.port, what))
+        self.assertEqual(r.status, status, r.body)
+        return r
+
+    def started(self, node):
+        hosts = {h["host"]: h for h in self.d.admin_stats()["hosts"]}
+        return hosts["%s:%d" % (H.HOST, node.port)]["started"]
+
+    def test_a_wake_asked_during_the_sleep_command_waits_for_it(self):
+        n0, n1 = self.node("n0"), self.node("n1")
+        # The sleep command takes a second before it sleeps the node: a wake
+        # asked meanwhile waits for it. The node answers its health check
+        # all that time; it must not be taken as up.
+        self.start(self.line("n0", n0, 'sleep_command: "sleep 1; kill -USR1 %d", '
+                             'wake_command: "kill -USR2 %d"' % (n0.proc.pid, n0.proc.pid))
+                   + self.line("n1", n1, 'control: "%s:%d"' % (H.HOST, n1.control)))
+        load = Load(self.d.port)
+        self.addCleanup(load.stop)
+        self.admin(n0, "sleep")
+        H.wait_until(lambda: self.state("n0") == "sleeping", 10, "n0 sleeping")
+        self.admin(n0, "wake")
+        seen = []
+        start = time.monotonic()
+        while time.monotonic() - start < 15:
+            st, node = self.state("n0"), n0.power()["state"]
+            seen.append((round(time.monotonic() - start, 2), st, node))
+            if st == "active" and node == "awake" and n0.stats()["sleeps"] == 1:
+                break
+            time.sleep(0.05)  # a sampling period, not a wait for an event
+        statuses = load.stop()
+        self.assertEqual([s for s in seen if s[1] == "active" and s[2] != "awake"], [], seen)
+        self.assertEqual((seen[-1][1], seen[-1][2]), ("active", "awake"), seen)
+        stats = n0.stats()
+        self.assertEqual((stats["sleeps"], stats["wakes"], stats["lost_at_sleep"]), (1, 1, 0))
+        self.assertEqual(self.started(n0), stats["requests"])
+        self.assertEqual(set(statuses), {200}, statuses)
+
+    def test_a_failed_wake_fails_the_server_at_once(self):
+        n0, n1 = self.node("n0"), self.node("n1")
+        # No health check: only the wake's outcome says whether it is coming.
+        self.start(self.line("n0", n0, 'sleep_command: "kill -USR1 %d", wake_command: "exit 3"'
+                             % n0.proc.pid)
+                   + self.line("n1", n1, 'control: "%s:%d"' % (H.HOST, n1.control)),
+                   health=False)
+        self.admin(n0, "sleep")
+        n0.wait_state("asleep")
+        H.wait_until(lambda: self.state("n0") == "sleeping", 10, "n0 sleeping")
+        before = self.started(n0)
+        self.admin(n0, "wake")
+        H.wait_until(lambda: self.state("n0") == "failed", 10, "the failed wake")
+        self.assertIn("n0: its wake failed (exit status 3): failed", self.d.proc.stderr())
+        # Past its boot delay (300 ms) it is still failed, and served nothing.
+        for _ in range(20):
+            self.assertEqual(H.get(self.d.port, "/bytes/10").status, 200)
+        self.assertEqual(self.state("n0"), "failed")
+        self.assertEqual(self.started(n0), before)
+        self.assertEqual(n0.stats()["requests_not_awake"], 0)
+        # A failed server is woken (or made ready), not put in maint: maint
+        # would serve it.
+        for what in ("maint", "drain"):
+            r = self.admin(n0, what, status=409)
+            self.assertIn(b"wake it first", r.body)
+        self.assertEqual(self.state("n0"), "failed")
+
+    def test_a_server_managed_again_is_as_it_left(self):
+        n0, n1 = self.node("n0"), self.node("n1")
+        lines = (self.line("n0", n0, 'control: "%s:%d"' % (H.HOST, n0.control)),
+                 self.line("n1", n1, 'control: "%s:%d"' % (H.HOST, n1.control)))
+        self.start(lines[0] + lines[1])
+        self.admin(n1, "sleep")
+        n1.wait_state("asleep")
+        H.wait_until(lambda: self.state("n1") == "sleeping", 10, "n1 sleeping")
+        self.reload_config(self.conf.replace(lines[1], ""))
+        self.assertIn("is no longer power-managed: served as any server (it was sleeping, and "
+                      "may be asleep", self.d.proc.stderr())
+        self.reload_config(self.conf)
+        # Back as it left, asleep: not active (the node sleeps), and nothing
+        # is sent to it.
+        self.assertEqual(self.state("n1"), "sleeping")
+        self.assertEqual(n1.power()["state"], "asleep")
+        for _ in range(20):
+            self.assertEqual(H.get(self.d.port, "/bytes/10").status, 200)
+        self.assertEqual(self.started(n1), 0)
+        self.assertEqual(self.state("n1"), "sleeping")
+        # And it wakes as any sleeping server.
+        self.admin(n1, "wake")
+        H.wait_until(lambda: self.state("n1") == "active", 10, "n1 woken")
+        self.assertEqual(n1.power()["state"], "awake")
+
+    def test_admin_request_line_and_token(self):
+        n0 = self.node("n0")
+        tok = self.path("token")
+        with open(tok, "w") as f:
+            f.write(TOKEN + "\n")
+        self.start(self.line("n0", n0, 'control: "%s:%d"' % (H.HOST, n0.control)),
+                   extra="power:\n  admin_token_file: %s\n" % tok)
+        auth = [("Authorization", "Bearer " + TOKEN)]
+        # A target over 511 bytes is refused whole, not cut and acted on
+        # (cut, "servers=000...01999" read as 1).
+        for target in ("/power/web/pin?servers=" + "0" * 500 + "1" + "9" * 40,
+                       "/power/web/pin?servers=" + "0" * 600 + "1"):
+            r = H.request(self.d.admin, "POST", target, headers=auth)
+            self.assertEqual(r.status, 414, r.body)
+        self.assertEqual(self.power()["pools"][0]["pinned"], -1)
+        # The token counts in the head only, the scheme in any case.
+        body = b"\r\nAuthorization: Bearer " + TOKEN.encode() + b"\r\n"
+        r = H.request(self.d.admin, "POST", "/power/web/pin?servers=1", body=body)
+        self.assertEqual(r.status, 401, r.body)
+        self.assertEqual(self.power()["pools"][0]["pinned"], -1)
+        r = H.request(self.d.admin, "POST", "/power/web/pin?servers=1",
+                      headers=[("authorization", "bearer " + TOKEN)])
+        self.assertEqual(r.status, 200, r.body)
+        self.assertEqual(self.power()["pools"][0]["pinned"], 1)
+
+    def test_a_request_held_with_none_to_wake_is_logged_once(self):
+        n0 = self.node("n0")
+        self.start(self.line("n0", n0, 'control: "%s:%d"' % (H.HOST, n0.control)))
+        self.admin(n0, "sleep")  # held asleep by the operator: none can be woken
+        n0.wait_state("asleep")
+        r = H.get(self.d.port, "/bytes/10", timeout=10)
+        self.assertEqual(r.status, 503, r.body)  # hold_timeout 1 s, about 40 ticks
+        texts = [d["text"] for d in self.power()["decisions"]]
+        held = [t for t in texts if "requests held with no server awake" in t]
+        self.assertEqual(len(held), 1, texts)
+        self.assertIn("none can be woken now", held[0])
+
+    def test_a_pool_name_longer_than_a_decision(self):
+        n0 = self.node("n0")
+        name = "p" * 40000  # past the end of the decisions, not only into the next ones
+        self.start(self.line("n0", n0, 'control: "%s:%d"' % (H.HOST, n0.control)), pool=name)
+        for what in ("maint", "ready", "maint", "ready"):
+            self.admin(n0, what)
+        self.assertTrue(self.d.proc.alive())
+        decisions = self.power()["decisions"]
+        self.assertEqual(len(decisions), 4, decisions)
+        for d in decisions:
+            self.assertTrue(d["text"].startswith("pool ppp"), d)
+            self.assertLess(len(d["text"]), len(name))
+        self.assertEqual(H.get(self.d.port, "/bytes/10").status, 200)
+
+
+if __name__ == "__main__":
+    H.main()
