@@ -1444,11 +1444,14 @@ client_eof(struct dm_client *c)
         }
         return;
     default:
-        if (c->queued) {
-            /* Waiting for a place under max_conns: a place would go to
-             * a request nobody reads (HAProxy's abortonclose, nginx's
-             * default), so it gives its turn back. */
-            client_log_abort(c, "client closed the connection while its request was queued");
+        if (c->queued || c->held) {
+            /* Waiting for a place under max_conns, or held for a server
+             * to wake: a place would go to a request nobody reads
+             * (HAProxy's abortonclose, nginx's default), so it gives its
+             * turn back (and wakes nothing more). */
+            client_log_abort(c, c->queued
+                                    ? "client closed the connection while its request was queued"
+                                    : "client closed the connection while its request was held");
             dm_client_close(c);
             return;
         }

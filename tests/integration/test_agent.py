@@ -36,6 +36,17 @@ def established(ports):
     return n
 
 
+def tcp_state(local_port):
+    """The kernel's state (hex, as /proc/net/tcp gives it) of our socket on local_port."""
+    with open("/proc/net/tcp") as f:
+        next(f)
+        for line in f:
+            fields = line.split()
+            if int(fields[1].rsplit(":", 1)[1], 16) == local_port:
+                return fields[3]
+    return None
+
+
 def text(path):
     with open(path) as f:
         return f.read()
@@ -268,11 +279,15 @@ class AgentTest(H.DimmerTest):
         with open(token, "w") as f:
             f.write("s3cret")
         p, port = self.start_control("--wake-command", "sleep 0.3", "--control-token-file", token)
-        # The answer to a wake whose requester reset its connection meanwhile
-        # is a failed write, not a SIGPIPE that ends the agent.
+        # The answer to a wake whose requester closed and then reset its
+        # connection meanwhile is a failed write (EPIPE: a reset after the
+        # close), not a SIGPIPE that ends the agent.
         s = socket.create_connection((H.HOST, port), timeout=10)
         s.sendall(H.build_request("POST", "/wake", headers=[("Authorization", "Bearer s3cret")]))
         H.wait_until(lambda: 'running "sleep 0.3"' in p.stderr(), 10, "the wake command")
+        s.shutdown(socket.SHUT_WR)
+        local = s.getsockname()[1]
+        H.wait_until(lambda: tcp_state(local) == "05", 5, "our close acknowledged (FIN_WAIT2)")
         s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         s.close()
         H.wait_until(lambda: "wake command: exit status 0" in p.stderr() or not p.alive(), 10,

@@ -53,17 +53,17 @@ class PowerOperatorTest(H.DimmerTest):
         return self.start_node("--control", "%s:0" % H.HOST, "--capacity", 8, "--service-ms", 5,
                                "--boot-ms", 300, name=name)
 
-    def start(self, servers, pool="web", health=True, extra=""):
+    def start(self, servers, pool="web", health=True, extra="", hold="1s"):
         hc = ("    health_check: {interval: 100ms, timeout: 300ms, rise: 1, fall: 1}\n"
               if health else "")
         self.conf = ("workers: 2\nlisten: 127.0.0.1:0\nadmin: 127.0.0.1:0\n%s"
                      "pools:\n  %s\n    balance: roundrobin\n%s"
                      "    power: {policy: always-on, min_change_interval: 0, action_interval: 0, "
-                     "boot_time: 300ms, slow_start: 0, hold_timeout: 1s}\n"
+                     "boot_time: 300ms, slow_start: 0, hold_timeout: %s}\n"
                      "    servers:\n%s" % (extra,
                                            # an explicit key: a plain one is 1024 bytes at most
                                            pool + ":" if len(pool) < 1000 else "? %s\n  :" % pool,
-                                           hc, servers))
+                                           hc, hold, servers))
         self.d = self.start_dimmer_conf(self.write_config(self.conf))
 
     @staticmethod
@@ -206,6 +206,28 @@ class PowerOperatorTest(H.DimmerTest):
         held = [t for t in texts if "requests held with no server awake" in t]
         self.assertEqual(len(held), 1, texts)
         self.assertIn("none can be woken now", held[0])
+
+    def held(self):
+        return self.power()["pools"][0]["held_requests"]
+
+    def test_a_held_request_whose_client_goes_gives_its_place_back(self):
+        n0 = self.node("n0")
+        self.start(self.line("n0", n0, 'control: "%s:%d"' % (H.HOST, n0.control)), hold="20s")
+        self.admin(n0, "sleep")  # held asleep: the request is held until the operator wakes it
+        n0.wait_state("asleep")
+        c = H.Conn(self.d.port)
+        self.addCleanup(c.close)
+        c.send(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 2000\r\n\r\n")
+        H.wait_until(lambda: self.held() == 1, 10, "the POST held")
+        c.send(b"b" * 2000)
+        c.close()
+        H.wait_until(lambda: self.held() == 0, 10, "the gone client's place given back")
+        self.assertIn("client closed the connection while its request was held",
+                      self.d.proc.stderr())
+        self.admin(n0, "wake")
+        H.wait_until(lambda: self.state("n0") == "active", 10, "n0 woken")
+        self.assertEqual(H.get(self.d.port, "/bytes/10").status, 200)
+        self.assertEqual(n0.stats()["requests"], 1)  # the GET, never the gone POST
 
     def test_a_pool_name_longer_than_a_decision(self):
         n0 = self.node("n0")

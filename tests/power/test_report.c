@@ -141,10 +141,10 @@ test_malformed(void **st)
         /* A sequence number above its timestamp in microseconds: one such
          * report signed with the key would leave every later one a replay. */
         "dimmer-agent/1 name=a seq=2000 ts=1 est_w=1 measured_w=- tcp=1",
-        "dimmer-agent/1 name=a seq=18446744073709551615 ts=1796130000123 est_w=1 measured_w=- "
-        "tcp=1",
-        "dimmer-agent/1 name=a seq=18446744073709551615 ts=18446744073709550 est_w=1 "
-        "measured_w=- tcp=1",
+        ("dimmer-agent/1 name=a seq=18446744073709551615 ts=1796130000123 est_w=1 measured_w=- "
+         "tcp=1"),
+        ("dimmer-agent/1 name=a seq=18446744073709551615 ts=18446744073709550 est_w=1 "
+         "measured_w=- tcp=1"),
     };
     struct dm_report got;
     char buf[2 * DM_REPORT_MAX];
@@ -157,8 +157,8 @@ test_malformed(void **st)
     const char *good[] = {
         "dimmer-agent/1 name=a seq=1 ts=1 est_w=1 measured_w=- tcp=1",
         "dimmer-agent/1 name=a seq=1999 ts=1 est_w=1 measured_w=- tcp=10000000",
-        "dimmer-agent/1 name=a seq=18446744073709551615 ts=18446744073709551 est_w=1 "
-        "measured_w=- tcp=0",
+        ("dimmer-agent/1 name=a seq=18446744073709551615 ts=18446744073709551 est_w=1 "
+         "measured_w=- tcp=0"),
     };
     size_t n = 0;
     for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
