@@ -45,6 +45,8 @@ struct ctl_conn {
     size_t auth_len;
     bool url_long, auth_long, in_auth, seen_auth, headers_done, complete, answered, closing;
     struct ctl_cmd *waiting_for;
+    unsigned char peer[16]; /* the peer's address bytes (4 or 16) */
+    size_t peer_len;
     uint64_t asked_ms; /* when a wake that waits for the sleep command was asked */
     bool waited;       /* ... and that it did */
     char *out;
@@ -587,15 +589,41 @@ free_handle(uv_handle_t *h)
     free(h);
 }
 
-/* The connection that has waited longest for its head, or NULL when every
- * one has a request (a wake waiting for its command, an answer going out). */
+static bool
+reading(const struct ctl_conn *k)
+{
+    return !k->complete && !k->answered;
+}
+
+static bool
+same_peer(const struct ctl_conn *a, const struct ctl_conn *b)
+{
+    return a->peer_len == b->peer_len && memcmp(a->peer, b->peer, a->peer_len) == 0;
+}
+
+/*
+ * The connection to close when there are too many: of the peer with the
+ * most connections still sending their heads, the one that has waited
+ * longest; NULL when every one has a request (a wake waiting for its
+ * command, an answer going out). A peer that opens connections and sends
+ * nothing pushes out its own, not another's request half read.
+ */
 static struct ctl_conn *
-oldest_reading(struct dm_control *c)
+to_evict(struct dm_control *c)
 {
     struct ctl_conn *old = NULL;
+    unsigned most = 0;
     for (struct ctl_conn *k = c->conns; k != NULL; k = k->next) {
-        if (!k->complete && !k->answered) {
-            old = k; /* the list is newest first */
+        if (!reading(k)) {
+            continue;
+        }
+        unsigned n = 0;
+        for (struct ctl_conn *j = c->conns; j != NULL; j = j->next) {
+            n += reading(j) && same_peer(j, k);
+        }
+        if (n >= most) { /* the list is newest first: ties go to the older */
+            most = n;
+            old = k;
         }
     }
     return old;
@@ -608,16 +636,9 @@ on_accept(uv_stream_t *server, int status)
     if (status < 0) {
         return;
     }
-    if (c->nconns >= DM_CONTROL_CONNS) {
-        /* Full: the one slowest to send its head makes room, so that
-         * connections that send nothing cannot keep dimmer's requests
-         * (whole at once) out. */
-        struct ctl_conn *old = oldest_reading(c);
-        if (old != NULL) {
-            conn_close(old);
-        }
-    }
-    struct ctl_conn *k = c->nconns < DM_CONTROL_CONNS ? calloc(1, sizeof(*k)) : NULL;
+    /* Full, the new one is taken only when one can go after it (to_evict). */
+    bool room = c->nconns < DM_CONTROL_CONNS || to_evict(c) != NULL;
+    struct ctl_conn *k = room ? calloc(1, sizeof(*k)) : NULL;
     if (k == NULL) {
         /* Taken and closed at once: the backlog does not fill with them. */
         uv_tcp_t *spare = malloc(sizeof(*spare));
@@ -650,7 +671,26 @@ on_accept(uv_stream_t *server, int status)
         conn_close(k);
         return;
     }
+    struct sockaddr_storage sa;
+    int salen = sizeof(sa);
+    if (uv_tcp_getpeername(&k->tcp, (struct sockaddr *)&sa, &salen) == 0) {
+        if (sa.ss_family == AF_INET) {
+            k->peer_len = 4;
+            memcpy(k->peer, &((struct sockaddr_in *)&sa)->sin_addr, 4);
+        } else if (sa.ss_family == AF_INET6) {
+            k->peer_len = 16;
+            memcpy(k->peer, &((struct sockaddr_in6 *)&sa)->sin6_addr, 16);
+        }
+    }
     uv_timer_start(&k->timer, read_timeout, DM_CONTROL_READ_MS, 0);
+    if (c->nconns > DM_CONTROL_CONNS) {
+        /* Full: one still sending its head makes room (to_evict), so that
+         * connections that send nothing cannot keep dimmer's requests out. */
+        struct ctl_conn *old = to_evict(c);
+        if (old != NULL) {
+            conn_close(old);
+        }
+    }
 }
 
 static void

@@ -13,7 +13,8 @@
  * bearer token when one is configured (compared in constant time); one
  * request a connection, a whole head within DM_CONTROL_HEAD_MAX bytes and
  * DM_CONTROL_READ_MS, at most DM_CONTROL_CONNS connections at once (a new
- * one past them closes the oldest still reading its head).
+ * one past them closes, of the peer address with the most connections still
+ * reading their heads, the oldest one).
  */
 #ifndef DM_AGENT_CONTROL_H
 #define DM_AGENT_CONTROL_H

@@ -301,6 +301,37 @@ class AgentTest(H.DimmerTest):
                                      b"Authorization: Bearer s3cret\r\n\r\n")
         self.assertEqual(got.split(b" ")[1], b"401", got)
 
+    def test_control_connections_past_the_limit_close_the_floods_own(self):
+        p, port = self.start_control("--wake-command", "true")
+        # dimmer's request, half sent, then another address opens twice the
+        # limit and sends nothing: the flood's own connections make room, not
+        # the request half read (the oldest of all).
+        mine = H.Conn(port, timeout=10)
+        self.addCleanup(mine.close)
+        mine.send(b"POST /wake HTTP/1.1\r\n")  # accepted first: the queue is in order
+        flood = []
+        for _ in range(32):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            self.addCleanup(s.close)
+            s.bind(("127.0.0.2", 0))
+            s.connect((H.HOST, port))
+            s.setblocking(False)
+            flood.append(s)
+
+        def closed(s):
+            try:
+                return s.recv(1) == b""
+            except BlockingIOError:
+                return False
+            except ConnectionResetError:
+                return True
+
+        # 1 + 32 connections, 16 at most: 17 of the flood's closed.
+        H.wait_until(lambda: sum(closed(s) for s in flood) >= 17, 10, "17 of the flood closed")
+        mine.send(b"Host: x\r\n\r\n")
+        self.assertEqual(mine.read_response().status, 200)
+        self.assertTrue(p.alive())
+
     def test_control_refuses_bad_requests(self):
         p, port = self.start_control("--wake-command", "true")
         self.assertEqual(H.request(port, "POST", "/sleep").status, 501)  # no --sleep-command
