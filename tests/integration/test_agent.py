@@ -36,13 +36,15 @@ def established(ports):
     return n
 
 
-def tcp_state(local_port):
-    """The kernel's state (hex, as /proc/net/tcp gives it) of our socket on local_port."""
+def tcp_state(sock):
+    """The kernel's state (hex, as /proc/net/tcp gives it) of the connected socket sock."""
+    local, remote = sock.getsockname()[1], sock.getpeername()[1]
     with open("/proc/net/tcp") as f:
         next(f)
         for line in f:
             fields = line.split()
-            if int(fields[1].rsplit(":", 1)[1], 16) == local_port:
+            if (int(fields[1].rsplit(":", 1)[1], 16) == local and
+                    int(fields[2].rsplit(":", 1)[1], 16) == remote):
                 return fields[3]
     return None
 
@@ -286,8 +288,7 @@ class AgentTest(H.DimmerTest):
         s.sendall(H.build_request("POST", "/wake", headers=[("Authorization", "Bearer s3cret")]))
         H.wait_until(lambda: 'running "sleep 0.3"' in p.stderr(), 10, "the wake command")
         s.shutdown(socket.SHUT_WR)
-        local = s.getsockname()[1]
-        H.wait_until(lambda: tcp_state(local) == "05", 5, "our close acknowledged (FIN_WAIT2)")
+        H.wait_until(lambda: tcp_state(s) == "05", 5, "our close acknowledged (FIN_WAIT2)")
         s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         s.close()
         H.wait_until(lambda: "wake command: exit status 0" in p.stderr() or not p.alive(), 10,
