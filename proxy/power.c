@@ -1137,6 +1137,12 @@ configure(struct dm_powermgr *pm, struct dm_runtime *rt)
         p->cf = cf;
         p->index = i;
         p->present = true;
+        if (p->pinned > (long)cf->nservers) {
+            /* The operator's pin outlasts a reload, not the servers it counted. */
+            dm_log_warn("power: pool %s: pinned to %ld servers, it has %zu now: pinned to %zu",
+                        cf->name, p->pinned, cf->nservers, cf->nservers);
+            p->pinned = (long)cf->nservers;
+        }
         struct dm_servers *sv = rt->pools[i].sv;
         for (size_t j = 0; j < sv->n; j++) {
             struct pm_server *s = server_of(pm, sv->s[j].host);

@@ -169,6 +169,12 @@ class PowerOperatorTest(H.DimmerTest):
         self.admin(n1, "wake")
         H.wait_until(lambda: self.state("n1") == "active", 10, "n1 woken")
         self.assertEqual(n1.power()["state"], "awake")
+        # A pin outlasts a reload, not the servers it counted.
+        r = H.request(self.d.admin, "POST", "/power/web/pin?servers=2")
+        self.assertEqual(r.status, 200, r.body)
+        self.reload_config(self.conf.replace(lines[1], ""))
+        self.assertEqual(self.power()["pools"][0]["pinned"], 1)
+        self.assertIn("pinned to 2 servers, it has 1 now: pinned to 1", self.d.proc.stderr())
 
     def test_admin_request_line_and_token(self):
         n0 = self.node("n0")
