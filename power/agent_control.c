@@ -301,8 +301,8 @@ cmd_run(struct dm_control *c, int kind, const char *command, uint64_t timeout_ms
         return NULL;
     }
     c->running = m;
-    fprintf(stderr, "dimmer-agent: %s: running \"%s\" (pid %d)\n", kind_name[kind], command,
-            m->proc.pid);
+    fprintf(stderr, "dimmer-agent: %s: running \"%s\" (pid %d, timeout %llu ms)\n", kind_name[kind],
+            command, m->proc.pid, (unsigned long long)timeout_ms);
     uv_timer_start(&m->timer, cmd_timeout, timeout_ms, 0);
     return m;
 }
