@@ -76,9 +76,11 @@ class PowerOperatorTest(H.DimmerTest):
         self.assertEqual(r.status, 200)
         return json.loads(r.body)
 
+    def server(self, name):
+        return next(s for p in self.power()["pools"] for s in p["servers"] if s["name"] == name)
+
     def state(self, name):
-        return next(s["state"] for p in self.power()["pools"] for s in p["servers"]
-                    if s["name"] == name)
+        return self.server(name)["state"]
 
     def admin(self, node, what, status=200):
         r = H.request(self.d.admin, "POST", "/hosts/%s:%d/%s" % (H.HOST, node.port, what))
@@ -132,7 +134,9 @@ class PowerOperatorTest(H.DimmerTest):
         self.admin(n0, "wake")
         H.wait_until(lambda: self.state("n0") == "failed", 10, "the failed wake")
         self.assertIn("n0: its wake failed (exit status 3): failed", self.d.proc.stderr())
-        # Past its boot delay (300 ms) it is still failed, and served nothing.
+        # Past its boot delay (300 ms, twice over) it is still failed, and
+        # served nothing.
+        H.wait_until(lambda: self.server("n0")["for_ms"] >= 600, 10, "twice the boot delay")
         for _ in range(20):
             self.assertEqual(H.get(self.d.port, "/bytes/10").status, 200)
         self.assertEqual(self.state("n0"), "failed")
