@@ -540,6 +540,7 @@ client_tls_alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 }
 
 static void client_read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
+static void client_eof(struct dm_client *c);
 static void client_tls_pump(void *arg);
 
 void
@@ -1380,6 +1381,12 @@ dm_client_process(struct dm_client *c)
                 dm_client_forward_slice(c, from, in->len);
                 client_recycle_in(c);
             }
+            if (c->eof) {
+                /* The client's FIN came before the server switched (while the
+                 * request waited for its 101): nothing will be read again,
+                 * so the tunnel ends now, as one whose client leaves. */
+                client_eof(c);
+            }
             return;
         }
     }
@@ -1444,14 +1451,16 @@ client_eof(struct dm_client *c)
         }
         return;
     default:
-        if (c->queued || c->held) {
-            /* Waiting for a place under max_conns, or held for a server
-             * to wake: a place would go to a request nobody reads
-             * (HAProxy's abortonclose, nginx's default), so it gives its
-             * turn back (and wakes nothing more). */
-            client_log_abort(c, c->queued
-                                    ? "client closed the connection while its request was queued"
-                                    : "client closed the connection while its request was held");
+        if (c->queued || c->held || (c->req != NULL && c->req->session_waiting)) {
+            /* Waiting for a place under max_conns, held for a server to
+             * wake, or a session waiting for its batch pass: a place would
+             * go to a request nobody reads (HAProxy's abortonclose, nginx's
+             * default), so it gives its turn back (and wakes nothing more). */
+            client_log_abort(c,
+                             c->queued ? "client closed the connection while its request was queued"
+                             : c->held ? "client closed the connection while its request was held"
+                                       : "client closed the connection while its session waited "
+                                         "for the batch pass");
             dm_client_close(c);
             return;
         }

@@ -130,7 +130,24 @@ req_field(const struct dm_req *req, const char *name)
     return (struct dm_span){ NULL, 0 };
 }
 
-/* The value of cookie name in the request's Cookie fields (a=1; b=2); p NULL when none. */
+/* [p, e) without the spaces and tabs around it. */
+static struct dm_span
+span_trim(const char *p, const char *e)
+{
+    while (p < e && (*p == ' ' || *p == '\t')) {
+        p++;
+    }
+    while (e > p && (e[-1] == ' ' || e[-1] == '\t')) {
+        e--;
+    }
+    return (struct dm_span){ p, (size_t)(e - p) };
+}
+
+/*
+ * The value of cookie name in the request's Cookie fields (a=1; b=2); p NULL
+ * when none. As RFC 6265 reads a cookie: the spaces around its name and
+ * value are not theirs, nor the double quotes around a quoted value.
+ */
 static struct dm_span
 req_cookie(const struct dm_req *req, const char *name)
 {
@@ -144,18 +161,38 @@ req_cookie(const struct dm_req *req, const char *name)
         const char *p = v.p;
         const char *end = v.p + v.len;
         while (p < end) {
-            while (p < end && (*p == ' ' || *p == ';')) {
-                p++;
-            }
             const char *semi = memchr(p, ';', (size_t)(end - p));
             const char *e = semi != NULL ? semi : end;
-            if ((size_t)(e - p) > nlen && memcmp(p, name, nlen) == 0 && p[nlen] == '=') {
-                return (struct dm_span){ p + nlen + 1, (size_t)(e - p - (ptrdiff_t)nlen - 1) };
+            const char *eq = memchr(p, '=', (size_t)(e - p));
+            if (eq != NULL) {
+                struct dm_span n = span_trim(p, eq);
+                struct dm_span val = span_trim(eq + 1, e);
+                if (val.len >= 2 && val.p[0] == '"' && val.p[val.len - 1] == '"') {
+                    val.p++;
+                    val.len -= 2;
+                }
+                if (n.len == nlen && memcmp(n.p, name, nlen) == 0) {
+                    return val;
+                }
             }
-            p = e;
+            p = semi != NULL ? semi + 1 : end;
         }
     }
     return (struct dm_span){ NULL, 0 };
+}
+
+/* How many fields of the request are called name (any case). */
+static unsigned
+req_field_count(const struct dm_req *req, const char *name)
+{
+    const struct dm_http_msg *m = &req->msg;
+    size_t nlen = strlen(name);
+    unsigned n = 0;
+    for (unsigned i = 0; i < m->nfields; i++) {
+        struct dm_span f = m->fields[i].name;
+        n += f.len == nlen && strncasecmp(f.p, name, nlen) == 0;
+    }
+    return n;
 }
 
 /* The key a hashing policy places the request by (conf: pool hash.key). */
@@ -220,6 +257,13 @@ req_session_place(struct dm_req *req, struct dm_rpool *p, uint64_t now_us)
         dm_placer_leave(req->placer, req->ticket);
         req->ticket = NULL;
         const struct dm_conf_session *sc = &p->cf->session;
+        /* Two values of one of them: the server may read the other one. */
+        if ((sc->group_key != DM_HASH_COOKIE && req_field_count(req, sc->group_name) > 1) ||
+            req_field_count(req, sc->game_header) > 1 ||
+            req_field_count(req, sc->rate_header) > 1) {
+            dm_client_respond_error(c, 400, "a session header given more than once");
+            return -1;
+        }
         struct dm_span group = sc->group_key == DM_HASH_COOKIE ? req_cookie(req, sc->group_name)
                                                                : req_field(req, sc->group_name);
         struct dm_span game = req_field(req, sc->game_header);
@@ -432,6 +476,11 @@ req_send_head(struct dm_req *req, struct dm_upstream *up)
             fw.set_value[1] = c->tls->subject;
         }
         char rate[32];
+        if (c->rt->pools[req->pool].placer != NULL) {
+            /* The rate tier is the placer's word: a client's own is dropped
+             * from every request of a session pool, sessions or not. */
+            fw.set_name[0] = c->rt->conf->pools[req->pool].session.tier_header;
+        }
         if (req->rate >= 0) {
             /* The session's rate tier: what it asked for, or as close to it as fits. */
             snprintf(rate, sizeof(rate), "%.10g", req->rate);

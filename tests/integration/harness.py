@@ -478,6 +478,21 @@ def request(port, method, path, headers=(), body=b"", version="HTTP/1.1", timeou
         return c.request(method, path, headers, body, version, digest=digest)
 
 
+def tcp_state(local, remote):
+    """
+    The kernel's state (hex, as /proc/net/tcp gives it: "05" FIN_WAIT2) of
+    the IPv4 connection between the ports local and remote; None when none.
+    """
+    with open("/proc/net/tcp") as f:
+        next(f)
+        for line in f:
+            fields = line.split()
+            if (int(fields[1].rsplit(":", 1)[1], 16) == local and
+                    int(fields[2].rsplit(":", 1)[1], 16) == remote):
+                return fields[3]
+    return None
+
+
 def get(port, path, **kw):
     return request(port, "GET", path, **kw)
 

@@ -38,15 +38,7 @@ def established(ports):
 
 def tcp_state(sock):
     """The kernel's state (hex, as /proc/net/tcp gives it) of the connected socket sock."""
-    local, remote = sock.getsockname()[1], sock.getpeername()[1]
-    with open("/proc/net/tcp") as f:
-        next(f)
-        for line in f:
-            fields = line.split()
-            if (int(fields[1].rsplit(":", 1)[1], 16) == local and
-                    int(fields[2].rsplit(":", 1)[1], 16) == remote):
-                return fields[3]
-    return None
+    return H.tcp_state(sock.getsockname()[1], sock.getpeername()[1])
 
 
 def text(path):

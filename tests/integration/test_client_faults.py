@@ -13,6 +13,7 @@ import resource
 import socket
 import struct
 import sys
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -255,6 +256,82 @@ class ClientFaultTest(H.DimmerTest):
         self.assertGreater(took, CLIENT_SEND + 0.5, "too fast to mean anything: %.2fs" % took)
         self.served_meanwhile()
         self.assertNotIn("client_send", d.proc.stderr())
+
+
+class SwitchingServer:
+    """
+    A server that reads one request head, answers 101 once told to (go),
+    then waits for the proxy to close the tunnel: got is set when the head
+    is in, closed when the proxy's FIN or reset came after the 101.
+    """
+
+    def __init__(self):
+        self.lsock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.lsock.bind((H.HOST, 0))
+        self.lsock.listen(4)
+        self.port = self.lsock.getsockname()[1]
+        self.got, self.go, self.closed = threading.Event(), threading.Event(), threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self):
+        try:
+            s, _ = self.lsock.accept()
+        except OSError:
+            return
+        with s:
+            s.settimeout(60)
+            buf = b""
+            while b"\r\n\r\n" not in buf:
+                data = s.recv(4096)
+                if not data:
+                    return
+                buf += data
+            self.got.set()
+            if not self.go.wait(60):
+                return
+            s.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+                      b"Connection: Upgrade\r\n\r\n")
+            try:
+                while s.recv(4096):
+                    pass
+            except OSError:
+                pass  # a reset ends it too
+            self.closed.set()
+
+    def stop(self):
+        self.go.set()
+        self.lsock.close()
+        self.thread.join(70)
+
+
+class UpgradeFaultTest(H.DimmerTest):
+    def test_client_gone_before_the_switch(self):
+        """
+        A client that sends an Upgrade request and closes (FIN) before the
+        server's 101: the tunnel ends when the 101 comes (HAProxy and nginx
+        end it too), instead of holding the client's descriptor, the server
+        connection and its place (max_conns, a session's load) for good.
+        """
+        srv = SwitchingServer()
+        self.addCleanup(srv.stop)
+        d = self.start_dimmer({"web": {"balance": "roundrobin",
+                                       "servers": [("s", srv.port, {"max_conns": 1})]}})
+        c = H.Conn(d.port)
+        c.send(H.build_request("GET", "/ws", [
+            ("Upgrade", "websocket"), ("Connection", "Upgrade"),
+            ("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ=="), ("Sec-WebSocket-Version", "13")]))
+        self.assertTrue(srv.got.wait(10), "the request reached the server")
+        self.assertEqual(d.servers()["s"]["inflight"], 1)
+        local = c.sock.getsockname()[1]
+        c.close()
+        # The FIN is in dimmer's kernel (acknowledged: FIN_WAIT2, "05"), then the 101.
+        H.wait_until(lambda: H.tcp_state(local, d.port) in ("05", "06", None), 10,
+                     "the client's FIN acknowledged")
+        srv.go.set()
+        self.assertTrue(srv.closed.wait(10), "dimmer closed the tunnel to the server")
+        # Its place under max_conns is free again.
+        H.wait_until(lambda: d.servers()["s"]["inflight"] == 0, 10, "/stats inflight 0")
 
 
 if __name__ == "__main__":

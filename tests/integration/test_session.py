@@ -193,9 +193,25 @@ class SessionTest(H.DimmerTest):
         per = {s["name"]: s for s in st["servers"]}
         self.assertEqual((per[first]["groups"], per[first]["sessions"]), (1, 3))
         self.assertEqual((st["groups"], st["sessions"]), (3, 5))
+        # The spaces about a cookie's name and value, and the quotes of a
+        # quoted value, are not the cookie's (RFC 6265): the same room.
+        for v in ("theme=dark;room = r2\t;lang=en", 'room="r2"'):
+            self.assertEqual(self.placed("g1", extra=[("Cookie", v)])[0], second, v)
+        self.assertEqual(self.sstats()["groups"], 3)
         # No cookie of that name: a session of its own (a group of one).
         self.placed("g1", extra=[("Cookie", "theme=dark; roomx=r1")])
         self.assertEqual(self.sstats()["groups"], 4)
+
+    def test_a_session_header_given_twice_is_refused(self):
+        # dimmer would place by one value, the server might read the other.
+        self.start()
+        for extra in ([("X-Session-Group", "d1"), ("X-Session-Group", "d2")],
+                      [("X-Game", "chess"), ("x-game", "racer")],
+                      [("X-Frame-Rate", "10"), ("X-Frame-Rate", "30")]):
+            r, _ = self.session(extra=extra)
+            self.assertEqual(r.status, 400, (extra, r))
+        self.assertEqual(self.sstats()["groups"], 0)
+        self.placed("d1")  # one of each is placed
 
     @staticmethod
     def ws_read(c, timeout=10):
@@ -306,6 +322,20 @@ class SessionTest(H.DimmerTest):
         # A member of a placed group joins at once (no window).
         self.assertEqual(self.placed("w1")[0], "c")
 
+    def test_a_waiting_session_whose_client_leaves_gives_its_place_back(self):
+        # A window far longer than the test: only the client's going ends its wait.
+        self.start(window="60s")
+        c = SrcConn(self.d.port, "127.0.0.2")
+        self.open.append(c)
+        c.send(ws_request("gone"))
+        H.wait_until(lambda: self.sstats()["waiting"] == 1, 10, "a waiting group")
+        c.sock.shutdown(socket.SHUT_WR)  # FIN, as a browser tab closed
+        H.wait_until(lambda: self.sstats()["waiting"] == 0, 10,
+                     "the group of a client gone to leave the batch window")
+        H.wait_until(lambda: "while its session waited for the batch pass"
+                     in self.d.proc.stderr(), 10, "the abort logged")
+        self.assertEqual(c.sock.recv(100), b"")  # closed, unanswered
+
     def test_reload_keeps_running_sessions(self):
         self.start()
         homes = {g: self.placed(g)[0] for g in ("r1", "r2", "r3")}
@@ -333,8 +363,12 @@ class SessionTest(H.DimmerTest):
         self.start()
         seen = set()
         for i in range(6):
-            r = H.get(self.d.port, "/headers?i=%d" % i)
+            # A client's own rate tier never reaches a server of a session
+            # pool, on a session or not: the tier is the placer's word.
+            r = H.get(self.d.port, "/headers?i=%d" % i,
+                      headers=[("X-Rate-Tier", "999"), ("x-rate-tier", "998")])
             self.assertEqual(r.status, 200)
+            self.assertNotIn(b"x-rate-tier", r.body.lower(), r.body)
             seen.add(r.header("X-Backend"))
         self.assertEqual(seen, {"a", "b", "c"})
         st = self.sstats()
