@@ -244,6 +244,7 @@ struct dm_conf_timeouts {
     uint64_t request_ms;     /* default 0 = off: bound on one whole exchange */
     uint64_t queue_ms;       /* default: connect_ms: waiting for a server under its max_conns */
     uint64_t shutdown_ms;    /* default 10000: SIGTERM drain bound */
+    uint64_t tunnel_ms;      /* default 3600000: a tunnel with no byte either way; 0 = off */
 };
 
 struct dm_conf_limits {

@@ -32,6 +32,7 @@ dm_conf_defaults(struct dm_conf *c)
         .request_ms = 0,
         .queue_ms = 5000, /* connect_ms's */
         .shutdown_ms = 10000,
+        .tunnel_ms = 3600000,
     };
     c->limits = (struct dm_conf_limits){
         .header_bytes = 16384,
@@ -182,6 +183,7 @@ enum {
     TMO_REQUEST,
     TMO_QUEUE,
     TMO_SHUTDOWN,
+    TMO_TUNNEL,
     TMO_N
 };
 static const char *const timeout_keys[TMO_N] = {
@@ -194,6 +196,7 @@ static const char *const timeout_keys[TMO_N] = {
     [TMO_REQUEST] = "request",
     [TMO_QUEUE] = "queue",
     [TMO_SHUTDOWN] = "shutdown",
+    [TMO_TUNNEL] = "tunnel",
 };
 
 static void
@@ -210,6 +213,7 @@ load_timeouts(struct dm_conf_loader *ld, const yaml_node_t *n)
         [TMO_REQUEST] = &t->request_ms,
         [TMO_QUEUE] = &t->queue_ms,
         [TMO_SHUTDOWN] = &t->shutdown_ms,
+        [TMO_TUNNEL] = &t->tunnel_ms,
     };
     yaml_node_t *v[TMO_N];
 
@@ -218,8 +222,9 @@ load_timeouts(struct dm_conf_loader *ld, const yaml_node_t *n)
     }
     for (size_t i = 0; i < TMO_N; i++) {
         if (v[i] != NULL) {
-            /* 0 turns the whole-exchange bound off, and drains nothing on shutdown. */
-            bool zero_ok = i == TMO_REQUEST || i == TMO_SHUTDOWN;
+            /* 0 turns the whole-exchange and tunnel bounds off, and drains
+             * nothing on shutdown. */
+            bool zero_ok = i == TMO_REQUEST || i == TMO_SHUTDOWN || i == TMO_TUNNEL;
             (void)dm_conf_get_duration(ld, v[i], timeout_keys[i], zero_ok, fields[i]);
         }
     }

@@ -1378,6 +1378,7 @@ dm_client_process(struct dm_client *c)
             if (in != NULL && in->off < in->len && c->req != NULL && c->req->up != NULL) {
                 uint32_t from = in->off;
                 in->off = in->len;
+                dm_upstream_tunnel_active(c->req->up);
                 dm_client_forward_slice(c, from, in->len);
                 client_recycle_in(c);
             }

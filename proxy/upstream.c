@@ -10,6 +10,7 @@
 
 #include "conf/tls.h"
 
+#include "proxy/accesslog.h"
 #include "proxy/buf.h"
 #include "proxy/client.h"
 #include "proxy/conn.h"
@@ -322,6 +323,24 @@ up_fail(struct dm_upstream *up, unsigned status, const char *why)
     dm_client_respond_error(c, status, why);
 }
 
+/* A tunnel ends: both sides, the client once what is queued for it is written. */
+static void
+up_tunnel_end(struct dm_upstream *up)
+{
+    struct dm_req *req = up->req;
+    struct dm_client *c = req->c;
+    req->up = NULL;
+    up->req = NULL;
+    dm_upstream_close(up);
+    dm_client_close_when_written(c);
+}
+
+void
+dm_upstream_tunnel_active(struct dm_upstream *up)
+{
+    dm_upstream_deadline(up, up->rt->conf->timeouts.tunnel_ms);
+}
+
 static void
 up_timer_cb(uv_timer_t *t)
 {
@@ -350,6 +369,16 @@ up_timer_cb(uv_timer_t *t)
         break;
     case DM_U_IDLE:
         dm_upstream_close(up);
+        break;
+    case DM_U_TUNNEL:
+        if (up->req != NULL) {
+            char addr[INET6_ADDRSTRLEN];
+            dm_accesslog_client_addr(up->req->c, addr, sizeof(addr));
+            dm_log_info("client %s: tunnel closed: no byte either way for timeouts.tunnel", addr);
+            up_tunnel_end(up);
+        } else {
+            dm_upstream_close(up);
+        }
         break;
     default:
         up_fail(up, 504, "server response timed out");
@@ -520,7 +549,7 @@ up_enter_tunnel(struct dm_upstream *up)
     }
     up->state = DM_U_TUNNEL;
     c->state = DM_C_TUNNEL;
-    dm_upstream_deadline(up, 0);
+    dm_upstream_tunnel_active(up); /* timeouts.tunnel, from now and from each byte */
     dm_client_timer_stop(c);
     dm_tq_remove(c->w, &req->bound); /* timeouts.request ends with the exchange */
     /* Bytes after the 101 head are already the new protocol. */
@@ -543,6 +572,7 @@ up_process(struct dm_upstream *up)
         if (up->state == DM_U_TUNNEL) {
             uint32_t from = in->off;
             in->off = in->len;
+            dm_upstream_tunnel_active(up);
             up_forward_slice(up, from, in->len);
             up_recycle_in(up);
             return;
@@ -612,11 +642,7 @@ up_read_end(struct dm_upstream *up, ssize_t nread, const char *why)
         return;
     }
     if (up->state == DM_U_TUNNEL) {
-        struct dm_client *c = req->c;
-        req->up = NULL;
-        up->req = NULL;
-        dm_upstream_close(up);
-        dm_client_close_when_written(c);
+        up_tunnel_end(up);
         return;
     }
     if (!up->got_bytes) {

@@ -75,6 +75,8 @@ void dm_upstream_write(struct dm_upstream *up, uv_buf_t *bufs, unsigned n, struc
  * the deadline. Lazy: activity only moves the deadline, the timer catches up.
  */
 void dm_upstream_deadline(struct dm_upstream *up, uint64_t ms);
+/* Bytes went through up's tunnel (either way): timeouts.tunnel starts again. */
+void dm_upstream_tunnel_active(struct dm_upstream *up);
 
 /* Starts reading responses (or, when idle, noticing the server close). */
 void dm_upstream_read_start(struct dm_upstream *up);

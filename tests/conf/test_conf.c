@@ -146,6 +146,7 @@ test_bundled_example_loads(void **state)
     assert_int_equal(c->timeouts.server_response_ms, 30000);
     assert_int_equal(c->timeouts.request_ms, 0);
     assert_int_equal(c->timeouts.shutdown_ms, 10000);
+    assert_int_equal(c->timeouts.tunnel_ms, 3600000);
     assert_int_equal(c->limits.header_bytes, 16384);
     assert_int_equal(c->limits.header_count, 100);
     assert_int_equal(c->limits.body_bytes, UINT64_C(1) << 30);
@@ -282,7 +283,7 @@ test_every_key_is_read(void **state)
                 "listen: ['[::1]:8081', '*:8082', ':8083']\n"
                 "admin: localhost:9901\n"
                 "timeouts: {connect: 1500, client_header: 1m, client_keepalive: 1h,"
-                " server_response: 250ms, request: 30s, shutdown: 0, client_body: 3s}\n"
+                " server_response: 250ms, request: 30s, shutdown: 0, client_body: 3s, tunnel: 0}\n"
                 "limits: {header_bytes: 8k, header_count: 50, body_bytes: 2M,"
                 " max_conns: 7, body_min_rate: 2k, max_conns_per_client: 3, rate: 10, burst: 20}\n"
                 "access_log: {path: /var/log/a.log, format: json}\n"
@@ -322,6 +323,7 @@ test_every_key_is_read(void **state)
     assert_int_equal(c->timeouts.server_response_ms, 250);
     assert_int_equal(c->timeouts.request_ms, 30000);
     assert_int_equal(c->timeouts.shutdown_ms, 0);
+    assert_int_equal(c->timeouts.tunnel_ms, 0);
     assert_int_equal(c->limits.header_bytes, 8192);
     assert_int_equal(c->limits.header_count, 50);
     assert_int_equal(c->limits.body_bytes, 2 << 20);

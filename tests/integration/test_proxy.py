@@ -402,6 +402,30 @@ class ProxyTest(H.DimmerTest):
             self.assertEqual(payload[:2], struct.pack("!H", 1000))
             self.assertTrue(c.closed_by_peer(5), "the tunnel must close after the close frame")
 
+    def test_idle_tunnel_closes_after_timeouts_tunnel(self):
+        # A tunnel that carries bytes stays open past the timeout; one that
+        # carries none for timeouts.tunnel is closed, both sides (as
+        # HAProxy's timeout tunnel, nginx's proxy_read_timeout).
+        d = self.start_dimmer({"web": self.pool(self.b1)}, timeouts={"tunnel": "2s"})
+        with H.Conn(d.port) as c:
+            c.send(H.build_request("GET", "/ws", [
+                ("Upgrade", "websocket"), ("Connection", "Upgrade"),
+                ("Sec-WebSocket-Key", base64.b64encode(os.urandom(16)).decode()),
+                ("Sec-WebSocket-Version", "13")]))
+            self.assertEqual(c.read_response().status, 101)
+            self.assertEqual(self.b1.stats()["open"] - 1, 1)  # the tunnel (and /stats)
+            start = time.monotonic()
+            n = 0
+            while time.monotonic() - start < 4:  # twice the timeout, a message every 0.1 s
+                c.send(self.ws_frame(1, b"m%d" % n))
+                self.assertEqual(self.ws_read(c), (True, 1, b"m%d" % n))
+                n += 1
+                time.sleep(0.1)
+            self.assertTrue(c.closed_by_peer(30), "the idle tunnel must be closed")
+        H.wait_until(lambda: "no byte either way for timeouts.tunnel" in d.proc.stderr(), 10,
+                     "the close logged")
+        H.wait_until(lambda: self.b1.stats()["open"] - 1 == 0, 10, "the server side closed")
+
     # ---- headers ----
 
     def backend_head(self, conn, headers):
