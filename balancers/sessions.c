@@ -46,8 +46,9 @@ struct sgroup {
     int state; /* enum group_state */
     int refused;
     size_t slot;
-    int server;  /* placed or detached: its server */
-    size_t tier; /* placed or detached: its rate */
+    int server;       /* placed: its server */
+    const void *home; /* detached: the key of the server it runs on */
+    size_t tier;      /* placed or detached: its rate */
     double frame_load;
     double rates[DM_SESSIONS_RATES_MAX];
     size_t nrates, want;
@@ -720,6 +721,27 @@ dm_sessions_nservers(const struct dm_sessions *t)
     return t->nservers;
 }
 
+/* The index of the server of key among sv[0..n), DM_ALLOC_NONE when none. */
+static int
+key_index(const struct dm_sessions_server *sv, size_t n, const void *key)
+{
+    for (size_t j = 0; j < n; j++) {
+        if (sv[j].key == key) {
+            return (int)j;
+        }
+    }
+    return DM_ALLOC_NONE;
+}
+
+/* Whether g takes a slot of the allocation for servers sv: waiting, placed,
+ * or detached from a server that sv has again. */
+static bool
+in_allocation(const struct sgroup *g, const struct dm_sessions_server *sv, size_t n)
+{
+    return g->state == G_WAITING || g->state == G_PLACED ||
+           (g->state == G_DETACHED && key_index(sv, n, g->home) != DM_ALLOC_NONE);
+}
+
 int
 dm_sessions_configure(struct dm_sessions *t, const struct dm_sessions_conf *cf,
                       const struct dm_sessions_server *sv, size_t n, dm_sessions_row_cb row,
@@ -730,7 +752,7 @@ dm_sessions_configure(struct dm_sessions *t, const struct dm_sessions_conf *cf,
     }
     size_t live = 0;
     for (struct sgroup *g = t->list; g != NULL; g = g->next) {
-        live += g->state == G_WAITING || g->state == G_PLACED;
+        live += in_allocation(g, sv, n);
     }
     size_t nslots = cf->max_groups > live ? cf->max_groups : live;
     struct parts x;
@@ -742,7 +764,7 @@ dm_sessions_configure(struct dm_sessions *t, const struct dm_sessions_conf *cf,
     int rc = rows != NULL ? 0 : -ENOMEM;
     size_t k = 0;
     for (struct sgroup *g = t->list; g != NULL && rc == 0; g = g->next) {
-        if (g->state != G_WAITING && g->state != G_PLACED) {
+        if (!in_allocation(g, sv, n)) {
             continue;
         }
         double *r = zalloc(g->cap * n, sizeof(*r));
@@ -778,26 +800,33 @@ dm_sessions_configure(struct dm_sessions *t, const struct dm_sessions_conf *cf,
     k = 0;
     size_t slot = 0;
     for (struct sgroup *g = t->list; g != NULL; g = g->next) {
-        if (g->state != G_WAITING && g->state != G_PLACED) {
+        if (!in_allocation(g, sv, n)) {
             continue;
         }
         free(g->rows);
         g->rows = rows[k++];
         g->slot = slot++;
+        if (g->state == G_DETACHED) {
+            /* Its server is back: the group, still running there, counts on it again. */
+            g->state = G_PLACED;
+            g->server = key_index(sv, n, g->home);
+            g->home = NULL;
+            slot_sync(t, g);
+            g->server = dm_alloc_put(&t->a, g->slot, g->tier, g->server);
+            continue;
+        }
         slot_sync(t, g);
         if (g->state != G_PLACED) {
             continue;
         }
         const void *key = old.servers[g->server].key;
-        int s = DM_ALLOC_NONE;
-        for (size_t j = 0; j < n && s == DM_ALLOC_NONE; j++) {
-            s = sv[j].key == key ? (int)j : DM_ALLOC_NONE;
-        }
+        int s = key_index(sv, n, key);
         if (s != DM_ALLOC_NONE) {
             /* Running: it stays, whatever the new capacity says. */
             g->server = dm_alloc_put(&t->a, g->slot, g->tier, s);
         } else {
             g->state = G_DETACHED;
+            g->home = key;
             g->server = DM_ALLOC_NONE;
             t->groups[g->slot] = (struct dm_alloc_group){ 0 };
             g->slot = SIZE_MAX;

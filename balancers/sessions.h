@@ -33,8 +33,9 @@
  *     limits. A placed group stays on its server (matched by key) whatever
  *     the new capacity says (dm_alloc_put); a group whose server is gone is
  *     detached: it counts on no server and takes no new client, and it ends
- *     when its last client leaves. Every client's delays are computed again
- *     from the client it was given (the caller's row callback).
+ *     when its last client leaves, unless a later reconfiguration has its
+ *     server (its key) again: then it is placed there again, as it runs. Every client's delays are
+ * computed again from the client it was given (the caller's row callback).
  *
  * A request with no group id is a group of its own. Group ids are compared
  * as bytes. Everything is bounded: max_groups groups at once, max_members

@@ -394,18 +394,14 @@ row_of(void *arg, const void *client, size_t len, double *row)
     }
 }
 
-/* A reload keeps running groups on their servers, by key; a group whose server left is detached. */
-static void
-test_configure_keeps_running_groups(void **state)
+/* Three servers keyed by k[0..2], and groups "a", "b", "c" placed one on each (m[0..2]). */
+static struct dm_sessions *
+three_groups(int *k, const struct dm_sessions_conf *cf, struct dm_sessions_member **m)
 {
-    (void)state;
-    int k[4];
     struct dm_sessions_server sv[3] = { { 1000, &k[0] }, { 1000, &k[1] }, { 1000, &k[2] } };
-    struct dm_sessions_conf cf = conf(false);
-    struct dm_sessions *t = dm_sessions_create(&cf, sv, 3);
+    struct dm_sessions *t = dm_sessions_create(cf, sv, 3);
     assert_non_null(t);
     double cd = 10, d[3] = { 10, 10, 10 };
-    struct dm_sessions_member *m[8];
     struct dm_sessions_place pl;
     static const char *const ids[3] = { "a", "b", "c" };
     for (int i = 0; i < 3; i++) {
@@ -413,6 +409,65 @@ test_configure_keeps_running_groups(void **state)
         assert_int_equal(dm_sessions_join(t, &a, &m[i], &pl), DM_SESSIONS_PLACED);
         assert_int_equal(pl.server, i);
     }
+    return t;
+}
+
+/* A detached group whose server comes back (a later reload) counts on it again and takes clients.
+ */
+static void
+test_configure_reattaches_a_detached_group(void **state)
+{
+    (void)state;
+    int k[3];
+    struct dm_sessions_conf cf = conf(false);
+    struct dm_sessions_member *m[4];
+    struct dm_sessions *t = three_groups(k, &cf, m);
+    double cd = 10, d[3] = { 10, 10, 10 };
+    struct dm_sessions_place pl;
+    struct rowctx rc = { 0 };
+    struct dm_sessions_server without[2] = { { 1000, &k[0] }, { 1000, &k[2] } };
+    assert_int_equal(dm_sessions_configure(t, &cf, without, 2, row_of, &rc), 0);
+    struct dm_sessions_stats st;
+    struct dm_sessions_server_stats per[3];
+    dm_sessions_stats(t, &st, per, 2);
+    assert_int_equal(st.detached, 1);
+    /* k1 back, last, at capacity 500: "b" runs there, 300 of it taken. */
+    struct dm_sessions_server back[3] = { { 1000, &k[0] }, { 1000, &k[2] }, { 500, &k[1] } };
+    assert_int_equal(dm_sessions_configure(t, &cf, back, 3, row_of, &rc), 0);
+    dm_sessions_stats(t, &st, per, 3);
+    assert_int_equal(st.detached, 0);
+    assert_int_equal(st.groups, 3);
+    assert_true(fabs(per[2].load - 300) < TOL);
+    assert_int_equal(per[2].groups, 1);
+    struct dm_sessions_ask a = with_client(ask("b", 10, d), &cd);
+    assert_int_equal(dm_sessions_join(t, &a, &m[3], &pl), DM_SESSIONS_PLACED);
+    assert_int_equal(pl.server, 2);
+    /* A new group of 300 does not fit beside it on k1 (500): the others take it. */
+    a = with_client(ask("e", 10, d), &cd);
+    struct dm_sessions_member *e;
+    assert_int_equal(dm_sessions_join(t, &a, &e, &pl), DM_SESSIONS_PLACED);
+    assert_int_not_equal(pl.server, 2);
+    dm_sessions_leave(t, e);
+    for (int i = 0; i < 4; i++) {
+        dm_sessions_leave(t, m[i]);
+    }
+    dm_sessions_stats(t, &st, per, 3);
+    assert_int_equal(st.groups, 0);
+    assert_true(per[0].load == 0 && per[1].load == 0 && per[2].load == 0);
+    dm_sessions_destroy(t);
+}
+
+/* A reload keeps running groups on their servers, by key; a group whose server left is detached. */
+static void
+test_configure_keeps_running_groups(void **state)
+{
+    (void)state;
+    int k[4];
+    struct dm_sessions_conf cf = conf(false);
+    struct dm_sessions_member *m[8];
+    struct dm_sessions *t = three_groups(k, &cf, m);
+    double cd = 10, d[3] = { 10, 10, 10 };
+    struct dm_sessions_place pl;
     /* New order k2, k0, a new k3; k1 is gone; capacities 200: below what runs. */
     struct dm_sessions_server nv[3] = { { 200, &k[2] }, { 200, &k[0] }, { 1000, &k[3] } };
     struct rowctx rc = { 0 };
@@ -606,6 +661,7 @@ main(void)
         cmocka_unit_test(test_limits),
         cmocka_unit_test(test_batch_places_waiting_groups_together),
         cmocka_unit_test(test_configure_keeps_running_groups),
+        cmocka_unit_test(test_configure_reattaches_a_detached_group),
         cmocka_unit_test(test_configure_keeps_waiting_groups),
         cmocka_unit_test(test_random_traffic_keeps_the_constraints),
     };
