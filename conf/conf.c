@@ -24,6 +24,132 @@
 /* A config file larger than this is surely a mistake (a log file passed by -c?). */
 #define CONF_MAX_BYTES (16u << 20)
 
+/* Deeper nesting is surely a mistake, and libyaml's parser takes time that
+ * grows with the depth for every token (100,000 levels: half a minute). */
+#define CONF_MAX_DEPTH 64
+
+/* What aliases may expand the node tree to (the loader walks an aliased node
+ * once for every alias of it): this many nodes, or twice the file's own. */
+#define CONF_MAX_EXPANDED 200000
+
+/*
+ * Refuses nesting deeper than CONF_MAX_DEPTH before the document is built:
+ * a pass over libyaml's events, which stops there. A syntax error stops it
+ * too, and is reported by the load that follows (which reaches it as cheaply).
+ */
+static bool
+check_depth(struct dm_conf_loader *ld, const char *buf, size_t len)
+{
+    yaml_parser_t parser;
+    yaml_event_t e;
+    int depth = 0;
+    bool ok = true;
+
+    if (!yaml_parser_initialize(&parser)) {
+        ld->oom = true;
+        return false;
+    }
+    yaml_parser_set_input_string(&parser, (const unsigned char *)buf, len);
+    for (;;) {
+        if (!yaml_parser_parse(&parser, &e)) {
+            ld->oom = parser.error == YAML_MEMORY_ERROR;
+            ok = !ld->oom; /* a syntax error: the load reports it */
+            break;
+        }
+        yaml_event_type_t t = e.type;
+        if (t == YAML_SEQUENCE_START_EVENT || t == YAML_MAPPING_START_EVENT) {
+            if (++depth > CONF_MAX_DEPTH) {
+                dm_conf_fail_mark(ld, e.start_mark, "nested more than %d lists or mappings deep",
+                                  CONF_MAX_DEPTH);
+                ok = false;
+            }
+        } else if (t == YAML_SEQUENCE_END_EVENT || t == YAML_MAPPING_END_EVENT) {
+            depth--;
+        }
+        yaml_event_delete(&e);
+        if (!ok || t == YAML_STREAM_END_EVENT) {
+            break;
+        }
+    }
+    yaml_parser_delete(&parser);
+    return ok;
+}
+
+/*
+ * The number of nodes the tree holds once every alias is expanded (each
+ * aliased node counted for every alias of it), at most limit + 1; UINT64_MAX
+ * when an alias is inside the node it names; 0 when out of memory. An
+ * iterative walk, each node's count kept once done: a few aliases of aliases
+ * can stand for billions of nodes, which the loader must not walk.
+ */
+static uint64_t
+expanded_nodes(yaml_document_t *doc, uint64_t limit)
+{
+    size_t n = (size_t)(doc->nodes.top - doc->nodes.start);
+    uint64_t *count = calloc(n + 1, sizeof(*count));
+    unsigned char *state = calloc(n + 1, 1); /* 0 not seen, 1 on the stack, 2 done */
+    int *stack = calloc(n + 1, sizeof(*stack));
+    size_t *next = calloc(n + 1, sizeof(*next));
+    uint64_t total = 0;
+    if (n == 0) {
+        total = 1; /* no node, nothing to expand */
+        goto out;
+    }
+    if (count == NULL || state == NULL || stack == NULL || next == NULL) {
+        goto out;
+    }
+    size_t top = 0;
+    stack[top++] = 1; /* the root */
+    state[1] = 1;
+    count[1] = 1;
+    while (top > 0 && total != UINT64_MAX) {
+        int i = stack[top - 1];
+        yaml_node_t *node = yaml_document_get_node(doc, i);
+        size_t nkids =
+            node->type == YAML_SEQUENCE_NODE
+                ? (size_t)(node->data.sequence.items.top - node->data.sequence.items.start)
+            : node->type == YAML_MAPPING_NODE
+                ? 2 * (size_t)(node->data.mapping.pairs.top - node->data.mapping.pairs.start)
+                : 0;
+        if (next[i] == nkids) {
+            state[i] = 2;
+            top--;
+            if (top > 0) {
+                int parent = stack[top - 1];
+                count[parent] += count[i];
+                count[parent] = count[parent] > limit ? limit + 1 : count[parent];
+            }
+            continue;
+        }
+        size_t k = next[i]++;
+        int kid = node->type == YAML_SEQUENCE_NODE ? node->data.sequence.items.start[k]
+                  : k % 2 == 0                     ? node->data.mapping.pairs.start[k / 2].key
+                                                   : node->data.mapping.pairs.start[k / 2].value;
+        if (kid < 1 || (size_t)kid > n) {
+            continue;
+        }
+        if (state[kid] == 1) {
+            total = UINT64_MAX; /* an alias of a node it is in */
+        } else if (state[kid] == 2) {
+            count[i] += count[kid];
+            count[i] = count[i] > limit ? limit + 1 : count[i];
+        } else {
+            state[kid] = 1;
+            count[kid] = 1;
+            stack[top++] = kid;
+        }
+    }
+    if (total != UINT64_MAX) {
+        total = count[1];
+    }
+out:
+    free(count);
+    free(state);
+    free(stack);
+    free(next);
+    return total;
+}
+
 static void
 fail_parser(struct dm_conf_loader *ld, const yaml_parser_t *p, const char *buf, size_t len)
 {
@@ -79,6 +205,9 @@ parse_yaml(struct dm_conf_loader *ld, const char *buf, size_t len)
         ld->oom = true;
         return false;
     }
+    if (!check_depth(ld, buf, len)) {
+        goto out_parser;
+    }
     yaml_parser_set_input_string(&parser, (const unsigned char *)buf, len);
     if (!yaml_parser_load(&parser, &ld->doc)) {
         /* libyaml has freed the document already. */
@@ -96,6 +225,24 @@ parse_yaml(struct dm_conf_loader *ld, const char *buf, size_t len)
         goto out_doc;
     }
     yaml_document_delete(&extra);
+    size_t own = (size_t)(ld->doc.nodes.top - ld->doc.nodes.start);
+    uint64_t limit = CONF_MAX_EXPANDED > 2 * (uint64_t)own ? CONF_MAX_EXPANDED : 2 * (uint64_t)own;
+    uint64_t all = expanded_nodes(&ld->doc, limit);
+    if (all == 0) {
+        ld->oom = true;
+        goto out_doc;
+    }
+    if (all == UINT64_MAX) {
+        dm_conf_fail_at(ld, yaml_document_get_root_node(&ld->doc),
+                        "an alias inside the node it names (a loop)");
+        goto out_doc;
+    }
+    if (all > limit) {
+        dm_conf_fail_at(ld, yaml_document_get_root_node(&ld->doc),
+                        "its aliases expand it to more than %llu nodes (the file has %zu)",
+                        (unsigned long long)limit, own);
+        goto out_doc;
+    }
     ok = true;
     goto out_parser;
 

@@ -62,6 +62,13 @@ add_msg(struct dm_conf_loader *ld, size_t line, size_t col, char *text)
         ld->oom = true;
         return;
     }
+    if (ld->nmsgs >= DM_CONF_MSGS_MAX) {
+        /* Enough to act on; a mistake repeated a million times (an alias
+         * of a bad server) would otherwise cost memory and time. */
+        free(text);
+        ld->dropped++;
+        return;
+    }
     m = realloc(ld->msgs, (ld->nmsgs + 1) * sizeof(*m));
     if (m == NULL) {
         free(text);
@@ -143,9 +150,23 @@ dm_conf_flush_msgs(struct dm_conf_loader *ld, struct dm_conf_errors *err)
         }
         ld->msgs[j] = m;
     }
+    size_t dropped = ld->dropped;
+    ld->dropped = 0;
+    if (dropped > 0) {
+        char *s = dm_conf_format("%s: and %zu more errors, not shown", ld->name, dropped + 1);
+        if (s != NULL) {
+            ld->nmsgs--; /* room for it: the last one found goes */
+            free(ld->msgs[ld->nmsgs].text);
+            add_msg(ld, 0, 0, s);
+        }
+    }
     if (ld->oom) {
         char *s = dm_conf_format("%s: out of memory", ld->name);
         if (s != NULL) {
+            if (ld->nmsgs >= DM_CONF_MSGS_MAX) {
+                ld->nmsgs--;
+                free(ld->msgs[ld->nmsgs].text);
+            }
             add_msg(ld, 0, 0, s);
         }
     }

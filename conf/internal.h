@@ -38,8 +38,12 @@ struct dm_conf_loader {
     struct dm_conf *c;
     struct dm_conf_msg *msgs; /* see errors.c */
     size_t nmsgs;
+    size_t dropped; /* messages past DM_CONF_MSGS_MAX, counted, not kept */
     bool oom;
 };
+
+/* The most messages one load keeps (and reports: the rest are counted). */
+#define DM_CONF_MSGS_MAX 100
 
 /* ---- parse.c: values without YAML ---- */
 
@@ -181,6 +185,14 @@ int dm_conf_get_choice(struct dm_conf_loader *ld, const yaml_node_t *n, const ch
 
 /* A URL path prefix into *out: starts with "/", no spaces or control characters. */
 bool dm_conf_get_path(struct dm_conf_loader *ld, const yaml_node_t *n, char **out);
+
+/*
+ * Opens path for reading when it is a regular file, without ever blocking
+ * (a FIFO would hold the load, and a reload's control thread, until a writer
+ * came); -1 with *why set to the reason otherwise (ebuf holds it when it is
+ * the system's).
+ */
+int dm_conf_open_regular(const char *path, char *ebuf, size_t ebuf_len, const char **why);
 
 /*
  * A path that must name, now, a directory we can open (dir) or a regular file

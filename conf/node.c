@@ -492,6 +492,28 @@ dm_conf_get_choice(struct dm_conf_loader *ld, const yaml_node_t *n, const char *
     return -1;
 }
 
+int
+dm_conf_open_regular(const char *path, char *ebuf, size_t ebuf_len, const char **why)
+{
+    struct stat st;
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    if (fd < 0) {
+        *why = strerror_r(errno, ebuf, ebuf_len);
+        return -1;
+    }
+    if (fstat(fd, &st) != 0) {
+        *why = strerror_r(errno, ebuf, ebuf_len);
+    } else if (S_ISDIR(st.st_mode)) {
+        *why = strerror_r(EISDIR, ebuf, ebuf_len);
+    } else if (!S_ISREG(st.st_mode)) {
+        *why = "not a regular file";
+    } else {
+        return fd;
+    }
+    close(fd);
+    return -1;
+}
+
 bool
 dm_conf_get_existing_path(struct dm_conf_loader *ld, const yaml_node_t *n, const char *key,
                           bool dir, char **out)
@@ -499,7 +521,6 @@ dm_conf_get_existing_path(struct dm_conf_loader *ld, const yaml_node_t *n, const
     const char *s = dm_conf_get_text(ld, n, "a path");
     char buf[DM_CONF_SHOW_BUF], ebuf[128];
     const char *why = NULL;
-    struct stat st;
     int fd = -1;
 
     if (s == NULL) {
@@ -511,18 +532,8 @@ dm_conf_get_existing_path(struct dm_conf_loader *ld, const yaml_node_t *n, const
         if (fd < 0) {
             why = strerror_r(errno, ebuf, sizeof(ebuf));
         }
-    } else if (stat(s, &st) != 0) {
-        why = strerror_r(errno, ebuf, sizeof(ebuf));
-    } else if (S_ISDIR(st.st_mode)) {
-        why = strerror_r(EISDIR, ebuf, sizeof(ebuf));
-    } else if (!S_ISREG(st.st_mode)) {
-        /* Opening a FIFO would block the load until a writer comes. */
-        why = "not a regular file";
     } else {
-        fd = open(s, O_RDONLY | O_CLOEXEC);
-        if (fd < 0) {
-            why = strerror_r(errno, ebuf, sizeof(ebuf));
-        }
+        fd = dm_conf_open_regular(s, ebuf, sizeof(ebuf), &why);
     }
     if (why != NULL) {
         dm_conf_fail_at(ld, n, "%s %s: %s", key, dm_conf_quote(s, strlen(s), buf, sizeof(buf)),

@@ -288,7 +288,7 @@ load_age(struct dm_conf_loader *ld, struct dm_conf_age *a, const yaml_node_t *n)
         (void)dm_conf_get_duration(ld, v[AGE_HALF_LIFE], "half_life", false, &a->half_life_ms);
     }
     if (v[AGE_REQUEST_COST] != NULL) {
-        (void)dm_conf_get_size(ld, v[AGE_REQUEST_COST], "request_cost", 0, UINT64_MAX,
+        (void)dm_conf_get_size(ld, v[AGE_REQUEST_COST], "request_cost", 0, UINT64_C(1) << 40,
                                &a->request_cost);
     }
 }

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "conf/conf.h"
 #include "power/policy.h"
@@ -462,19 +463,35 @@ get_secret(struct dm_conf_loader *ld, const yaml_node_t *n, const char *key, uin
     if (path == NULL) {
         return false;
     }
-    FILE *f = fopen(path, "rb");
-    if (f == NULL && errno == ENOMEM) {
-        ld->oom = true;
-        return false;
-    }
-    if (f == NULL) {
+    char ebuf[128];
+    const char *why = NULL;
+    int fd = dm_conf_open_regular(path, ebuf, sizeof(ebuf), &why);
+    if (fd < 0) {
         dm_conf_fail_at(ld, n, "%s %s: %s", key,
-                        dm_conf_quote(path, strlen(path), buf, sizeof(buf)), strerror(errno));
+                        dm_conf_quote(path, strlen(path), buf, sizeof(buf)), why);
         return false;
     }
     uint8_t *b = malloc(SECRET_MAX + 1);
-    size_t len = b != NULL ? fread(b, 1, SECRET_MAX + 1, f) : 0;
-    fclose(f);
+    size_t len = 0;
+    while (b != NULL && len < SECRET_MAX + 1) {
+        ssize_t r = read(fd, b + len, SECRET_MAX + 1 - len);
+        if (r < 0 && errno == EINTR) {
+            continue;
+        }
+        if (r < 0) {
+            dm_conf_fail_at(ld, n, "%s %s: %s", key,
+                            dm_conf_quote(path, strlen(path), buf, sizeof(buf)),
+                            strerror_r(errno, ebuf, sizeof(ebuf)));
+            close(fd);
+            free(b);
+            return false;
+        }
+        if (r == 0) {
+            break;
+        }
+        len += (size_t)r;
+    }
+    close(fd);
     if (b == NULL) {
         ld->oom = true;
         return false;

@@ -482,7 +482,7 @@ load_catalog(struct dm_conf_loader *ld, const yaml_node_t *n)
     }
     if (v[CAT_DEFAULT_OBJECT_BYTES] != NULL) {
         (void)dm_conf_get_size(ld, v[CAT_DEFAULT_OBJECT_BYTES], "default_object_bytes", 0,
-                               UINT64_MAX, &cat->default_object_bytes);
+                               UINT64_C(1) << 40, &cat->default_object_bytes);
     }
     /* Checked now, so that a typo in a path fails "dimmer -t" rather than the preload. */
     if (v[CAT_DOCROOT] != NULL) {

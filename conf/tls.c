@@ -16,6 +16,7 @@
 #include <string.h>
 #include <strings.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <arpa/inet.h>
 #include <openssl/core_names.h>
@@ -276,17 +277,19 @@ subject_of(X509 *x, char *buf, size_t size)
 
 /* ---- the files ---- */
 
-/* Whether path opens for reading; reports "<key> <path>: <the system's reason>" at n if not. */
+/* Whether path is a regular file that opens for reading (never blocking: a FIFO is
+ * refused); reports "<key> <path>: <the system's reason>" at n if not. */
 static bool
 readable(struct dm_conf_loader *ld, const yaml_node_t *n, const char *key, const char *path)
 {
-    FILE *f = fopen(path, "r");
-    if (f == NULL) {
-        char ebuf[128];
-        dm_conf_fail_at(ld, n, "%s %s: %s", key, path, strerror_r(errno, ebuf, sizeof(ebuf)));
+    char ebuf[128];
+    const char *why = NULL;
+    int fd = dm_conf_open_regular(path, ebuf, sizeof(ebuf), &why);
+    if (fd < 0) {
+        dm_conf_fail_at(ld, n, "%s %s: %s", key, path, why);
         return false;
     }
-    fclose(f);
+    close(fd);
     return true;
 }
 

@@ -61,6 +61,17 @@ dm_learn_age(struct dm_worker *w)
         dm_balancer_on_tick(c->rt->pools[c->conn_state_pool].bal, &ev);
     }
 }
+/* A request's work: its response's bytes plus the pool's request_cost, both
+ * capped (a server's Content-Length may say 2^63) so that a server's sum of
+ * in-flight work cannot overflow. */
+static int64_t
+work_of(uint64_t bytes, uint64_t cost)
+{
+    const uint64_t cap = UINT64_C(1) << 40; /* 1 TiB: a million of them still fit */
+    bytes = bytes < cap ? bytes : cap;
+    cost = cost < cap ? cost : cap;
+    return (int64_t)(bytes + cost);
+}
 
 /*
  * The request has just been given its server: count its expected work there
@@ -83,7 +94,7 @@ dm_learn_reserve(struct dm_req *req)
     uint64_t cost = cf->pools[req->pool].age.request_cost;
     uint64_t dflt = cf->catalog.default_object_bytes;
     struct dm_catalog *cat = c->rt->catalog;
-    int64_t work = (int64_t)((cat != NULL ? dm_catalog_size(cat, req->key, dflt) : dflt) + cost);
+    int64_t work = work_of(cat != NULL ? dm_catalog_size(cat, req->key, dflt) : dflt, cost);
     req->work = req->added = work;
     atomic_fetch_add_explicit(&p->sv->s[req->server].inflight_work, work, memory_order_relaxed);
     ev.conn = c->conn_state;
@@ -197,8 +208,8 @@ dm_learn_response(struct dm_req *req)
     struct dm_client *c = req->c;
     if (req->rinfo.has_length && req->work > 0) {
         /* The real size replaces the estimate in the server's in-flight work. */
-        int64_t cost = (int64_t)c->rt->conf->pools[req->pool].age.request_cost;
-        int64_t real = (int64_t)req->rinfo.content_length + cost;
+        int64_t real =
+            work_of(req->rinfo.content_length, c->rt->conf->pools[req->pool].age.request_cost);
         struct dm_server *s = dm_runtime_server(c->rt, req->pool, req->server);
         atomic_fetch_add_explicit(&s->inflight_work, real - req->work, memory_order_relaxed);
         req->work = real;

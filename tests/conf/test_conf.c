@@ -1471,6 +1471,19 @@ test_power_errors(void **state)
                  "t.yaml:2:8: power: metrics needs key_file (reports are signed with it)");
     expect_error(LISTEN "power: {key_file: /nonexistent/k}\n" POOL_WEB,
                  "t.yaml:2:19: key_file \"/nonexistent/k\": No such file or directory");
+    expect_error(LISTEN "power: {key_file: /}\n" POOL_WEB,
+                 "t.yaml:2:19: key_file \"/\": Is a directory");
+    /* A FIFO would block the load (and a reload's control thread) until a writer came. */
+    char dir[] = "/tmp/dm-conf-fifo-XXXXXX", fifo[64], yaml[256];
+    assert_non_null(mkdtemp(dir));
+    snprintf(fifo, sizeof(fifo), "%s/k", dir);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    snprintf(yaml, sizeof(yaml), LISTEN "power: {key_file: %s}\n" POOL_WEB, fifo);
+    char want[160];
+    snprintf(want, sizeof(want), "t.yaml:2:19: key_file \"%s\": not a regular file", fifo);
+    expect_error(yaml, want);
+    unlink(fifo);
+    rmdir(dir);
     /* A power-managed pool's servers are its own. */
     expect_error(
         LISTEN POWER_POOL(
@@ -1478,6 +1491,77 @@ test_power_errors(void **state)
             "") "  other:\n    servers:\n      - name: b\n        address: 127.0.0.1:9001\n",
         "t.yaml:3:3: pool \"web\": server \"a\" (127.0.0.1:9001) is also server \"b\" of "
         "pool \"other\": a power-managed pool's servers must be its own");
+}
+
+/* ---- what a small file may cost ---- */
+
+/* Aliases that would make the loader walk millions of nodes, a loop, and deep nesting. */
+static void
+test_expansion_and_depth_are_bounded(void **state)
+{
+    (void)state;
+    /* A server, a list of 40 aliases of it, a list of 40 of that, and of that: 64,000
+     * servers (and their keys: past 200,000 nodes) for a few lines. */
+    char *bomb = malloc(4096);
+    assert_non_null(bomb);
+    size_t n = (size_t)snprintf(bomb, 4096,
+                                "listen: 127.0.0.1:8080\nsrv: &X0 {name: a, address: "
+                                "127.0.0.1:1, weight: 1}\n");
+    for (int level = 1; level <= 3; level++) {
+        n += (size_t)snprintf(bomb + n, 4096 - n, "l%d: &X%d [", level, level);
+        for (int i = 0; i < 40; i++) {
+            n += (size_t)snprintf(bomb + n, 4096 - n, "%s*X%d", i > 0 ? ", " : "", level - 1);
+        }
+        n += (size_t)snprintf(bomb + n, 4096 - n, "]\n");
+    }
+    n += (size_t)snprintf(bomb + n, 4096 - n, "pools: {web: {servers: *X3}}\n");
+    assert_true(n < 4096);
+    expect_error(bomb, "t.yaml:1:1: its aliases expand it to more than 200000 nodes (the file "
+                       "has 22)");
+    free(bomb);
+    /* Sizes added to a server's in-flight work are bounded, so that the sum cannot overflow. */
+    expect_error(LISTEN "catalog: {default_object_bytes: 2000g}\n" POOL_WEB,
+                 "t.yaml:2:33: default_object_bytes must be between 0 and 1024g, got \"2000g\"");
+    expect_error("listen: &L [127.0.0.1:8080, *L]\n", "t.yaml:1:1: an alias inside the node it "
+                                                      "names (a loop)");
+    /* A few aliases within bounds are fine. */
+    struct dm_conf *c = load_ok("listen: &L 127.0.0.1:8080\nadmin: 127.0.0.1:9901\n"
+                                "pools: {web: {servers: &S [{name: a, address: 127.0.0.1:1}]},"
+                                " api: {servers: *S}}\n");
+    assert_int_equal(c->npools, 2);
+    dm_conf_destroy(c);
+    char deep[256];
+    n = (size_t)snprintf(deep, sizeof(deep), "listen: ");
+    for (int i = 0; i < 65; i++) {
+        deep[n++] = '[';
+    }
+    for (int i = 0; i < 65; i++) {
+        deep[n++] = ']';
+    }
+    deep[n++] = '\n';
+    deep[n] = 0;
+    expect_error(deep, "t.yaml:1:72: nested more than 64 lists or mappings deep");
+}
+
+/* Past DM_CONF_MSGS_MAX errors, the rest are counted, not kept. */
+static void
+test_errors_are_capped(void **state)
+{
+    (void)state;
+    size_t cap = 64 + 150 * 64;
+    char *y = malloc(cap);
+    assert_non_null(y);
+    size_t n = (size_t)snprintf(y, cap, "listen: 127.0.0.1:8080\npools:\n");
+    for (int i = 0; i < 150; i++) {
+        n += (size_t)snprintf(y + n, cap - n, "  p%d: {servers: [{name: a, address: x}]}\n", i);
+    }
+    struct dm_conf_errors err = { 0 };
+    assert_null(load(y, &err));
+    assert_int_equal(err.n, 100);
+    assert_string_equal(err.msg[0], "t.yaml:3:37: bad address \"x\" (missing port)");
+    assert_string_equal(err.msg[99], "t.yaml: and 51 more errors, not shown");
+    dm_conf_errors_fini(&err);
+    free(y);
 }
 
 /* ---- session ---- */
@@ -1791,6 +1875,8 @@ int
 main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_expansion_and_depth_are_bounded),
+        cmocka_unit_test(test_errors_are_capped),
         cmocka_unit_test(test_bundled_example_loads),
         cmocka_unit_test(test_defaults_apply_when_keys_are_absent),
         cmocka_unit_test(test_every_key_is_read),
