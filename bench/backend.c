@@ -348,7 +348,8 @@ node_setup(struct dm_backend *be, const struct node_opts *o, struct sockaddr_sto
             return bad(err == 0         ? "--control-token-file: printable ASCII, no spaces, wanted"
                        : err == -EINVAL ? "--control-token-file: empty token"
                                         : "--control-token-file",
-                       err == 0 || err == -EINVAL ? o->control_token_file : strerror(-err));
+                       err == 0 || err == -EINVAL ? o->control_token_file
+                                                  : dm_report_key_error(err));
         }
         memcpy(be->control_token, tok, len);
         be->control_token_len = len;
@@ -380,7 +381,7 @@ node_setup(struct dm_backend *be, const struct node_opts *o, struct sockaddr_sto
     int err = dm_report_key_read(o->agent_key_file, p->key, &p->key_len);
     if (err < 0) {
         return bad(err == -EINVAL ? "--agent-key-file: empty key" : "--agent-key-file",
-                   err == -EINVAL ? o->agent_key_file : strerror(-err));
+                   err == -EINVAL ? o->agent_key_file : dm_report_key_error(err));
     }
     const char *name = o->agent_name ? o->agent_name : be->name;
     if (strlen(name) > DM_REPORT_NAME_MAX) {

@@ -271,11 +271,19 @@ number(const char *opt, const char *v, double lo, double hi)
 
 /* HOST:PORT (an IPv6 address in brackets), numeric port, into *out. */
 static void
-parse_addr(const char *opt, const char *v, int socktype, struct sockaddr_storage *out)
+parse_addr(const char *opt, const char *v, int socktype, bool port0_ok,
+           struct sockaddr_storage *out)
 {
     char host[256];
     const char *colon = strrchr(v, ':');
     if (colon == NULL || (size_t)(colon - v) >= sizeof(host) || colon == v) {
+        usage_error(opt, v);
+    }
+    /* The port by hand: getaddrinfo() would take 99999 as 34463 (its low 16 bits). */
+    const char *port = colon + 1;
+    size_t digits = strspn(port, "0123456789");
+    if (digits == 0 || digits > 5 || port[digits] != 0 || atoi(port) > 65535 ||
+        (atoi(port) == 0 && !port0_ok)) {
         usage_error(opt, v);
     }
     memcpy(host, v, (size_t)(colon - v));
@@ -320,7 +328,7 @@ read_token(const char *file, struct dm_control_conf *cc)
     if (err < 0 || !printable) {
         fprintf(stderr, "dimmer-agent: --control-token-file: %s: %s\n", file,
                 err == -EINVAL ? "empty token"
-                : err < 0      ? strerror(-err)
+                : err < 0      ? dm_report_key_error(err)
                                : "printable ASCII, no spaces, wanted");
         exit(2);
     }
@@ -417,9 +425,10 @@ main(int argc, char **argv)
     if (dm_report_encode(&probe, (const uint8_t *)"k", 1, tmp, sizeof(tmp)) == 0) {
         usage_error("--name: letters, digits, '.', '_', '-' only", name);
     }
-    parse_addr("--to: expected HOST:PORT", to, SOCK_DGRAM, &a.to);
+    parse_addr("--to: expected HOST:PORT (1..65535)", to, SOCK_DGRAM, false, &a.to);
     if (control != NULL) {
-        parse_addr("--control: expected HOST:PORT", control, SOCK_STREAM, &cc.addr);
+        parse_addr("--control: expected HOST:PORT (0..65535)", control, SOCK_STREAM, true,
+                   &cc.addr);
         if (token_file != NULL) {
             read_token(token_file, &cc);
         } else if (!is_loopback(&cc.addr)) {
@@ -432,6 +441,9 @@ main(int argc, char **argv)
     } else if (token_file != NULL || cc.sleep_command != NULL || cc.wake_command != NULL) {
         usage_error("--control-token-file, --sleep-command and --wake-command need --control",
                     NULL);
+    }
+    if (*ports == 0) {
+        usage_error("--ports: expected P[,P...] of 1..65535", ports);
     }
     for (const char *p = ports; *p;) {
         char *end;
@@ -451,7 +463,7 @@ main(int argc, char **argv)
     int err = dm_report_key_read(key_file, a.key, &a.key_len);
     if (err < 0) {
         fprintf(stderr, "dimmer-agent: %s: %s\n", key_file,
-                err == -EINVAL ? "empty key" : strerror(-err));
+                err == -EINVAL ? "empty key" : dm_report_key_error(err));
         return 2;
     }
     if (glob("/sys/class/powercap/intel-rapl:[0-9]*/energy_uj", 0, NULL, &a.rapl) != 0) {

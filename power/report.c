@@ -9,6 +9,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+#include <fcntl.h>
+#include <sys/stat.h>
 
 #define PREFIX    "dimmer-agent/1 "
 #define HMAC_HEX  64
@@ -233,18 +237,39 @@ dm_report_accept(const struct dm_report *r, uint64_t *last_seq, uint64_t now_ms,
 int
 dm_report_key_read(const char *path, uint8_t key[DM_REPORT_KEY_MAX], size_t *len)
 {
-    FILE *f = fopen(path, "rb");
-    if (f == NULL) {
+    /* Never blocking: a FIFO would hold the program until a writer came. */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    if (fd < 0) {
         return -errno;
+    }
+    struct stat st;
+    int err = fstat(fd, &st) != 0    ? -errno
+              : S_ISDIR(st.st_mode)  ? -EISDIR
+              : !S_ISREG(st.st_mode) ? -ENODEV /* a FIFO, a device: dm_report_key_error() */
+                                     : 0;
+    if (err < 0) {
+        close(fd);
+        return err;
     }
     /* One byte more than fits tells a key too long from one that fills the buffer. */
     uint8_t buf[DM_REPORT_KEY_MAX + 1];
-    size_t n = fread(buf, 1, sizeof(buf), f);
-    int err = ferror(f) ? -EIO : 0;
-    fclose(f);
-    if (err < 0) {
-        return err;
+    size_t n = 0;
+    while (n < sizeof(buf)) {
+        ssize_t r = read(fd, buf + n, sizeof(buf) - n);
+        if (r < 0 && errno == EINTR) {
+            continue;
+        }
+        if (r < 0) {
+            err = -errno;
+            close(fd);
+            return err;
+        }
+        if (r == 0) {
+            break;
+        }
+        n += (size_t)r;
     }
+    close(fd);
     while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r')) {
         n--;
     }
@@ -257,4 +282,10 @@ dm_report_key_read(const char *path, uint8_t key[DM_REPORT_KEY_MAX], size_t *len
     memcpy(key, buf, n);
     *len = n;
     return 0;
+}
+
+const char *
+dm_report_key_error(int err)
+{
+    return err == -ENODEV ? "not a regular file" : strerror(-err);
 }

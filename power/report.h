@@ -88,9 +88,14 @@ enum dm_report_verdict dm_report_accept(const struct dm_report *r, uint64_t *las
  * Reads the shared key of path into key (DM_REPORT_KEY_MAX bytes): the
  * file's bytes with final CRs and LFs dropped, so an editor's newline is not
  * part of it. Sets *len and returns 0, or -errno when the file cannot be
- * read, -EINVAL when the key is empty, -EFBIG when it is longer than
+ * read (-ENODEV: not a regular file), -EINVAL when the key is empty, -EFBIG when it is longer than
  * DM_REPORT_KEY_MAX (cut, it would not be the key the proxy has). Any thread.
  */
 int dm_report_key_read(const char *path, uint8_t key[DM_REPORT_KEY_MAX], size_t *len);
+
+/* The reason for dm_report_key_read()'s error err (< 0, not -EINVAL), for a message:
+ * the system's, or "not a regular file" (a FIFO or a device, refused without
+ * blocking). */
+const char *dm_report_key_error(int err);
 
 #endif

@@ -177,6 +177,11 @@ parse_url(struct dm_load_opts *o, const char *url)
     if (*port == 0) {
         die_usage("%s: empty port", url);
     }
+    if (strspn(port, "0123456789") != strlen(port) || strlen(port) > 5 || atoi(port) < 1 ||
+        atoi(port) > 65535) {
+        /* getaddrinfo() would take 99999 as 34463 (its low 16 bits). */
+        die_usage("%s: port %s: want a number from 1 to 65535", url, port);
+    }
     struct addrinfo hints = { .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV };
     struct addrinfo *ai = NULL;
     int r = getaddrinfo(name, port, &hints, &ai);
@@ -583,6 +588,14 @@ parse_args(int argc, char **argv, struct dm_load_opts *o, struct outputs *out)
         double peak = 0;
         for (size_t i = 0; i < o->pattern.n; i++) {
             peak = o->pattern.sessions[i] > peak ? o->pattern.sessions[i] : peak;
+        }
+        if (peak > 1000000) {
+            die_usage("--pattern: %.0f sessions at the peak, more than 1,000,000 (--max-sessions' "
+                      "bound)",
+                      peak);
+        }
+        if (o->duration_s > 86400 * 30) {
+            die_usage("--pattern: the pattern lasts %.0f s, more than 30 days", o->duration_s);
         }
         o->max_sessions = ceil(peak);
         if (urls != NULL && manifest != NULL) {

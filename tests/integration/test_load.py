@@ -37,8 +37,8 @@ class LoadTest(H.DimmerTest):
     def url(self, port, path="/"):
         return "http://%s:%d%s" % (H.HOST, port, path)
 
-    def pattern(self, text):
-        path = self.path("pattern.csv")
+    def pattern(self, text, name="pattern.csv"):
+        path = self.path(name)
         with open(path, "w") as f:
             f.write(text)
         return path
@@ -191,6 +191,12 @@ class LoadTest(H.DimmerTest):
                            (["--pattern", self.pattern("0,1\n5,x\n"), "http://127.0.0.1:1/"],
                             "pattern.csv:2"),
                            (["ftp://127.0.0.1/"], "http://"),
+                           # getaddrinfo() would take 99999 as port 34463
+                           (["http://127.0.0.1:99999/"], "1 to 65535"),
+                           (["--pattern", self.pattern("0,1e12\n1,1e12\n", "huge.csv"), "http://127.0.0.1:1/"],
+                            "1,000,000"),
+                           (["--pattern", self.pattern("0,1\n1e300,1\n", "long.csv"), "http://127.0.0.1:1/"],
+                            "30 days"),
                            (["--source", "::1", "http://127.0.0.1:1/"], "family"),
                            (["--source", "10.0.0.9-10.0.0.1", "http://127.0.0.1:1/"], "range"),
                            ([], "no URL")):

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "power/report.h"
@@ -221,6 +222,12 @@ test_key_file(void **st)
     assert_int_equal(dm_report_key_read(path, key, &len), -EFBIG);
     assert_int_equal(unlink(path), 0);
     assert_int_equal(dm_report_key_read(path, key, &len), -ENOENT);
+    /* A FIFO is refused at once (reading it would wait for a writer), a directory too. */
+    assert_int_equal(mkfifo(path, 0600), 0);
+    assert_int_equal(dm_report_key_read(path, key, &len), -ENODEV);
+    assert_string_equal(dm_report_key_error(-ENODEV), "not a regular file");
+    assert_int_equal(unlink(path), 0);
+    assert_int_equal(dm_report_key_read("/", key, &len), -EISDIR);
 }
 
 int
