@@ -336,6 +336,51 @@ is_agent_name(const char *s)
            strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") == len;
 }
 
+/*
+ * A command template's placeholders ({host}, {port}, {name}, {mac}, replaced
+ * when it runs, proxy/power.c): an unknown one ({hostname}) would be run as
+ * written, {mac} needs the server's mac, and {name} goes into /bin/sh -c
+ * unquoted, so the server's name must hold nothing a shell would read.
+ */
+static void
+check_template(struct dm_conf_loader *ld, const yaml_node_t *n, const char *key, const char *tpl,
+               const struct dm_conf_server *s)
+{
+    char buf[DM_CONF_SHOW_BUF];
+    for (const char *p = strchr(tpl, '{'); p != NULL; p = strchr(p + 1, '{')) {
+        size_t len = strspn(p + 1, "abcdefghijklmnopqrstuvwxyz_");
+        if (len == 0 || p[1 + len] != '}') {
+            continue; /* not a placeholder: ${HOME}, {a,b} are the shell's */
+        }
+        const char *w = p + 1;
+        if (len == 4 && strncmp(w, "host", 4) == 0) {
+            continue;
+        }
+        if (len == 4 && strncmp(w, "port", 4) == 0) {
+            continue;
+        }
+        if (len == 3 && strncmp(w, "mac", 3) == 0) {
+            if (!s->power.has_mac) {
+                dm_conf_fail_at(ld, n, "%s: {mac}, but the server has no \"mac\"", key);
+            }
+            continue;
+        }
+        if (len == 4 && strncmp(w, "name", 4) == 0) {
+            if (s->name != NULL &&
+                strspn(s->name, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+                                "._-:@+=,/") != strlen(s->name)) {
+                dm_conf_fail_at(ld, n,
+                                "%s: {name}, but the server's name %s has characters a shell "
+                                "would read (use A-Z a-z 0-9 . _ - : @ + = , /)",
+                                key, dm_conf_quote(s->name, strlen(s->name), buf, sizeof(buf)));
+            }
+            continue;
+        }
+        dm_conf_fail_at(ld, n, "%s: unknown placeholder %s (host, port, name, mac)", key,
+                        dm_conf_quote(p, len + 2, buf, sizeof(buf)));
+    }
+}
+
 void
 dm_conf_load_server_power(struct dm_conf_loader *ld, struct dm_conf_pool *p,
                           struct dm_conf_server *s, const yaml_node_t *n)
@@ -386,6 +431,12 @@ dm_conf_load_server_power(struct dm_conf_loader *ld, struct dm_conf_pool *p,
     }
     if (v[SP_KEEP_ON] != NULL) {
         (void)dm_conf_get_bool(ld, v[SP_KEEP_ON], &sp->keep_on);
+    }
+    if (sp->wake_command != NULL) {
+        check_template(ld, v[SP_WAKE_COMMAND], "wake_command", sp->wake_command, s);
+    }
+    if (sp->sleep_command != NULL) {
+        check_template(ld, v[SP_SLEEP_COMMAND], "sleep_command", sp->sleep_command, s);
     }
     /* The actuator given, or the one the keys present imply. */
     sp->wake = sp->has_mac                ? DM_ACT_WOL

@@ -7,12 +7,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <libgen.h>
 #include <pthread.h>
 #include <pwd.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
 #include <uv.h>
@@ -531,6 +533,35 @@ write_ports_file(const char *path, const struct dm_conf *c, const struct sockadd
     return rc;
 }
 
+/*
+ * 0 when a log at path could be opened for appending as the start opens it,
+ * or -errno; nothing is created ("-" and NULL, standard error, are fine).
+ */
+static int
+log_path_check(const char *path)
+{
+    struct stat st;
+    if (path == NULL || strcmp(path, "-") == 0) {
+        return 0;
+    }
+    if (stat(path, &st) == 0) {
+        if (S_ISDIR(st.st_mode)) {
+            return -EISDIR;
+        }
+        return access(path, W_OK) == 0 ? 0 : -errno;
+    }
+    if (errno != ENOENT) {
+        return -errno;
+    }
+    char *copy = strdup(path);
+    if (copy == NULL) {
+        return -ENOMEM;
+    }
+    int r = access(dirname(copy), W_OK | X_OK) == 0 ? 0 : -errno;
+    free(copy);
+    return r;
+}
+
 static int
 open_access_log(const struct dm_conf *c)
 {
@@ -579,8 +610,9 @@ main(int argc, char **argv)
         } else if (strcmp(a, "--workers") == 0 && has_next) {
             char *end = NULL;
             workers_arg = strtol(argv[++i], &end, 10);
-            if (*end != 0 || workers_arg < 1 || workers_arg > 256) {
-                fprintf(stderr, "dimmer: --workers: expected 1..256, got \"%s\"\n", argv[i]);
+            if (*end != 0 || workers_arg < 1 || workers_arg > 1024) {
+                /* The config's own bound (workers: 1..1024). */
+                fprintf(stderr, "dimmer: --workers: expected 1..1024, got \"%s\"\n", argv[i]);
                 return 2;
             }
         } else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
@@ -597,6 +629,12 @@ main(int argc, char **argv)
     }
     struct dm_conf_errors err = { 0 };
     struct dm_conf *conf = NULL;
+    if (conf_path != NULL && (listen != NULL || backends != NULL)) {
+        /* One or the other: a config file would silently win. */
+        fprintf(stderr, "dimmer: -c and --listen/--backend: give a config file or the two "
+                        "flags, not both\n");
+        return 2;
+    }
     if (conf_path != NULL) {
         conf = dm_conf_load(conf_path, &err);
     } else if (listen != NULL && backends != NULL) {
@@ -621,6 +659,16 @@ main(int argc, char **argv)
     struct sockaddr_storage metrics_bound = { 0 };
     struct control ctl = { .conf_path = conf_path };
     if (test_only) {
+        /* What the start would open: a log the start cannot open is a failed check. */
+        const char *logs[2] = { conf->error_log, conf->access_log };
+        const char *what[2] = { "error_log", "access_log" };
+        for (int k = 0; k < 2; k++) {
+            int e = log_path_check(logs[k]);
+            if (e < 0) {
+                fprintf(stderr, "%s: %s %s: %s\n", conf_path, what[k], logs[k], strerror(-e));
+                goto destroy_conf;
+            }
+        }
         printf("configuration ok\n");
         rc = 0;
         goto destroy_conf;

@@ -1469,6 +1469,20 @@ test_power_errors(void **state)
                  "t.yaml:8:24: bad agent name \"a b\" (1 to 63 of A-Z a-z 0-9 . _ -)");
     expect_error(LISTEN "power: {metrics: 127.0.0.1:0}\n" POOL_WEB,
                  "t.yaml:2:8: power: metrics needs key_file (reports are signed with it)");
+    /* Command templates: placeholders known, {mac} with a mac, {name} safe for a shell. */
+    expect_error(LISTEN POWER_POOL("", "        power: {wake_command: 'wake {hostname}'}\n"),
+                 "t.yaml:8:31: wake_command: unknown placeholder \"{hostname}\" (host, port, "
+                 "name, mac)");
+    expect_error(LISTEN POWER_POOL("", "        power: {sleep_command: 'x {mac}'}\n"),
+                 "t.yaml:8:32: sleep_command: {mac}, but the server has no \"mac\"");
+    expect_error(LISTEN "pools:\n  web:\n    power: {}\n    servers:\n"
+                        "      - name: 'a;reboot'\n        address: 127.0.0.1:9001\n"
+                        "        power: {wake_command: 'ssh {host} wake {name}'}\n",
+                 "t.yaml:8:31: wake_command: {name}, but the server's name \"a;reboot\" has "
+                 "characters a shell would read (use A-Z a-z 0-9 . _ - : @ + = , /)");
+    dm_conf_destroy(load_ok(LISTEN POWER_POOL(
+        "", "        power: {mac: '02:00:00:00:00:01', wake: command,\n"
+            "                wake_command: 'etherwake {mac} # ${HOME} {a,b} {name}:{port}'}\n")));
     expect_error(LISTEN "power: {key_file: /nonexistent/k}\n" POOL_WEB,
                  "t.yaml:2:19: key_file \"/nonexistent/k\": No such file or directory");
     expect_error(LISTEN "power: {key_file: /}\n" POOL_WEB,

@@ -44,6 +44,16 @@ class ConfigCheckTest(H.DimmerTest):
         r = run([H.DIMMER, "-t", "-c", conf])
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertEqual(r.stdout.decode().strip(), "configuration ok")
+        # A log the start could not open fails the check too; the check creates nothing.
+        for log, ok in ((self.path("new.log"), True), (self.path("no/such/dir.log"), False),
+                        (self.tmp, False)):
+            conf = self.write_config(H.yaml_config(0, {"web": {"servers": [("a", 9001)]}},
+                                                   error_log=log))
+            r = run([H.DIMMER, "-t", "-c", conf])
+            self.assertEqual(r.returncode == 0, ok, (log, r.stderr))
+            self.assertFalse(os.path.exists(self.path("new.log")))
+            if not ok:
+                self.assertIn(b"error_log " + log.encode(), r.stderr)
 
     def test_check_bad_config_reports_file_line_column(self):
         conf = self.write_config(BAD_CONFIG.format(port=0), "bad.yaml")
@@ -88,6 +98,11 @@ class ConfigCheckTest(H.DimmerTest):
         r = run([H.DIMMER])
         self.assertNotEqual(r.returncode, 0)
         self.assertIn(b"usage", r.stderr)
+        # A config file and the quick-start flags: the file would silently win.
+        conf = self.write_config(H.yaml_config(0, {"web": {"servers": [("a", 1)]}}), "ok.yaml")
+        self.assert_usage_error(H.DIMMER, ["-c", conf, "--listen", "127.0.0.1:0", "--backend",
+                                           "127.0.0.1:1"], "not both")
+        self.assert_usage_error(H.DIMMER, ["-c", conf, "--workers", "1025"], "1..1024")
         r = run([H.DIMMER, "--listen", "127.0.0.1:0", "--backend", "x"])
         self.assertNotEqual(r.returncode, 0)
         self.assertIn(b'--backend: bad address "x"', r.stderr)
