@@ -968,7 +968,7 @@ parse(const struct dm_sim_ctx *ctx, int argc, char **argv, struct opts *o)
     static const char *const E = "age";
     double caps[MAX_SERVERS] = { 1, 2, 3, 4 };
     int ncaps = 4;
-    bool time_set = false, warm_set = false;
+    bool time_set = false, warm_set = false, reps_set = false, pages_set = false;
     *o = (struct opts){
         .nservers = 4,
         .speed = 21e6,
@@ -1050,10 +1050,12 @@ parse(const struct dm_sim_ctx *ctx, int argc, char **argv, struct opts *o)
             warm_set = true;
         } else if (strcmp(a, "--reps") == 0) {
             ok = dm_sim_opt_unsigned(E, a, v, 1, 1000, &o->reps);
+            reps_set = true;
         } else if (strcmp(a, "--pages") == 0) {
             unsigned n;
             ok = dm_sim_opt_unsigned(E, a, v, 1, 10000000, &n);
             o->site.pages = n;
+            pages_set = true;
         } else if (strcmp(a, "--zipf") == 0) {
             ok = dm_sim_opt_double(E, a, v, 0, 10, &o->site.zipf);
         } else if (strcmp(a, "--objects") == 0) {
@@ -1112,8 +1114,9 @@ parse(const struct dm_sim_ctx *ctx, int argc, char **argv, struct opts *o)
     if (ctx->quick) {
         o->horizon = time_set ? o->horizon : 30;
         o->warmup = warm_set ? o->warmup : 15;
-        o->reps = 1;
-        o->site.pages = o->site.pages < 300 ? o->site.pages : 300;
+        /* --quick shortens what was not given, as for --time and --warmup. */
+        o->reps = reps_set ? o->reps : 1;
+        o->site.pages = pages_set || o->site.pages < 300 ? o->site.pages : 300;
     }
     if (o->warmup >= o->horizon) {
         fprintf(stderr, "dimmer-sim age: --warmup must be below --time\n");

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "bench/sim/exp.h"
 
@@ -73,6 +74,13 @@ make_dir(const char *dir)
             }
             path[i] = c;
         }
+    }
+    /* Said now, not after the runs: a file of that name, or a folder not ours. */
+    struct stat st;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode) || access(dir, W_OK | X_OK) != 0) {
+        fprintf(stderr, "dimmer-sim: --out %s: %s\n", dir,
+                stat(dir, &st) == 0 && !S_ISDIR(st.st_mode) ? "not a folder" : strerror(errno));
+        return -1;
     }
     return 0;
 }

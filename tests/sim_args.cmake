@@ -1,0 +1,17 @@
+# dimmer-sim's command line (tests/CMakeLists.txt):
+#   cmake -DSIM=dimmer-sim -P sim_args.cmake
+# --out that is not a writable folder is refused before any run, and --quick
+# shortens only what the command line did not give (--pages, --reps).
+if(NOT SIM)
+    message(FATAL_ERROR "usage: cmake -DSIM=dimmer-sim -P sim_args.cmake")
+endif()
+execute_process(COMMAND ${SIM} --out /dev/null --quick hetero
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(rc EQUAL 0 OR NOT err MATCHES "--out /dev/null: not a folder" OR NOT out STREQUAL "")
+    message(FATAL_ERROR "dimmer-sim --out /dev/null: rc ${rc}, stderr:\n${err}\nstdout:\n${out}")
+endif()
+execute_process(COMMAND ${SIM} --quick --no-plots age --pages 1000 --reps 2 --policies rr
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0 OR NOT out MATCHES "site: 1000 pages")
+    message(FATAL_ERROR "dimmer-sim --quick age --pages 1000: rc ${rc}:\n${out}\n${err}")
+endif()
