@@ -82,6 +82,12 @@ get_weights(struct dm_conf_loader *ld, const yaml_node_t *n, const char *key,
         dm_conf_fail_at(ld, n, "%s: expected alpha > beta > 0 > -beta > -alpha", key);
         return;
     }
+    if (v[0] > 1) {
+        /* A change of the connections by more than tcp_max per live server a trend interval. */
+        dm_conf_fail_at(
+            ld, n, "%s: each weight between -1 and 1 (a share of tcp_max x live servers)", key);
+        return;
+    }
     *out = (struct dm_conf_weights){ v[0], v[1], v[2], v[3] };
 }
 

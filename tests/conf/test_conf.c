@@ -1443,6 +1443,9 @@ test_power_errors(void **state)
                  "always-on, single, dual, multi, flexible, boot-aware)");
     expect_error(LISTEN POWER_POOL("      weights: {multi: [0.1, 0.2, -0.1, -0.2]}\n", ""),
                  "t.yaml:5:24: multi: expected alpha > beta > 0 > -beta > -alpha");
+    expect_error(LISTEN POWER_POOL("      weights: {multi: [1e308, 0.2, -0.2, -0.5]}\n", ""),
+                 "t.yaml:5:24: multi: each weight between -1 and 1 (a share of tcp_max x live "
+                 "servers)");
     expect_error(LISTEN POWER_POOL("      weights: {normal: [0.1, 0.05]}\n", ""),
                  "t.yaml:5:25: normal: expected four numbers [alpha, beta, -beta, -alpha], got 2");
     expect_error(LISTEN POWER_POOL("      perod: 5s\n", ""),
