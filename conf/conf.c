@@ -275,6 +275,7 @@ load_buffer(const char *buf, size_t len, const char *name, struct dm_conf_errors
     } else {
         dm_conf_load_root(&ld, root);
     }
+    dm_conf_loader_fini(&ld);
     yaml_document_delete(&ld.doc);
 
 out:

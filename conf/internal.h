@@ -40,7 +40,14 @@ struct dm_conf_loader {
     size_t nmsgs;
     size_t dropped; /* messages past DM_CONF_MSGS_MAX, counted, not kept */
     bool oom;
+    /* The duplicate keys of the last large mapping asked about (node.c):
+     * for each pair, the index of the first pair with its key. */
+    const yaml_node_t *dup_map;
+    size_t *dup_first;
 };
+
+/* Frees what a load kept on the side (the duplicate-key index). */
+void dm_conf_loader_fini(struct dm_conf_loader *ld);
 
 /* The most messages one load keeps (and reports: the rest are counted). */
 #define DM_CONF_MSGS_MAX 100

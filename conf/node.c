@@ -277,11 +277,97 @@ dm_conf_is_off(const yaml_node_t *n)
 /* ---- mappings ---- */
 
 /* The key of an earlier pair of map equal to pair's key, else NULL. */
+/* A mapping with more pairs than this gets an index of its duplicate keys (a
+ * pair's scan of the ones before it would cost the square of their number:
+ * 50,000 pools took 25 s). */
+#define DUP_SCAN_MAX 64
+
+static uint64_t
+key_hash(const yaml_node_t *k)
+{
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    if (k->type != YAML_SCALAR_NODE) {
+        return 0;
+    }
+    for (size_t i = 0; i < k->data.scalar.length; i++) {
+        h = (h ^ k->data.scalar.value[i]) * 1099511628211ull;
+    }
+    return h;
+}
+
+static bool
+same_key(const yaml_node_t *a, const yaml_node_t *b)
+{
+    return a->type == YAML_SCALAR_NODE && b->type == YAML_SCALAR_NODE &&
+           a->data.scalar.length == b->data.scalar.length &&
+           memcmp(a->data.scalar.value, b->data.scalar.value, a->data.scalar.length) == 0;
+}
+
+/* ld->dup_first for map: an open-addressing table of the pairs by key, once. */
+static bool
+dup_index(struct dm_conf_loader *ld, const yaml_node_t *map)
+{
+    if (ld->dup_map == map) {
+        return true;
+    }
+    size_t n = (size_t)(map->data.mapping.pairs.top - map->data.mapping.pairs.start);
+    size_t cap = 64;
+    while (cap < 2 * n) {
+        cap *= 2;
+    }
+    size_t *first = malloc(n * sizeof(*first));
+    size_t *slots = malloc(cap * sizeof(*slots)); /* pair index + 1; 0: empty */
+    if (first == NULL || slots == NULL) {
+        free(first);
+        free(slots);
+        ld->oom = true; /* the load fails; the slow scan finds the duplicates meanwhile */
+        return false;
+    }
+    memset(slots, 0, cap * sizeof(*slots));
+    const yaml_node_pair_t *pairs = map->data.mapping.pairs.start;
+    for (size_t i = 0; i < n; i++) {
+        const yaml_node_t *k = dm_conf_node(ld, pairs[i].key);
+        first[i] = i;
+        if (k->type != YAML_SCALAR_NODE) {
+            continue;
+        }
+        for (size_t s = key_hash(k) & (cap - 1);; s = (s + 1) & (cap - 1)) {
+            if (slots[s] == 0) {
+                slots[s] = i + 1;
+                break;
+            }
+            if (same_key(dm_conf_node(ld, pairs[slots[s] - 1].key), k)) {
+                first[i] = slots[s] - 1;
+                break;
+            }
+        }
+    }
+    free(slots);
+    free(ld->dup_first);
+    ld->dup_first = first;
+    ld->dup_map = map;
+    return true;
+}
+
+void
+dm_conf_loader_fini(struct dm_conf_loader *ld)
+{
+    free(ld->dup_first);
+    ld->dup_first = NULL;
+    ld->dup_map = NULL;
+}
+
 static const yaml_node_t *
 earlier_key(struct dm_conf_loader *ld, const yaml_node_t *map, const yaml_node_pair_t *pair)
 {
     const yaml_node_t *k = dm_conf_node(ld, pair->key);
+    size_t n = (size_t)(map->data.mapping.pairs.top - map->data.mapping.pairs.start);
 
+    if (n > DUP_SCAN_MAX && dup_index(ld, map)) {
+        size_t i = (size_t)(pair - map->data.mapping.pairs.start);
+        size_t f = ld->dup_first[i];
+        return f < i ? dm_conf_node(ld, map->data.mapping.pairs.start[f].key) : NULL;
+    }
     for (const yaml_node_pair_t *q = map->data.mapping.pairs.start; q < pair; q++) {
         const yaml_node_t *e = dm_conf_node(ld, q->key);
         if (e->type == YAML_SCALAR_NODE && e->data.scalar.length == k->data.scalar.length &&

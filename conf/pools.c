@@ -103,8 +103,42 @@ static const char *const server_keys[SRV_N] = {
     [SRV_POWER] = "power",
 };
 
+/* The servers' names seen so far in a pool: open addressing, server index + 1 (0: empty). */
+struct names {
+    size_t *slots;
+    size_t cap; /* a power of two, at least twice the servers; 0: no table (out of memory) */
+};
+
+/* The index of an earlier server of p named name, or i after noting server i under it. */
+static size_t
+names_first(struct names *t, const struct dm_conf_pool *p, const char *name, size_t i)
+{
+    if (t->cap == 0) {
+        for (size_t j = 0; j < i; j++) {
+            if (p->servers[j].name != NULL && strcmp(p->servers[j].name, name) == 0) {
+                return j;
+            }
+        }
+        return i;
+    }
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (const char *c = name; *c != 0; c++) {
+        h = (h ^ (unsigned char)*c) * 1099511628211ull;
+    }
+    for (size_t s = (size_t)h & (t->cap - 1);; s = (s + 1) & (t->cap - 1)) {
+        if (t->slots[s] == 0) {
+            t->slots[s] = i + 1;
+            return i;
+        }
+        if (strcmp(p->servers[t->slots[s] - 1].name, name) == 0) {
+            return t->slots[s] - 1;
+        }
+    }
+}
+
 static void
-load_server(struct dm_conf_loader *ld, struct dm_conf_pool *p, yaml_node_item_t *items, size_t i)
+load_server(struct dm_conf_loader *ld, struct dm_conf_pool *p, yaml_node_item_t *items, size_t i,
+            struct names *names)
 {
     struct dm_conf_server *s = &p->servers[i];
     const yaml_node_t *n = dm_conf_node(ld, items[i]);
@@ -126,16 +160,13 @@ load_server(struct dm_conf_loader *ld, struct dm_conf_pool *p, yaml_node_item_t 
         }
     }
     if (v[SRV_NAME] != NULL && dm_conf_get_string(ld, v[SRV_NAME], &s->name)) {
-        for (size_t j = 0; j < i; j++) {
-            if (p->servers[j].name != NULL && strcmp(p->servers[j].name, s->name) == 0) {
-                /* Server j has a name, so its item is a mapping with that key. */
-                const yaml_node_t *first = dm_conf_lookup(ld, dm_conf_node(ld, items[j]), "name");
-                dm_conf_fail_at(ld, v[SRV_NAME],
-                                "pool \"%s\": duplicate server %s (first at line %zu)", p->name,
-                                dm_conf_quote(s->name, strlen(s->name), buf, sizeof(buf)),
-                                first->start_mark.line + 1);
-                break;
-            }
+        size_t j = names_first(names, p, s->name, i);
+        if (j < i) {
+            /* Server j has a name, so its item is a mapping with that key. */
+            const yaml_node_t *first = dm_conf_lookup(ld, dm_conf_node(ld, items[j]), "name");
+            dm_conf_fail_at(ld, v[SRV_NAME], "pool \"%s\": duplicate server %s (first at line %zu)",
+                            p->name, dm_conf_quote(s->name, strlen(s->name), buf, sizeof(buf)),
+                            first->start_mark.line + 1);
         }
     }
     if (v[SRV_ADDRESS] != NULL) {
@@ -180,9 +211,21 @@ load_servers(struct dm_conf_loader *ld, struct dm_conf_pool *p, const yaml_node_
         return;
     }
     p->nservers = count;
-    for (size_t i = 0; i < count; i++) {
-        load_server(ld, p, items, i);
+    struct names names = { 0 };
+    size_t cap = 16;
+    while (cap < 2 * count) {
+        cap *= 2;
     }
+    names.slots = calloc(cap, sizeof(*names.slots));
+    if (names.slots == NULL) {
+        ld->oom = true; /* the load fails; the names are compared one by one meanwhile */
+    } else {
+        names.cap = cap;
+    }
+    for (size_t i = 0; i < count; i++) {
+        load_server(ld, p, items, i, &names);
+    }
+    free(names.slots);
 }
 
 static void

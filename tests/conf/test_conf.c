@@ -1560,6 +1560,37 @@ test_expansion_and_depth_are_bounded(void **state)
     expect_error(deep, "t.yaml:1:72: nested more than 64 lists or mappings deep");
 }
 
+/* Duplicates among many pools and many servers (found by an index, not by comparing each
+ * with every one before it), reported as among a few. */
+static void
+test_duplicates_among_many(void **state)
+{
+    (void)state;
+    size_t cap = 64 + 300 * 80;
+    char *y = malloc(cap);
+    assert_non_null(y);
+    size_t n = (size_t)snprintf(y, cap, "listen: 127.0.0.1:8080\npools:\n");
+    for (int i = 0; i < 200; i++) { /* lines 3 to 202; pool p7 again on line 203 */
+        n += (size_t)snprintf(y + n, cap - n,
+                              "  p%d: {servers: [{name: a, address: 127.0.0.1:%d}]}\n", i, i + 1);
+    }
+    n += (size_t)snprintf(y + n, cap - n, "  p7: {servers: [{name: a, address: 127.0.0.1:1}]}\n");
+    n += (size_t)snprintf(y + n, cap - n, "  big:\n    servers:\n"); /* lines 204, 205 */
+    for (int i = 0; i < 100; i++) { /* lines 206 to 305; s42 again on line 306 */
+        n += (size_t)snprintf(y + n, cap - n, "      - {name: s%d, address: 127.0.0.2:%d}\n", i,
+                              i + 1);
+    }
+    n += (size_t)snprintf(y + n, cap - n, "      - {name: s42, address: 127.0.0.3:1}\n");
+    assert_true(n < cap);
+    static const char *const want[] = {
+        "t.yaml:203:3: duplicate pool \"p7\" (first at line 10)",
+        "t.yaml:306:16: pool \"big\": duplicate server \"s42\" (first at line 248)",
+        NULL,
+    };
+    expect_errors(y, want);
+    free(y);
+}
+
 /* Past DM_CONF_MSGS_MAX errors, the rest are counted, not kept. */
 static void
 test_errors_are_capped(void **state)
@@ -1894,6 +1925,7 @@ main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_expansion_and_depth_are_bounded),
         cmocka_unit_test(test_errors_are_capped),
+        cmocka_unit_test(test_duplicates_among_many),
         cmocka_unit_test(test_bundled_example_loads),
         cmocka_unit_test(test_defaults_apply_when_keys_are_absent),
         cmocka_unit_test(test_every_key_is_read),
