@@ -161,10 +161,11 @@ struct dm_req {
     bool head_pending; /* out_head not written to the server yet */
     bool body_sent;    /* request body bytes went to the server: no retry */
     bool resp_started;
-    bool head_done; /* its head was read whole: a request, logged and counted once */
-    bool routed;    /* its pool is chosen (before: answered by the listener, e.g. 400, 429) */
-    bool logged;    /* dm_accesslog_write() ran for it */
-    bool cut;       /* it ended with its connection before its response did */
+    uint16_t interim; /* interim (1xx) responses passed on: at most DM_INTERIM_MAX */
+    bool head_done;   /* its head was read whole: a request, logged and counted once */
+    bool routed;      /* its pool is chosen (before: answered by the listener, e.g. 400, 429) */
+    bool logged;      /* dm_accesslog_write() ran for it */
+    bool cut;         /* it ended with its connection before its response did */
     uint64_t hold_deadline_ms;  /* loop time a held request gets its 503; 0: never held */
     uint64_t queue_deadline_ms; /* loop time a queued request gets its 503; 0: never queued */
     /* Its place in the worker's queue, set when it is first queued: the

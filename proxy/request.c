@@ -588,11 +588,31 @@ req_upstream_ready(struct dm_req *req, struct dm_upstream *up, int status)
     }
 }
 
-/* A reused connection died before answering: send the request again on a new one. */
+/* Whether a request may be sent twice (RFC 9110, 9.2.2): its method is idempotent. */
+static bool
+req_idempotent(const struct dm_req *req)
+{
+    static const char *const methods[] = { "GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE" };
+    for (size_t i = 0; i < sizeof(methods) / sizeof(methods[0]); i++) {
+        size_t n = strlen(methods[i]);
+        if (req->msg.method.len == n && memcmp(req->msg.method.p, methods[i], n) == 0) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/*
+ * A reused connection died before answering: send the request again on a new
+ * one, if it is idempotent. The server may have read it and acted before it
+ * closed (the keep-alive race cannot tell), so a POST is not sent twice: the
+ * client gets the 502 (as nginx's proxy_next_upstream without non_idempotent).
+ */
 bool
 dm_req_retry(struct dm_req *req, struct dm_upstream *up)
 {
-    if (!up->reused || up->got_bytes || req->body_sent || req->attempts > 3) {
+    if (!up->reused || up->got_bytes || req->body_sent || req->attempts > 3 ||
+        !req_idempotent(req)) {
         return false;
     }
     req->up = NULL;

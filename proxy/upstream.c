@@ -20,6 +20,9 @@
 #include "proxy/request.h"
 #include "proxy/tls.h"
 
+/* Interim (1xx) responses one request may get; past them the server is taken as broken. */
+#define DM_INTERIM_MAX 64
+
 void
 dm_upstream_failed(struct dm_runtime *rt, size_t pool, int server, const char *why)
 {
@@ -73,6 +76,7 @@ up_free_cb(uv_handle_t *h)
     if (up->commanded) {
         up->w->commanded_closing--; /* what the worker's acknowledgement waits for */
     }
+    dm_buf_unref(up->w, up->in); /* NULL unless a read came after the close */
     dm_runtime_unref(up->rt);
     free(up);
 }
@@ -126,6 +130,9 @@ dm_upstream_close(struct dm_upstream *up)
     idle_remove(up);
     up->closing = true;
     up_cork_drop(up);
+    /* The socket closes after the timer: until then no read may come, or
+     * its buffer (up->in, taken anew) would outlive the connection. */
+    uv_read_stop((uv_stream_t *)&up->tcp);
     dm_buf_unref(up->w, up->in);
     up->in = NULL;
     dm_tls_free(up->tls);
@@ -261,6 +268,10 @@ up_alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
     (void)suggested;
     struct dm_upstream *up = h->data;
+    if (up->closing) {
+        *buf = uv_buf_init(NULL, 0); /* UV_ENOBUFS; nothing is read any more */
+        return;
+    }
     dm_buf_read_space(up->w, &up->in, up->rt->buf_cap, buf);
 }
 
@@ -483,9 +494,29 @@ up_head_done(struct dm_upstream *up)
         return;
     }
     unsigned status = dm_http_parser_status(&up->parser);
+    if (status == 101) {
+        /* A switch only where the client asked for one (else what it sends
+         * next would go to the server unparsed: WebSocket smuggling), and
+         * only to a protocol the server names (RFC 9110, 15.2.2). */
+        bool named = false;
+        for (unsigned i = 0; i < req->rmsg.nfields && !named; i++) {
+            named = dm_span_ieq(req->rmsg.fields[i].name, "upgrade");
+        }
+        if (!req->info.upgrade || !named) {
+            up_fail(up, 502,
+                    !req->info.upgrade
+                        ? "server switched protocols (101) for a request that asked for none"
+                        : "server switched protocols (101) without an Upgrade field");
+            return;
+        }
+    }
     atomic_store_explicit(&dm_runtime_host(up->rt, up->pool, up->server)->fails, 0,
                           memory_order_relaxed);
     bool informational = status >= 100 && status < 200 && status != 101;
+    if (informational && ++req->interim > DM_INTERIM_MAX) {
+        up_fail(up, 502, "more than 64 interim (1xx) responses");
+        return;
+    }
     bool close = false;
     if (!informational) {
         req->status = status;
@@ -560,6 +591,35 @@ up_enter_tunnel(struct dm_upstream *up)
     dm_client_process(c);
 }
 
+/*
+ * After an interim response: what is left of the read buffer moves to its
+ * start (or to a fresh buffer when a write still holds this one), so that
+ * each head is measured against the buffer alone, not behind the interim
+ * heads before it.
+ */
+static void
+up_compact_in(struct dm_upstream *up)
+{
+    struct dm_buf *in = up->in;
+    if (in == NULL || in->off == 0) {
+        return;
+    }
+    uint32_t rest = in->len - in->off;
+    if (in->refs == 1) {
+        memmove(in->data, in->data + in->off, rest);
+    } else {
+        struct dm_buf *nb = dm_buf_get(up->w, in->cap);
+        if (nb == NULL) {
+            return; /* it stays where it is */
+        }
+        memcpy(nb->data, in->data + in->off, rest);
+        dm_buf_unref(up->w, in);
+        up->in = in = nb;
+    }
+    in->off = 0;
+    in->len = rest;
+}
+
 static void
 up_process(struct dm_upstream *up)
 {
@@ -612,8 +672,9 @@ up_process(struct dm_upstream *up)
             if (st >= 100 && st < 200 && st != 101) {
                 dm_req_continued(req);
                 up->state = DM_U_HEAD;
-                up->head_start = in->off;
                 dm_http_parser_next(&up->parser);
+                up_compact_in(up);
+                up->head_start = up->in->off;
                 continue;
             }
             if (st == 101) {

@@ -20,6 +20,10 @@ connection (a GET without a body); the path chooses the behaviour:
                           ("got next PATH") and the connection closed unanswered, as a server
                           closing an idle keep-alive connection just as a request comes
   /fault/reset_next       the same, the connection reset (RST) instead
+  /fault/interim          60 interim 103 responses of 600 bytes each, then 200 "ok"
+  /fault/interim_flood    the same with 600 of them
+  /fault/switch           101 Switching Protocols, asked or not; prints "tunneled LINE" if
+                          anything comes after it
   /fault/ok               200 "ok" with Connection: close
   anything else           200 "ok" with Connection: close
 
@@ -119,6 +123,19 @@ def handle(s):
                 say("got next " + nxt.split(b"\r\n", 1)[0].split(b" ")[1].decode("latin-1"))
                 if mode == "reset_next":
                     s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        elif mode in ("interim", "interim_flood"):
+            # 103s of 600 bytes: 60 of them (36 KB, more than a read buffer) then a 200,
+            # or 600 of them (more than dimmer takes) then a 200.
+            hint = b"HTTP/1.1 103 Early Hints\r\nLink: </" + b"a" * 555 + b">\r\n\r\n"
+            s.sendall(hint * (60 if mode == "interim" else 600) +
+                      b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+        elif mode == "switch":
+            s.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+                      b"Connection: upgrade\r\n\r\n")
+            s.settimeout(HOLD_MAX)
+            data = s.recv(65536)
+            if data:
+                say("tunneled " + data.split(b"\r\n", 1)[0].decode("latin-1"))
         elif mode == "ok":
             s.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
         elif mode == "overlong":

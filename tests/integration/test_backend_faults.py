@@ -12,6 +12,7 @@ tabled in tests/README.md.
 """
 import os
 import re
+import signal
 import sys
 import time
 
@@ -90,7 +91,7 @@ class BackendFaultTest(H.DimmerTest):
         port = H.wait_until(bound, H.START_TIMEOUT, "the fault backend to listen")
         return FaultBackend(p, port)
 
-    def start(self, max_fails=1, server_response=SERVER_RESPONSE, request=REQUEST):
+    def start(self, max_fails=1, server_response=SERVER_RESPONSE, request=REQUEST, env=None):
         # Passive checks on the faulty server: one failure takes it out (for
         # longer than a test), so its state says whether the fault counted.
         pools = {
@@ -98,10 +99,11 @@ class BackendFaultTest(H.DimmerTest):
                        "passive": {"max_fails": max_fails, "fail_timeout": "60s"}},
             "good": self.pool(self.good, passive={"max_fails": 0}),
         }
-        self.d = self.start_dimmer(pools, routes=[{"path": "/fault/", "pool": "faulty"}],
-                                   default_pool="good",
-                                   timeouts={"server_response": "%dms" % (server_response * 1000),
-                                             "request": "%dms" % (request * 1000)})
+        conf = self.write_config(H.yaml_config(
+            0, pools, admin=0, routes=[{"path": "/fault/", "pool": "faulty"}], default_pool="good",
+            timeouts={"server_response": "%dms" % (server_response * 1000),
+                      "request": "%dms" % (request * 1000)}))
+        self.d = self.start_dimmer_conf(conf, env=env)
         return self.d
 
     def faulty(self):
@@ -286,6 +288,50 @@ class BackendFaultTest(H.DimmerTest):
                 self.assertEqual(self.fb.count("got ok"), before + 1)
         # A race of the keep-alive, not a failure of the server.
         self.assert_health(counted=False)
+
+    def test_interim_responses(self):
+        # Each interim head is measured on its own: 60 of 600 bytes (more than
+        # a read buffer together) pass; past 64 the server is taken as broken.
+        # With leak checks on (an ASan build): a server connection closed with
+        # its socket still readable left a read buffer behind.
+        self.start(env={"ASAN_OPTIONS": "detect_leaks=1"})
+        r = H.get(self.d.port, "/fault/interim", timeout=5)
+        self.assertEqual((r.status, r.body), (200, b"ok"))
+        self.assertEqual([i.status for i in r.interim], [103] * 60)
+        r = H.get(self.d.port, "/fault/interim_flood", timeout=5)
+        self.assertEqual(r.status, 502)
+        self.assertEqual(len(r.interim), 64)  # the ones before the limit went out
+        H.wait_until(lambda: self.fb.count("done interim_flood") == 1, 5, "the server side closed")
+        self.log_has("more than 64 interim")
+        self.d.proc.signal(signal.SIGTERM)  # leaks are reported at the exit (the cleanup checks)
+        self.assertEqual(self.d.proc.wait(30), 0)
+
+    def test_a_switch_nobody_asked_for_is_refused(self):
+        # A 101 to a request without Upgrade: following it would send the
+        # client's next request to the server unparsed (WebSocket smuggling).
+        self.start()
+        with H.Conn(self.d.port, timeout=5) as c:
+            r = c.request("GET", "/fault/switch")
+            self.assertEqual(r.status, 502, r)
+            self.assertIn(b"asked for none", r.body)
+            # Closed after the 502: nothing the client sends next can reach the server.
+            self.assertTrue(c.closed_by_peer(5))
+        H.wait_until(lambda: self.fb.count("done switch") == 1, 5, "the server connection closed")
+        self.assertEqual(self.fb.count("tunneled"), 0)
+
+    def test_a_post_is_not_sent_twice(self):
+        # The same race under a POST: the server may have acted on it before
+        # it closed, so it is not sent again (RFC 9110, 9.2.2): the client
+        # gets the 502 and decides.
+        self.start()
+        with H.Conn(self.d.port, timeout=5) as c:
+            self.assertEqual(c.request("GET", "/fault/close_next").body, b"ok")
+            H.wait_until(lambda: self.fb.count("got close_next") == 1, 5, "the first request")
+            before = self.fb.count("got ok")
+            r = c.request("POST", "/fault/ok", [("Content-Length", "0")])
+            self.assertEqual(r.status, 502, r)
+        self.assertEqual(self.fb.count("got next /fault/ok"), 1)
+        self.assertEqual(self.fb.count("got ok"), before)
 
     # ---- leaks ----------------------------------------------------------
 
