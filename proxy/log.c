@@ -89,9 +89,16 @@ dm_log(enum dm_log_level level, const char *fmt, ...)
     if (m < 0) {
         m = 0;
     }
+    size_t from = n;
     n += (size_t)m;
     if (n > sizeof(line) - 2) {
         n = sizeof(line) - 2;
+    }
+    /* One record, one line: a name or value with a control byte (a newline in
+     * a pool's name) cannot start a line of its own (as the access log's "_"). */
+    for (size_t i = from; i < n; i++) {
+        unsigned char ch = (unsigned char)line[i];
+        line[i] = ch < 0x20 || ch == 0x7f ? '_' : line[i];
     }
     line[n++] = '\n';
     int fd = atomic_load_explicit(&log_fd, memory_order_relaxed);

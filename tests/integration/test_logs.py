@@ -76,6 +76,20 @@ class LogsTest(H.DimmerTest):
                 self.assertEqual(len(fields), 10, line)
                 self.assertEqual(fields[7], 'a"b_c_z')
 
+    def test_names_cannot_break_an_error_log_line(self):
+        # The error log too: a pool or server name with a newline stays on the
+        # record's own line (control bytes are '_'), so nothing can pass for
+        # a record of its own.
+        conf = ('listen: ["127.0.0.1:0"]\nadmin: 127.0.0.1:0\n'
+                'pools:\n  "p\\nwarn: x":\n    servers:\n'
+                '      - {name: "s\\r\\nerror: y", address: "127.0.0.1:1"}\n')
+        self.d = self.start_dimmer_conf(self.write_config(conf, "names.yaml"))
+        self.assertEqual(H.get(self.d.port, "/").status, 502)  # nothing listens on port 1
+        H.wait_until(lambda: "p_warn: x/s__error: y" in self.d.proc.stderr(), 5,
+                     "the failure logged with the names on one line")
+        for line in self.d.proc.stderr().splitlines():
+            self.assertRegex(line, r"^\d{4}-\d\d-\d\dT\S+ dimmer\[\d+\]: ", line)
+
     def test_log_level_and_its_reload(self):
         conf = H.yaml_config(0, {"web": self.pool(self.b1)}, admin=0, extra="log_level: warn\n")
         path = self.write_config(conf)
