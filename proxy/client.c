@@ -1579,10 +1579,13 @@ client_read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         return;
     }
     if (nread == UV_EOF && c->tls != NULL && dm_tls_buffered(c->tls)) {
-        /* Input still with OpenSSL or stashed goes first; if some is left
-         * (reading stopped meanwhile), the next read sees the end again. */
+        /* Input still with OpenSSL or stashed goes first; if reading stopped
+         * meanwhile (back-pressure), the next read sees the end again. What
+         * is left while still reading is part of a record that cannot come
+         * whole any more: the end is now (it would hold the connection
+         * until a timeout, or for ever in a tunnel). */
         client_tls_pump(c);
-        if (c->closing || c->tls == NULL || dm_tls_buffered(c->tls) || !c->reading) {
+        if (c->closing || c->tls == NULL || !c->reading) {
             return;
         }
     }

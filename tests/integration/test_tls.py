@@ -139,6 +139,29 @@ class TlsTest(H.DimmerTest):
             self.assertEqual(c.buf[:2], bytes([0x82, 127]))
             self.assertEqual(c.buf[10:10 + len(payload)], payload)
 
+    def test_a_fin_after_part_of_a_record_ends_the_tunnel(self):
+        # The client sends the first bytes of a TLS record, then its FIN: the
+        # record can never come whole, so the tunnel ends now (it was held
+        # until timeouts.tunnel, an hour by default, with both its sockets).
+        d = self.tls_dimmer(self.site_tls())
+        with H.Conn(d.port) as c:
+            c.send(H.build_request("GET", "/ws", [
+                ("Upgrade", "websocket"), ("Connection", "Upgrade"),
+                ("Sec-WebSocket-Key", base64.b64encode(os.urandom(16)).decode()),
+                ("Sec-WebSocket-Version", "13")]))
+            self.assertEqual(c.read_response().status, 101)
+            self.assertEqual(self.b.stats()["open"] - 1, 1)  # the tunnel (and /stats)
+            raw = socket.socket(fileno=os.dup(c.sock.fileno()))
+            try:
+                raw.sendall(b"\x17\x03\x03")  # an application-data record's first bytes
+                raw.shutdown(socket.SHUT_WR)
+                raw.settimeout(10)
+                while raw.recv(4096):  # dimmer's alert, if any, then its close
+                    pass
+            finally:
+                raw.close()
+        H.wait_until(lambda: self.b.stats()["open"] - 1 == 0, 10, "the server side closed")
+
     # ---- certificates, SNI, versions, ALPN ----
 
     def test_sni_picks_the_certificate(self):
