@@ -22,6 +22,7 @@ made with the openssl command at the start) and Conn speaks TLS to it, so
 that the same tests run over TLS (CTest registers some files twice).
 """
 import atexit
+import base64
 import ctypes
 import glob
 import hashlib
@@ -491,6 +492,14 @@ def tcp_state(local, remote):
                     int(fields[2].rsplit(":", 1)[1], 16) == remote):
                 return fields[3]
     return None
+
+
+def ws_upgrade(path="/ws"):
+    """A WebSocket upgrade request for path, with a fresh key."""
+    return build_request("GET", path, [
+        ("Upgrade", "websocket"), ("Connection", "Upgrade"),
+        ("Sec-WebSocket-Key", base64.b64encode(os.urandom(16)).decode()),
+        ("Sec-WebSocket-Version", "13")])
 
 
 def get(port, path, **kw):

@@ -318,9 +318,7 @@ class UpgradeFaultTest(H.DimmerTest):
         d = self.start_dimmer({"web": {"balance": "roundrobin",
                                        "servers": [("s", srv.port, {"max_conns": 1})]}})
         c = H.Conn(d.port)
-        c.send(H.build_request("GET", "/ws", [
-            ("Upgrade", "websocket"), ("Connection", "Upgrade"),
-            ("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ=="), ("Sec-WebSocket-Version", "13")]))
+        c.send(H.ws_upgrade())
         self.assertTrue(srv.got.wait(10), "the request reached the server")
         self.assertEqual(d.servers()["s"]["inflight"], 1)
         local = c.sock.getsockname()[1]

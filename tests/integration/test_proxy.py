@@ -408,10 +408,7 @@ class ProxyTest(H.DimmerTest):
         # HAProxy's timeout tunnel, nginx's proxy_read_timeout).
         d = self.start_dimmer({"web": self.pool(self.b1)}, timeouts={"tunnel": "2s"})
         with H.Conn(d.port) as c:
-            c.send(H.build_request("GET", "/ws", [
-                ("Upgrade", "websocket"), ("Connection", "Upgrade"),
-                ("Sec-WebSocket-Key", base64.b64encode(os.urandom(16)).decode()),
-                ("Sec-WebSocket-Version", "13")]))
+            c.send(H.ws_upgrade())
             self.assertEqual(c.read_response().status, 101)
             self.assertEqual(self.b1.stats()["open"] - 1, 1)  # the tunnel (and /stats)
             start = time.monotonic()

@@ -145,10 +145,7 @@ class TlsTest(H.DimmerTest):
         # until timeouts.tunnel, an hour by default, with both its sockets).
         d = self.tls_dimmer(self.site_tls())
         with H.Conn(d.port) as c:
-            c.send(H.build_request("GET", "/ws", [
-                ("Upgrade", "websocket"), ("Connection", "Upgrade"),
-                ("Sec-WebSocket-Key", base64.b64encode(os.urandom(16)).decode()),
-                ("Sec-WebSocket-Version", "13")]))
+            c.send(H.ws_upgrade())
             self.assertEqual(c.read_response().status, 101)
             self.assertEqual(self.b.stats()["open"] - 1, 1)  # the tunnel (and /stats)
             raw = socket.socket(fileno=os.dup(c.sock.fileno()))
