@@ -72,6 +72,7 @@ struct admin_conn {
     size_t len;
     char *out;
     bool answered;
+    bool head;    /* a HEAD request: the answer's head alone */
     bool waiting; /* in the admin's pending list */
     uint64_t opened_ms;
     struct admin_conn *cprev, *cnext; /* in the admin's conns */
@@ -311,7 +312,7 @@ respond(struct admin_conn *ac, const char *status, const char *type, struct dm_s
     dm_sb_printf(&out,
                  "HTTP/1.1 %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\nConnection: close\r\n"
                  "Cache-Control: no-store\r\n\r\n%.*s",
-                 status, type, body.len, (int)body.len, body.p ? body.p : "");
+                 status, type, body.len, ac->head ? 0 : (int)body.len, body.p ? body.p : "");
     free(body.p);
     ac->out = out.p;
     uv_buf_t b = uv_buf_init(out.p, (unsigned)out.len);
@@ -666,7 +667,9 @@ answer(struct admin_conn *ac)
     if (q != NULL) {
         *q = 0;
     }
-    bool get = strcmp(method, "GET") == 0;
+    /* HEAD is GET without the body (RFC 9110, 9.3.2). */
+    ac->head = strcmp(method, "HEAD") == 0;
+    bool get = strcmp(method, "GET") == 0 || ac->head;
     bool post = strcmp(method, "POST") == 0;
     if (post && !authorized(ac)) {
         return;

@@ -72,8 +72,10 @@ struct health_check {
     size_t req_len;
     char line[HEALTH_LINE_MAX]; /* the response so far, up to the status line */
     size_t line_len;
-    SSL *ssl;  /* a TLS pool's check: OpenSSL over memory BIOs, or NULL */
-    bool sent; /* TLS: the request is written (after the handshake) */
+    bool skipping;    /* in an interim (1xx) head, to its end */
+    unsigned interim; /* interim heads skipped in this check */
+    SSL *ssl;         /* a TLS pool's check: OpenSSL over memory BIOs, or NULL */
+    bool sent;        /* TLS: the request is written (after the handshake) */
 
     enum health_state state;
     uint64_t started_ms; /* uv_now() when the current or last check began */
@@ -265,20 +267,50 @@ health_finish(struct health_check *c, bool ok, const char *reason)
     uv_close((uv_handle_t *)&c->tcp, health_tcp_close_cb);
 }
 
-/* The response bytes so far in c->line: a verdict once the status line is whole. */
+/* Interim responses a check passes over (103 Early Hints, say) before its final one. */
+#define HEALTH_INTERIM_MAX 8
+
+/*
+ * The response bytes so far in c->line: a verdict once the final status line
+ * is whole. An interim (1xx) head is passed over to its end (kept to its last
+ * three bytes while the end has not come, so that it may straddle reads).
+ */
 static void
 health_got(struct health_check *c)
 {
-    int status = 0;
-    int rc = health_status_line_parse(c->line, c->line_len, &status);
-    if (rc < 0) {
-        health_finish(c, false, "malformed status line");
-    } else if (rc > 0) {
-        char reason[32];
-        snprintf(reason, sizeof(reason), "HTTP status %d", status);
-        health_finish(c, status >= 200 && status < 400, reason);
-    } else if (c->line_len == sizeof(c->line)) {
-        health_finish(c, false, "status line too long");
+    for (;;) {
+        if (c->skipping) {
+            const char *end = memmem(c->line, c->line_len, "\r\n\r\n", 4);
+            if (end == NULL) {
+                size_t keep = c->line_len < 3 ? c->line_len : 3;
+                memmove(c->line, c->line + c->line_len - keep, keep);
+                c->line_len = keep;
+                return;
+            }
+            size_t used = (size_t)(end + 4 - c->line);
+            memmove(c->line, c->line + used, c->line_len - used);
+            c->line_len -= used;
+            c->skipping = false;
+        }
+        int status = 0;
+        int rc = health_status_line_parse(c->line, c->line_len, &status);
+        if (rc < 0) {
+            health_finish(c, false, "malformed status line");
+        } else if (rc > 0 && status >= 100 && status < 200 && status != 101) {
+            if (++c->interim > HEALTH_INTERIM_MAX) {
+                health_finish(c, false, "more than 8 interim (1xx) responses");
+                return;
+            }
+            c->skipping = true;
+            continue;
+        } else if (rc > 0) {
+            char reason[32];
+            snprintf(reason, sizeof(reason), "HTTP status %d", status);
+            health_finish(c, status >= 200 && status < 400, reason);
+        } else if (c->line_len == sizeof(c->line)) {
+            health_finish(c, false, "status line too long");
+        }
+        return;
     }
 }
 
@@ -477,6 +509,8 @@ health_begin(struct health_check *c)
     struct dm_health *h = c->h;
     c->started_ms = uv_now(h->loop);
     c->line_len = 0;
+    c->skipping = false;
+    c->interim = 0;
     int rc = uv_tcp_init(h->loop, &c->tcp);
     if (rc < 0) {
         health_verdict(c, false, uv_strerror(rc));

@@ -326,6 +326,14 @@ up_fail(struct dm_upstream *up, unsigned status, const char *why)
     req->up = NULL;
     up->req = NULL;
     dm_upstream_close(up);
+    if (req->resp_started && req->resp_head != NULL) {
+        /* The head waits for the first body bytes, and the body was bad
+         * before any (an invalid chunk size): nothing of the response went
+         * out, so the client gets the 502 rather than a bare close. */
+        dm_buf_unref(c->w, req->resp_head);
+        req->resp_head = NULL;
+        req->resp_started = false;
+    }
     if (req->resp_started) {
         dm_log_warn("response cut short: %s", why);
         dm_client_close(c);
@@ -494,6 +502,10 @@ up_head_done(struct dm_upstream *up)
         return;
     }
     unsigned status = dm_http_parser_status(&up->parser);
+    if (status < 100 || status > 599) {
+        up_fail(up, 502, "invalid status code (RFC 9110: 100 to 599)");
+        return;
+    }
     if (status == 101) {
         /* A switch only where the client asked for one (else what it sends
          * next would go to the server unparsed: WebSocket smuggling), and

@@ -22,6 +22,9 @@ connection (a GET without a body); the path chooses the behaviour:
   /fault/reset_next       the same, the connection reset (RST) instead
   /fault/interim          60 interim 103 responses of 600 bytes each, then 200 "ok"
   /fault/interim_flood    the same with 600 of them
+  /fault/hinted           two 103 Early Hints, then 200 "ok" with Connection: close
+  /fault/status999        a response with status 999
+  /fault/badchunk         a chunked 200 head, then "zz" as the first chunk size
   /fault/switch           101 Switching Protocols, asked or not; prints "tunneled LINE" if
                           anything comes after it
   /fault/ok               200 "ok" with Connection: close
@@ -129,6 +132,14 @@ def handle(s):
             hint = b"HTTP/1.1 103 Early Hints\r\nLink: </" + b"a" * 555 + b">\r\n\r\n"
             s.sendall(hint * (60 if mode == "interim" else 600) +
                       b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+        elif mode == "hinted":
+            s.sendall(b"HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n" * 2 +
+                      b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+        elif mode == "status999":
+            s.sendall(b"HTTP/1.1 999 Nine\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+        elif mode == "badchunk":
+            s.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n")
+            wait_close(s)
         elif mode == "switch":
             s.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
                       b"Connection: upgrade\r\n\r\n")

@@ -306,6 +306,25 @@ class BackendFaultTest(H.DimmerTest):
         self.d.proc.signal(signal.SIGTERM)  # leaks are reported at the exit (the cleanup checks)
         self.assertEqual(self.d.proc.wait(30), 0)
 
+    def test_a_status_out_of_range_and_a_bad_first_chunk_are_502(self):
+        # Status codes are 100 to 599 (RFC 9110); a body bad before its first
+        # byte: nothing of the response went out, so the client gets a 502,
+        # not a bare close.
+        self.start(max_fails=0)
+        for mode, why in (("status999", b"invalid status code"), ("badchunk", b"")):
+            r = H.get(self.d.port, "/fault/" + mode, timeout=5)
+            self.assertEqual(r.status, 502, (mode, r))
+            self.assertIn(why, r.body)
+
+    def test_health_checks_pass_over_interim_responses(self):
+        # 103 Early Hints before the 200 of a health check: the 200 decides.
+        pools = {"faulty": {"servers": [("f", self.fb.port)],
+                            "health_check": {"path": "/fault/hinted", "interval": "100ms",
+                                             "timeout": "1s", "rise": 1, "fall": 2}}}
+        self.d = self.start_dimmer(pools)
+        H.wait_until(lambda: self.fb.count("done hinted") >= 4, 10, "four checks")
+        self.assertEqual(self.faulty()["state"], "up")
+
     def test_a_switch_nobody_asked_for_is_refused(self):
         # A 101 to a request without Upgrade: following it would send the
         # client's next request to the server unparsed (WebSocket smuggling).

@@ -115,6 +115,12 @@ class CommandTest(H.DimmerTest):
                          404)
         self.assertEqual(H.get(self.d.admin, "/hosts/%s:%d/drain" % (H.HOST, self.b1.port)).status,
                          405)
+        # HEAD is GET without the body, as monitoring probes send it.
+        for path in ("/stats", "/metrics", "/"):
+            r = H.request(self.d.admin, "HEAD", path)
+            self.assertEqual(r.status, 200, path)
+            self.assertGreater(int(r.header("Content-Length")), 0)
+            self.assertEqual(r.body, b"")
 
     def drain_under_load(self, pool):
         self.d = self.start_dimmer({"web": pool}, workers=2)
