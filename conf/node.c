@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "balancers/hash.h"
 #include "conf/conf.h"
 
 const char *
@@ -285,14 +286,8 @@ dm_conf_is_off(const yaml_node_t *n)
 static uint64_t
 key_hash(const yaml_node_t *k)
 {
-    uint64_t h = 1469598103934665603ull; /* FNV-1a */
-    if (k->type != YAML_SCALAR_NODE) {
-        return 0;
-    }
-    for (size_t i = 0; i < k->data.scalar.length; i++) {
-        h = (h ^ k->data.scalar.value[i]) * 1099511628211ull;
-    }
-    return h;
+    return k->type == YAML_SCALAR_NODE ? dm_hash_bytes(k->data.scalar.value, k->data.scalar.length)
+                                       : 0;
 }
 
 static bool

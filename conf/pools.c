@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "balancers/balancer.h"
+#include "balancers/hash.h"
 #include "conf/conf.h"
 
 bool
@@ -121,10 +122,7 @@ names_first(struct names *t, const struct dm_conf_pool *p, const char *name, siz
         }
         return i;
     }
-    uint64_t h = 1469598103934665603ull; /* FNV-1a */
-    for (const char *c = name; *c != 0; c++) {
-        h = (h ^ (unsigned char)*c) * 1099511628211ull;
-    }
+    uint64_t h = dm_hash_bytes(name, strlen(name));
     for (size_t s = (size_t)h & (t->cap - 1);; s = (s + 1) & (t->cap - 1)) {
         if (t->slots[s] == 0) {
             t->slots[s] = i + 1;

@@ -14,10 +14,8 @@
 
 #include "conf/conf.h"
 #include "power/policy.h"
+#include "power/report.h"
 #include "power/wol.h"
-
-/* The largest key or token file read (a key is a few dozen bytes). */
-#define SECRET_MAX 256
 
 void
 dm_conf_power_defaults(struct dm_conf_power *pw)
@@ -520,46 +518,21 @@ get_secret(struct dm_conf_loader *ld, const yaml_node_t *n, const char *key, uin
     if (path == NULL) {
         return false;
     }
-    char ebuf[128];
-    const char *why = NULL;
-    int fd = dm_conf_open_regular(path, ebuf, sizeof(ebuf), &why);
-    if (fd < 0) {
-        dm_conf_fail_at(ld, n, "%s %s: %s", key,
-                        dm_conf_quote(path, strlen(path), buf, sizeof(buf)), why);
-        return false;
-    }
-    uint8_t *b = malloc(SECRET_MAX + 1);
-    size_t len = 0;
-    while (b != NULL && len < SECRET_MAX + 1) {
-        ssize_t r = read(fd, b + len, SECRET_MAX + 1 - len);
-        if (r < 0 && errno == EINTR) {
-            continue;
-        }
-        if (r < 0) {
-            dm_conf_fail_at(ld, n, "%s %s: %s", key,
-                            dm_conf_quote(path, strlen(path), buf, sizeof(buf)),
-                            strerror_r(errno, ebuf, sizeof(ebuf)));
-            close(fd);
-            free(b);
-            return false;
-        }
-        if (r == 0) {
-            break;
-        }
-        len += (size_t)r;
-    }
-    close(fd);
+    /* The agents' reader (power/report.h): a regular file, never waited on,
+     * its final newlines dropped; one byte spare for a token's NUL. */
+    uint8_t *b = malloc(DM_REPORT_KEY_MAX + 1);
     if (b == NULL) {
         ld->oom = true;
         return false;
     }
-    while (len > 0 && (b[len - 1] == '\n' || b[len - 1] == '\r')) {
-        len--;
-    }
-    if (len == 0 || len > SECRET_MAX) {
+    size_t len = 0;
+    int err = dm_report_key_read(path, b, &len);
+    if (err < 0) {
         dm_conf_fail_at(ld, n, "%s %s: %s", key,
                         dm_conf_quote(path, strlen(path), buf, sizeof(buf)),
-                        len == 0 ? "empty" : "longer than 256 bytes");
+                        err == -EINVAL  ? "empty"
+                        : err == -EFBIG ? "longer than 256 bytes"
+                                        : dm_report_key_error(err));
         free(b);
         return false;
     }
@@ -590,7 +563,7 @@ get_token(struct dm_conf_loader *ld, const yaml_node_t *n, const char *key, char
     }
     free(*out);
     *out = (char *)tok;
-    (*out)[len] = 0; /* the buffer has room: SECRET_MAX + 1 */
+    (*out)[len] = 0; /* the buffer has room: DM_REPORT_KEY_MAX + 1 */
     return true;
 }
 
