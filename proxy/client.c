@@ -573,6 +573,9 @@ client_free_cb(uv_handle_t *h)
     struct dm_client *c = h->data;
     struct dm_worker *w = c->w;
     dm_runtime_unref(c->rt);
+    if (c->tls_rt != NULL) {
+        dm_runtime_unref(c->tls_rt);
+    }
     free(c);
     (void)w;
 }
@@ -588,6 +591,51 @@ dm_client_bind(struct dm_client *c, size_t pool, int server)
     if (server >= 0) {
         dm_counter_add(&dm_runtime_host(c->rt, pool, server)->bound, 1);
     }
+}
+
+/*
+ * A connection older than its worker's configuration (a reload came since)
+ * takes the new one as its next request begins: its routes, pools, servers,
+ * limits and timeouts. (nginx and HAProxy close such connections after a
+ * reload, at their next idle moment; this keeps them.) Its affinity stays
+ * when the new configuration's pool of the same name has its server (the
+ * same host); the page it was loading, if any, no longer counts as aged
+ * potential load. A TLS connection keeps the configuration it was accepted
+ * under as well, whose certificates and names its session reads.
+ */
+static void
+client_rebase(struct dm_client *c)
+{
+    struct dm_runtime *old = c->rt, *rt = c->w->rt;
+    if (old == rt || c->req != NULL) {
+        return;
+    }
+    /* The same pool (by name) and server (by host) in the new one, if any. */
+    size_t to_pool = 0;
+    int to_server = -1;
+    for (size_t p = 0; c->bound >= 0 && p < rt->npools; p++) {
+        if (strcmp(rt->conf->pools[p].name, old->conf->pools[c->bound_pool].name) == 0) {
+            const struct dm_servers *sv = rt->pools[p].sv;
+            for (size_t s = 0; s < sv->n && rt->pools[p].cf->affinity_connection; s++) {
+                if (sv->s[s].host == dm_runtime_host(old, c->bound_pool, c->bound)) {
+                    to_pool = p;
+                    to_server = (int)s;
+                    break;
+                }
+            }
+            break;
+        }
+    }
+    dm_learn_client_close(c);
+    dm_client_bind(c, 0, -1);
+    c->rt = rt;
+    dm_runtime_ref(rt);
+    if (c->tls != NULL && c->tls_rt == NULL) {
+        c->tls_rt = old; /* its reference moves */
+    } else {
+        dm_runtime_unref(old);
+    }
+    dm_client_bind(c, to_pool, to_server);
 }
 
 /* Closes the client and abandons its request (and that request's server connection). */
@@ -947,7 +995,8 @@ client_make_room(struct dm_client *c)
         in->len = rest;
         return 0;
     }
-    struct dm_buf *nb = dm_buf_get(c->w, c->rt->buf_cap);
+    /* What a reload's smaller limits.header_bytes would not hold still fits. */
+    struct dm_buf *nb = dm_buf_get(c->w, rest > c->rt->buf_cap ? rest : c->rt->buf_cap);
     if (nb == NULL) {
         return -ENOMEM;
     }
@@ -961,6 +1010,7 @@ client_make_room(struct dm_client *c)
 static bool
 client_start_request(struct dm_client *c)
 {
+    client_rebase(c);
     if (client_make_room(c) < 0) {
         dm_client_close(c);
         return false;
@@ -1603,6 +1653,16 @@ client_read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         return;
     }
     if (c->tls != NULL) {
+        if (c->tls->ssl == NULL && buf->base[0] >= 'A' && buf->base[0] <= 'Z') {
+            /* A TLS record begins with its type (20..23), an SSLv2 hello
+             * with 0x80 or more: this is a plain request's method. Answered
+             * in plain text, as nginx does, rather than closed unanswered. */
+            dm_stat_add(&c->w->lstats[c->listener].tls[DM_TLS_FAILED], 1);
+            dm_tls_free(c->tls);
+            c->tls = NULL;
+            dm_client_respond_error(c, 400, "plain HTTP request sent to a TLS listener");
+            return;
+        }
         if (dm_tls_feed(c->tls, buf->base, (size_t)nread) < 0) {
             char addr[INET6_ADDRSTRLEN];
             dm_accesslog_client_addr(c, addr, sizeof(addr));

@@ -40,7 +40,8 @@ enum dm_client_state {
 struct dm_client {
     uv_tcp_t tcp;
     struct dm_worker *w;
-    struct dm_runtime *rt;         /* reference taken at accept */
+    struct dm_runtime *rt; /* reference: the worker's at accept, or at a later request's start */
+    struct dm_runtime *tls_rt;     /* reference: a TLS client's accept-time one, once rt moved on */
     struct dm_client *prev, *next; /* all of the worker's clients */
     struct dm_tnode timer;         /* header, keep-alive or body timeout */
     struct dm_tnode send_timer;    /* timeouts.client_send, while bytes are queued for it */

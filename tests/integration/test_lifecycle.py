@@ -147,6 +147,68 @@ class RunTest(H.DimmerTest):
         self.assertNotIn("take effect at the next restart", d.proc.stderr())
         self.assertEqual(d.proc.stderr().count("listening on"), 2, d.proc.stderr())
 
+    def reload(self, d, pools, generation):
+        with open(d.conf_path, "w") as f:
+            f.write(H.yaml_config(0, pools, admin=0,
+                                  timeouts={"client_keepalive": "60s"}))
+        d.proc.signal(signal.SIGHUP)
+        H.wait_until(lambda: d.admin_stats()["generation"] == generation, 5,
+                     "generation %d" % generation)
+        # Each worker takes the new config when woken: a new connection shows it.
+        H.wait_until(lambda: all(self.backend_of_new_connection(d) in
+                                 {s[0] for p in pools.values() for s in p["servers"]}
+                                 for _ in range(4)), 5, "the workers on the new config")
+
+    def test_keepalive_connection_takes_the_reloaded_config_at_its_next_request(self):
+        d = self.start_dimmer({"web": self.pool(self.b1)}, timeouts={"client_keepalive": "60s"})
+        b3 = self.start_backend("b3")
+        with H.Conn(d.port) as old, H.Conn(d.port) as busy:
+            self.assertEqual(old.request("GET", "/bytes/1").header("X-Backend"), "b1")
+            busy.send(H.build_request("GET", "/slow/1500"))
+            H.wait_until(lambda: d.servers()["b1"]["inflight"] == 1, 5, "the slow request")
+            self.reload(d, {"web": self.pool(self.b2)}, 2)
+            # The request in flight ends where it began; the next one, as every
+            # request of the idle connection, goes by the new config.
+            self.assertEqual(busy.read_response(timeout=5).header("X-Backend"), "b1")
+            self.assertEqual(busy.request("GET", "/bytes/1").header("X-Backend"), "b2")
+            for _ in range(3):
+                self.assertEqual(old.request("GET", "/bytes/1").header("X-Backend"), "b2")
+            # And again at a second reload, pipelined: two requests in one write.
+            self.reload(d, {"web": self.pool(b3)}, 3)
+            old.send(H.build_request("GET", "/bytes/1") * 2)
+            self.assertEqual([old.read_response().header("X-Backend") for _ in range(2)],
+                             ["b3", "b3"])
+
+    def test_affinity_outlives_a_reload_that_keeps_the_server(self):
+        pool = self.pool(self.b1, self.b2)
+        pool["affinity"] = "connection"
+        d = self.start_dimmer({"web": pool}, timeouts={"client_keepalive": "60s"})
+        b3 = self.start_backend("b3")
+        with H.Conn(d.port) as c1, H.Conn(d.port) as c2:
+            first = c1.request("GET", "/bytes/1").header("X-Backend")
+            other = c2.request("GET", "/bytes/1").header("X-Backend")
+            self.assertEqual({first, other}, {"b1", "b2"})
+            # A reload that adds a server, and one that drops c2's.
+            grown = self.pool(b3, self.b1, self.b2)
+            grown["affinity"] = "connection"
+            self.reload(d, {"web": grown}, 2)
+            for _ in range(4):
+                self.assertEqual(c1.request("GET", "/bytes/1").header("X-Backend"), first)
+            st = d.servers()
+            self.assertEqual(st[first]["bound_clients"], 1)
+            self.assertEqual(st[other]["bound_clients"], 1)
+            kept = self.pool(b3, self.b1 if first == "b1" else self.b2)
+            kept["affinity"] = "connection"
+            self.reload(d, {"web": kept}, 3)
+            moved = c2.request("GET", "/bytes/1").header("X-Backend")
+            self.assertIn(moved, {"b3", first})
+            self.assertEqual(c2.request("GET", "/bytes/1").header("X-Backend"), moved)
+            self.assertEqual(c1.request("GET", "/bytes/1").header("X-Backend"), first)
+            st = d.servers()
+            self.assertEqual(sum(s["bound_clients"] for s in st.values()), 2, st)
+        H.wait_until(lambda: sum(s["bound_clients"] for s in d.servers().values()) == 0, 5,
+                     "bound_clients back to 0")
+
     def test_sighup_with_broken_config_keeps_running_config(self):
         d = self.start_dimmer({"web": self.pool(self.b1)})
         with open(d.conf_path, "w") as f:

@@ -558,10 +558,22 @@ class TlsTest(H.DimmerTest):
 
     def test_hostile_handshakes_leave_it_serving(self):
         d = self.tls_dimmer(self.site_tls(), extra="timeouts: {client_header: 1s}\n")
-        # Plain HTTP to the TLS port, random bytes, a ClientHello cut short:
-        # each connection is closed, none is answered in clear.
-        for name, data in (("plain http", b"GET / HTTP/1.1\r\nHost: a\r\n\r\n"),
-                           ("garbage", os.urandom(4096)),
+        # Plain HTTP to the TLS port gets nginx's answer, a 400 in clear that
+        # says why, and the close; nothing reaches the server.
+        served = self.b.stats()["requests"]
+        for method in (b"GET", b"POST", b"PRI"):
+            with H.Conn(d.port, tls=False) as c:
+                c.send(method + b" / HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n")
+                r = c.read_response(timeout=5)
+                self.assertEqual(r.status, 400)
+                self.assertIn(b"plain HTTP request sent to a TLS listener", r.body)
+                self.assertTrue(c.closed_by_peer(5))
+        r = H.curl("-s", "-o", "/dev/null", "-w", "%{http_code}",
+                   "http://127.0.0.1:%d/bytes/1" % d.port)
+        self.assertEqual(r.stdout, b"400")
+        self.assertEqual(self.b.stats()["requests"], served)
+        # Random bytes, a ClientHello cut short: closed, not answered in clear.
+        for name, data in (("garbage", b"\x80" + os.urandom(4095)),
                            ("record header only", b"\x16\x03\x01\x02\x00")):
             with self.subTest(name):
                 with H.Conn(d.port, tls=False) as c:
