@@ -247,12 +247,16 @@ struct dm_conf_timeouts {
     uint64_t tunnel_ms;      /* default 3600000: a tunnel with no byte either way; 0 = off */
 };
 
+/* limits.max_conns when the config leaves it out: as many as the open-file limit allows, up to
+ * this. */
+#define DM_CONF_DEFAULT_MAX_CONNS 10000
+
 struct dm_conf_limits {
     size_t header_bytes;           /* default 16384: request or response head */
     unsigned header_count;         /* default 100 */
     uint64_t body_bytes;           /* default 0 = unlimited: request body */
     uint64_t body_min_rate;        /* default 500: request body bytes/s, averaged per client_body */
-    unsigned max_conns;            /* default 10000 per worker */
+    unsigned max_conns;            /* default DM_CONF_DEFAULT_MAX_CONNS per worker */
     unsigned max_conns_per_client; /* default 0 = none: per client address, whole process */
     unsigned rate;                 /* default 0 = none: requests/s per client address */
     unsigned burst;                /* default rate: the bucket's size when rate > 0 */

@@ -39,7 +39,7 @@ dm_conf_defaults(struct dm_conf *c)
         .header_count = 100,
         .body_bytes = 0,
         .body_min_rate = 500,
-        .max_conns = 10000,
+        .max_conns = DM_CONF_DEFAULT_MAX_CONNS,
     };
     c->catalog = (struct dm_conf_catalog){
         .memory = 16u << 20,

@@ -117,6 +117,7 @@ on_headers_complete(llhttp_t *ll)
         return -1;
     }
     p->_in_head = false;
+    p->_framing = 0;
     p->_ev = DM_HTTP_HEAD_DONE;
     /* Responses to HEAD, and 1xx, 204 and 304 responses, have no body whatever
      * their Content-Length says. */
@@ -132,6 +133,14 @@ static int
 on_body(llhttp_t *ll, const char *at, size_t len)
 {
     struct dm_http_parser *p = self(ll);
+    size_t gap = p->_data_end != NULL ? (size_t)(at - p->_data_end)
+                                      : p->_framing + (size_t)(at - p->_call_start);
+    if (gap > DM_HTTP_CHUNK_LINE_MAX) {
+        p->_reason = "chunk-size line (with its extensions) too long";
+        return -1;
+    }
+    p->_data_end = at + len;
+    p->_framing = 0;
     p->body_bytes += len;
     if (p->on_body != NULL) {
         p->on_body(p->body_arg, at, len);
@@ -182,10 +191,27 @@ dm_http_parser_init(struct dm_http_parser *p, bool is_request)
     p->_ll.data = p;
 }
 
+/* After a call that read a body up to end: the framing since its last data, bounded. */
+static bool
+body_framing(struct dm_http_parser *p, const char *end)
+{
+    size_t run = p->_data_end != NULL ? (size_t)(end - p->_data_end)
+                                      : p->_framing + (size_t)(end - p->_call_start);
+    if (run > DM_HTTP_CHUNK_LINE_MAX) {
+        p->_reason = "chunk-size line (with its extensions) too long";
+        return false;
+    }
+    p->_framing = (uint32_t)run;
+    return true;
+}
+
 int
 dm_http_parse(struct dm_http_parser *p, const char *data, size_t len, size_t *consumed)
 {
     p->_ev = DM_HTTP_AGAIN;
+    p->_call_start = data;
+    p->_data_end = NULL;
+    bool in_body = p->_open && !p->_in_head;
     llhttp_errno_t e = llhttp_execute(&p->_ll, data, len);
     /* llhttp 8 reads a request line without a version (HTTP/0.9's simple
      * request) as a head and goes on to wait for header fields: refuse it at
@@ -199,11 +225,19 @@ dm_http_parse(struct dm_http_parser *p, const char *data, size_t len, size_t *co
     }
     if (e == HPE_OK) {
         *consumed = len;
+        if (in_body && p->_open && !body_framing(p, data + len)) {
+            return -1;
+        }
         return DM_HTTP_AGAIN;
     }
     if (e == HPE_PAUSED || e == HPE_PAUSED_UPGRADE) {
         const char *pos = llhttp_get_error_pos(&p->_ll);
         *consumed = (size_t)(pos - data);
+        if (p->_ev == DM_HTTP_TRAILERS || p->_ev == DM_HTTP_MSG_DONE) {
+            p->_framing = 0; /* the trailers are bounded as a head is */
+        } else if (in_body && !body_framing(p, pos)) {
+            return -1;
+        }
         if (e == HPE_PAUSED_UPGRADE) {
             return DM_HTTP_UPGRADE;
         }

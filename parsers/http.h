@@ -64,7 +64,17 @@ struct dm_http_parser {
     const char *_url_end; /* just past the request target seen so far */
     uint8_t _ev;          /* event the last pause stands for */
     const char *_reason;  /* our own reason for the last error, or NULL (llhttp's) */
+    /* A chunked body's framing since its last data byte (a chunk-size line,
+     * its extensions, the CRLFs), bounded by DM_HTTP_CHUNK_LINE_MAX: bytes
+     * before this call, and where the last data of this call ended. */
+    uint32_t _framing;
+    const char *_call_start;
+    const char *_data_end;
 };
+
+/* The most bytes a chunked body may have between two chunks' data: a
+ * chunk-size line with its extensions and the CRLFs around it. */
+#define DM_HTTP_CHUNK_LINE_MAX 4096
 
 /* Initialises p for requests (is_request) or responses; p is caller memory. */
 void dm_http_parser_init(struct dm_http_parser *p, bool is_request);

@@ -148,7 +148,9 @@ host_json(struct dm_sbuf *b, const struct dm_host *h, uint64_t now_us)
 /*
  * The limits' counters, summed over the workers: accept_pauses (times a
  * worker at limits.max_conns stopped accepting), paused_workers (those
- * paused now) and refused (connections closed at once, by the limit, and
+ * paused now), open_files (the open-file limit), sockets (client and
+ * server connections open) and socket_cap (where accepting pauses, below
+ * the open-file limit) and refused (connections closed at once, by the limit, and
  * requests answered 429 by limits.rate).
  */
 static void
@@ -158,9 +160,12 @@ limits_json(struct dm_sbuf *b, const struct dm_admin *a)
     dm_workers_limits(a->workers, a->nworkers, &l);
     dm_sb_printf(b,
                  ",\"limits\":{\"accept_pauses\":%llu,\"paused_workers\":%llu,"
+                 "\"open_files\":%llu,\"sockets\":%llu,\"socket_cap\":%llu,"
                  "\"refused\":{\"max_conns_per_client\":%llu,\"rate\":%llu}}",
                  (unsigned long long)l.accept_pauses, (unsigned long long)l.paused_workers,
-                 (unsigned long long)l.per_client, (unsigned long long)l.rate);
+                 (unsigned long long)l.open_files, (unsigned long long)l.sockets,
+                 (unsigned long long)l.socket_cap, (unsigned long long)l.per_client,
+                 (unsigned long long)l.rate);
 }
 
 /*

@@ -572,6 +572,7 @@ client_free_cb(uv_handle_t *h)
 {
     struct dm_client *c = h->data;
     struct dm_worker *w = c->w;
+    dm_sockets_add(-1);
     dm_runtime_unref(c->rt);
     if (c->tls_rt != NULL) {
         dm_runtime_unref(c->tls_rt);
@@ -746,6 +747,11 @@ client_write_done(void *arg, int status)
         up->paused = false;
         dm_upstream_resume(up);
     }
+    if (c->write_wait && queued == 0) {
+        c->write_wait = false;
+        dm_client_read_start(c);
+        dm_client_process(c);
+    }
 }
 
 /*
@@ -813,6 +819,41 @@ dm_client_close_when_written(struct dm_client *c)
 }
 
 /* Answers the current request with an error and closes the connection. */
+/*
+ * Whether a client's own error (a 4xx) gets its line in the error log: at
+ * most DM_CLIENT_ERR_LINES a second a worker, so that one client sending bad
+ * requests as fast as it can does not fill the log (the access log still has
+ * each). The count of those left out is logged once the second is over
+ * (dm_clients_err_roll, from the worker's tick).
+ */
+void
+dm_clients_err_roll(struct dm_worker *w)
+{
+    uint64_t sec = uv_now(&w->loop) / 1000;
+    if (sec != w->client_err_sec) {
+        if (w->client_err_dropped > 0) {
+            dm_log_warn("worker %u: %llu more client errors (4xx) not logged in %llu s", w->id,
+                        (unsigned long long)w->client_err_dropped,
+                        (unsigned long long)(sec - w->client_err_sec));
+        }
+        w->client_err_sec = sec;
+        w->client_err_lines = 0;
+        w->client_err_dropped = 0;
+    }
+}
+
+static bool
+client_err_loggable(struct dm_worker *w)
+{
+    dm_clients_err_roll(w);
+    if (w->client_err_lines >= DM_CLIENT_ERR_LINES) {
+        w->client_err_dropped++;
+        return false;
+    }
+    w->client_err_lines++;
+    return true;
+}
+
 void
 dm_client_respond_error(struct dm_client *c, unsigned status, const char *reason)
 {
@@ -821,7 +862,7 @@ dm_client_respond_error(struct dm_client *c, unsigned status, const char *reason
     dm_accesslog_client_addr(c, addr, sizeof(addr));
     if (req != NULL && req->resp_started) {
         dm_log_warn("client %s: response cut short: %s", addr, reason);
-    } else {
+    } else if (status >= 500 || client_err_loggable(c->w)) {
         dm_log_warn("client %s: %u %s", addr, status, reason);
     }
     if (req != NULL && req->up != NULL) {
@@ -1313,6 +1354,15 @@ dm_client_process(struct dm_client *c)
                 dm_client_read_start(c);
                 return;
             }
+            if (uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp) > 0) {
+                /* A pipelined request starts once the client has taken the
+                 * responses before it (as nginx's and HAProxy's do): one
+                 * that sends and never reads would have every answer
+                 * queued in memory. timeouts.client_send bounds the wait. */
+                dm_client_read_stop(c);
+                c->write_wait = true;
+                return;
+            }
             if (!client_start_request(c)) {
                 return;
             }
@@ -1689,6 +1739,7 @@ dm_client_accept(struct dm_worker *w, uv_stream_t *listener)
         free(c); /* never initialized: no close */
         return -ENOMEM;
     }
+    dm_sockets_add(1); /* until client_free_cb */
     c->tcp.data = c;
     if (uv_accept(listener, (uv_stream_t *)&c->tcp) != 0) {
         /* Not counted nor listed yet: only the handle is to close and free. */

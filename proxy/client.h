@@ -62,6 +62,9 @@ void dm_clients_hold_retry(struct dm_worker *w);
 void dm_client_queue(struct dm_client *c);
 /* Takes c's request out of the queue, if it is queued (it found a place, or gets an answer). */
 void dm_client_unqueue(struct dm_client *c);
+/* A second over: logs how many clients' 4xx lines the error log left out in it. */
+void dm_clients_err_roll(struct dm_worker *w);
+
 /* The queued requests of w try for a place, in turn (a place freed). */
 void dm_clients_queue_retry(struct dm_worker *w);
 /*

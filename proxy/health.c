@@ -261,7 +261,9 @@ health_finish(struct health_check *c, bool ok, const char *reason)
     assert(c->state == HEALTH_CONNECTING || c->state == HEALTH_READING);
     c->state = HEALTH_CLOSING;
     uv_timer_stop(&c->timer);
-    health_verdict(c, ok, reason);
+    if (reason != NULL || ok) {
+        health_verdict(c, ok, reason);
+    }
     SSL_free(c->ssl);
     c->ssl = NULL;
     uv_close((uv_handle_t *)&c->tcp, health_tcp_close_cb);
@@ -503,6 +505,23 @@ health_connect_cb(uv_connect_t *req, int status)
     }
 }
 
+/* Descriptors, memory or local ports ran out in this process: not the server's doing. */
+static bool
+health_local(int rc)
+{
+    return rc == UV_EMFILE || rc == UV_ENFILE || rc == UV_ENOMEM || rc == UV_ENOBUFS ||
+           rc == UV_EADDRNOTAVAIL;
+}
+
+/* A check that could not begin here: it counts neither way, and is tried again at the next
+ * interval. */
+static void
+health_local_failure(struct health_check *c, int rc)
+{
+    dm_log_warn("server %s/%s: health check not run: %s (this process's limit; not counted)",
+                health_name(c->pool->name), health_name(c->cs->name), uv_strerror(rc));
+}
+
 static void
 health_begin(struct health_check *c)
 {
@@ -513,7 +532,7 @@ health_begin(struct health_check *c)
     c->interim = 0;
     int rc = uv_tcp_init(h->loop, &c->tcp);
     if (rc < 0) {
-        health_verdict(c, false, uv_strerror(rc));
+        health_local_failure(c, rc);
         health_schedule(c);
         return;
     }
@@ -525,7 +544,10 @@ health_begin(struct health_check *c)
     uv_timer_start(&c->timer, health_timer_cb, c->timeout_ms, 0);
     rc = uv_tcp_connect(&c->connect, &c->tcp, (const struct sockaddr *)&c->cs->addr.sa,
                         health_connect_cb);
-    if (rc < 0) {
+    if (rc < 0 && health_local(rc)) {
+        health_local_failure(c, rc);
+        health_finish(c, false, NULL); /* no verdict */
+    } else if (rc < 0) {
         health_finish(c, false, uv_strerror(rc));
     }
 }

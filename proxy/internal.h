@@ -66,9 +66,10 @@
 #include "conf/conf.h"
 #include "parsers/http.h"
 
-#define DM_VERSION    "0.1.0"
-#define DM_WRITE_HIGH (256 * 1024) /* stop reading the other side above this */
-#define DM_BUF_MIN    (32 * 1024)
+#define DM_VERSION          "0.1.0"
+#define DM_WRITE_HIGH       (256 * 1024) /* stop reading the other side above this */
+#define DM_BUF_MIN          (32 * 1024)
+#define DM_CLIENT_ERR_LINES 20 /* error-log lines about clients' 4xx a second, per worker */
 
 /* ---- the runtime: one config generation, shared by all workers ---- */
 
@@ -322,7 +323,12 @@ struct dm_worker {
     size_t busy_peak; /* most requests at once since the last trim */
     uint64_t idle_since_ms;
     bool stopping;
-    bool accept_paused;                      /* at max_conns with a connection left waiting */
+    bool accept_paused; /* at max_conns with a connection left waiting */
+    /* The error log's lines about clients' own errors (4xx), at most
+     * DM_CLIENT_ERR_LINES a second: this second's, and those left out. */
+    uint64_t client_err_sec;
+    unsigned client_err_lines;
+    uint64_t client_err_dropped;
     bool accept_draining;                    /* pending ones taken: unpaused after one more poll */
     uint64_t paused_since_ms;                /* uv_now() when accept_paused was set */
     atomic_uint_fast64_t accept_pauses;      /* times accept_paused was set (GET /stats) */

@@ -262,6 +262,9 @@ reload_conf(struct control *ctl)
     ctl->rt = rt;
     dm_log_info("configuration reloaded from %s (generation %llu)", ctl->conf_path,
                 (unsigned long long)rt->generation);
+    if (rt->conf->limits.max_conns != ctl->prev->conf->limits.max_conns) {
+        dm_workers_check_open_files(ctl->nworkers, rt->conf->limits.max_conns);
+    }
 }
 
 /* Closes what the control loop has open (admin, health checks, signals), once. */
@@ -794,6 +797,7 @@ main(int argc, char **argv)
         goto stop_workers;
     }
     dm_admin_set_power(ctl.admin, ctl.power, cf->admin_token);
+    dm_workers_fit_open_files(nworkers, cf->limits.max_conns);
     for (size_t i = 0; i < cf->nlisteners; i++) {
         char at[DM_ADDR_TEXT];
         dm_log_info("listening on %s (%u workers)",

@@ -534,6 +534,14 @@ dm_req_await_response(struct dm_req *req)
     }
 }
 
+/* A connect that failed for want of this process's own resources. */
+static bool
+req_local_failure(int status)
+{
+    return status == UV_EMFILE || status == UV_ENFILE || status == UV_ENOMEM ||
+           status == UV_ENOBUFS || status == UV_EADDRNOTAVAIL;
+}
+
 static void
 req_upstream_ready(struct dm_req *req, struct dm_upstream *up, int status)
 {
@@ -542,6 +550,19 @@ req_upstream_ready(struct dm_req *req, struct dm_upstream *up, int status)
         req->up = NULL;
         dm_learn_work_done(req, req->work);
         dm_req_unpick(req);
+        if (req_local_failure(status)) {
+            /* Descriptors, memory or local ports ran out here: the server is
+             * not at fault (not counted towards passive.max_fails), and
+             * another server would fare no better. 503, as HAProxy's
+             * resource errors. */
+            const struct dm_conf_pool *pc = &c->rt->conf->pools[req->pool];
+            char why[160];
+            snprintf(why, sizeof(why), "no connection to server %s/%s: %s (this process's limit)",
+                     pc->name, pc->servers[req->server].name, uv_strerror(status));
+            req->server = DM_NO_SERVER;
+            dm_client_respond_error(c, 503, why);
+            return;
+        }
         dm_upstream_failed(c->rt, req->pool, req->server,
                            status == UV_ETIMEDOUT                        ? "connect timed out"
                            : status == UV_EPROTO && c->w->up_why[0] != 0 ? c->w->up_why

@@ -19,6 +19,7 @@
 #include "proxy/log.h"
 #include "proxy/request.h"
 #include "proxy/tls.h"
+#include "proxy/worker.h"
 
 /* Interim (1xx) responses one request may get; past them the server is taken as broken. */
 #define DM_INTERIM_MAX 64
@@ -78,6 +79,7 @@ up_free_cb(uv_handle_t *h)
     }
     dm_buf_unref(up->w, up->in); /* NULL unless a read came after the close */
     dm_runtime_unref(up->rt);
+    dm_sockets_add(-1);
     free(up);
 }
 
@@ -308,9 +310,25 @@ dm_upstream_read_start(struct dm_upstream *up)
     }
 }
 
-/* Fails the request on this connection: 502/504 when nothing was answered yet. */
+static void up_fail_as(struct dm_upstream *up, unsigned status, const char *why, bool server_fault);
+
+/* Fails the request on this connection, the server's fault: 502/504 when nothing was answered yet.
+ */
 static void
 up_fail(struct dm_upstream *up, unsigned status, const char *why)
+{
+    up_fail_as(up, status, why, true);
+}
+
+/* The same for a failure of this process (out of memory): the server is not counted. */
+static void
+up_fail_local(struct dm_upstream *up, const char *why)
+{
+    up_fail_as(up, 503, why, false);
+}
+
+static void
+up_fail_as(struct dm_upstream *up, unsigned status, const char *why, bool server_fault)
 {
     struct dm_req *req = up->req;
     if (req == NULL) {
@@ -320,7 +338,7 @@ up_fail(struct dm_upstream *up, unsigned status, const char *why)
     struct dm_client *c = req->c;
     /* No valid response head (nothing, half a status line, a malformed head):
      * the server failed. Once a head came, a cut body is not counted. */
-    if (up->state != DM_U_BODY && up->state != DM_U_TUNNEL) {
+    if (server_fault && up->state != DM_U_BODY && up->state != DM_U_TUNNEL) {
         dm_upstream_failed(up->rt, up->pool, up->server, why);
     }
     req->up = NULL;
@@ -541,7 +559,7 @@ up_head_done(struct dm_upstream *up)
     }
     struct dm_buf *b = dm_buf_get(c->w, head_len + 256);
     if (b == NULL) {
-        up_fail(up, 502, "out of memory");
+        up_fail_local(up, "out of memory");
         return;
     }
     size_t n = dm_http_write_response(b->data, b->cap, up->in->data + up->head_start, head_len,
@@ -850,7 +868,7 @@ up_tls_pump(void *arg)
         uv_buf_t space;
         dm_buf_read_space(up->w, &up->in, up->rt->buf_cap, &space);
         if (space.len == 0) {
-            up_fail(up, 502, "no buffer for the response");
+            up_fail_local(up, "no buffer for the response (out of memory)");
             return;
         }
         n = dm_tls_read(t, space.base, space.len);
@@ -884,7 +902,7 @@ up_read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
     }
     if (up->tls != NULL && nread > 0) {
         if (dm_tls_feed(up->tls, buf->base, (size_t)nread) < 0) {
-            up_fail(up, 502, "out of memory");
+            up_fail_local(up, "out of memory");
             return;
         }
         up_tls_pump(up);
@@ -914,7 +932,7 @@ up_read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         return;
     }
     if (nread == UV_ENOBUFS) {
-        up_fail(up, 502, "no buffer for the response");
+        up_fail_local(up, "no buffer for the response (out of memory)");
         return;
     }
     if (nread < 0) {
@@ -1000,6 +1018,7 @@ dm_upstream_take(struct dm_worker *w, struct dm_runtime *rt, size_t pool, int se
         free(up); /* never initialized: no close */
         return r;
     }
+    dm_sockets_add(1); /* until up_free_cb */
     up->tcp.data = up;
     r = uv_timer_init(&w->loop, &up->timer);
     if (r < 0) {

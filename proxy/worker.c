@@ -1,6 +1,8 @@
 #include "proxy/worker.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <malloc.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -8,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -115,12 +118,122 @@ static uv_async_t *ack_notify; /* on the control loop, or NULL */
 
 static void resume_accepting(struct dm_worker *w);
 
+/* The data path's sockets (client and server connections, every worker),
+ * and how many the open-file limit leaves them (dm_workers_fit_open_files). */
+static atomic_uint_fast64_t sockets;
+static atomic_uint_fast64_t socket_cap = UINT64_MAX;
+static atomic_uint_fast64_t open_files;
+
+void
+dm_sockets_add(int64_t n)
+{
+    atomic_fetch_add_explicit(&sockets, (uint_fast64_t)n, memory_order_relaxed);
+}
+
+/* Whether w accepts no more: at limits.max_conns, or at the open files' cap. */
+static bool
+worker_full(const struct dm_worker *w)
+{
+    return w->nclients >= w->rt->conf->limits.max_conns ||
+           atomic_load_explicit(&sockets, memory_order_relaxed) >=
+               atomic_load_explicit(&socket_cap, memory_order_relaxed);
+}
+
+static const char *
+full_name(const struct dm_worker *w)
+{
+    return w->nclients >= w->rt->conf->limits.max_conns ? "limits.max_conns"
+                                                        : "the open-file limit";
+}
+
+void
+dm_workers_check_open_files(unsigned nworkers, unsigned max_conns)
+{
+    uint64_t cap = atomic_load(&socket_cap);
+    uint64_t asked = (uint64_t)nworkers * max_conns;
+    if (asked > cap / 2 && max_conns != DM_CONF_DEFAULT_MAX_CONNS) {
+        dm_log_warn("limits.max_conns (%u) times %u workers is above what the open-file "
+                    "limit (ulimit -n: %llu) allows, two descriptors a busy connection: "
+                    "accepting pauses at %llu sockets; raise the limit (LimitNOFILE= in a "
+                    "systemd unit) to accept more",
+                    max_conns, nworkers, (unsigned long long)atomic_load(&open_files),
+                    (unsigned long long)cap);
+    }
+}
+
+/* The descriptors this process has open now. */
+static uint64_t
+open_now(void)
+{
+    uint64_t n = 0;
+    DIR *d = opendir("/proc/self/fd");
+    if (d != NULL) {
+        struct dirent *e;
+        while ((e = readdir(d)) != NULL) {
+            n += e->d_name[0] != '.';
+        }
+        closedir(d);
+    }
+    return n;
+}
+
+void
+dm_workers_fit_open_files(unsigned nworkers, unsigned max_conns)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0) {
+        return;
+    }
+    nworkers = nworkers > 0 ? nworkers : 1;
+    uint64_t open = open_now();
+    /* What max_conns asks: two a connection, and room for the reserve. */
+    uint64_t want = 2 * (uint64_t)nworkers * max_conns;
+    want += want / 16 + 32 + open;
+    uint64_t most = 1048576;
+    FILE *f = fopen("/proc/sys/fs/nr_open", "r");
+    if (f != NULL) {
+        unsigned long long v;
+        if (fscanf(f, "%llu", &v) == 1 && v > 0) {
+            most = v;
+        }
+        fclose(f);
+    }
+    want = want < most ? want : most;
+    if (rl.rlim_cur < want) {
+        uint64_t before = rl.rlim_cur;
+        /* Up to what is wanted (the hard limit too, when allowed: as root),
+         * else up to the hard limit. */
+        struct rlimit up = { want, rl.rlim_max > want ? rl.rlim_max : want };
+        if (setrlimit(RLIMIT_NOFILE, &up) == 0) {
+            rl = up;
+        } else if (rl.rlim_cur < rl.rlim_max) {
+            up = (struct rlimit){ rl.rlim_max, rl.rlim_max };
+            if (setrlimit(RLIMIT_NOFILE, &up) == 0) {
+                rl = up;
+            }
+        }
+        if (rl.rlim_cur != before) {
+            dm_log_info("open-file limit raised from %llu to %llu", (unsigned long long)before,
+                        (unsigned long long)rl.rlim_cur);
+        }
+    }
+    /* The descriptors open now (loops, listeners, logs), a reserve (health
+     * checks, the admin listener, actuators), and an eighth of the rest kept
+     * for the server connections of the clients accepted. */
+    uint64_t used = open + 16 + rl.rlim_cur / 32;
+    uint64_t left = rl.rlim_cur > used ? rl.rlim_cur - used : 0;
+    left -= left / 8;
+    atomic_store(&open_files, rl.rlim_cur);
+    atomic_store(&socket_cap, left > 0 ? left : 1);
+    dm_workers_check_open_files(nworkers, max_conns);
+}
+
 /* The end of each loop iteration: paused accepting, corked server writes, the access log. */
 static void
 flush_cb(uv_check_t *h)
 {
     struct dm_worker *w = h->data;
-    if (w->accept_paused && w->nclients < w->rt->conf->limits.max_conns) {
+    if (w->accept_paused && !worker_full(w)) {
         resume_accepting(w);
     }
     dm_upstreams_flush(w);
@@ -228,7 +341,7 @@ on_connection(uv_stream_t *listener, int status)
         return;
     }
     size_t l = (size_t)((uv_tcp_t *)listener - w->listeners);
-    if (w->nclients >= w->rt->conf->limits.max_conns || dm_client_accept(w, listener) < 0) {
+    if (worker_full(w) || dm_client_accept(w, listener) < 0) {
         /* Out of memory pauses too: a later close, or the tick, tries again. */
         w->held[l] = true;
         w->accept_draining = false;
@@ -237,9 +350,12 @@ on_connection(uv_stream_t *listener, int status)
             w->paused_since_ms = uv_now(&w->loop);
             dm_counter_add(&w->accept_pauses, 1);
             atomic_store_explicit(&w->paused_now, true, memory_order_relaxed);
-            dm_log_warn("worker %u: limits.max_conns (%u) reached: accepting paused, new "
+            dm_log_warn("worker %u: %s (%llu) reached: accepting paused, new "
                         "connections wait in the listen queue",
-                        w->id, w->rt->conf->limits.max_conns);
+                        w->id, full_name(w),
+                        (unsigned long long)(w->nclients >= w->rt->conf->limits.max_conns
+                                                 ? w->rt->conf->limits.max_conns
+                                                 : atomic_load(&socket_cap)));
         }
     }
 }
@@ -251,8 +367,7 @@ resume_accepting(struct dm_worker *w)
     if (!w->accept_paused || w->stopping) {
         return;
     }
-    unsigned max = w->rt->conf->limits.max_conns;
-    for (size_t k = 0; k < w->nlisteners && w->nclients < max; k++) {
+    for (size_t k = 0; k < w->nlisteners && !worker_full(w); k++) {
         size_t l = (w->held_next + k) % w->nlisteners;
         if (!w->held[l]) {
             continue;
@@ -278,8 +393,10 @@ resume_accepting(struct dm_worker *w)
     w->accept_draining = false;
     w->accept_paused = false;
     atomic_store_explicit(&w->paused_now, false, memory_order_relaxed);
-    dm_log_info("worker %u: below limits.max_conns (%u) again: accepting resumed after %llu ms",
-                w->id, max, (unsigned long long)(uv_now(&w->loop) - w->paused_since_ms));
+    dm_log_info("worker %u: below limits.max_conns (%u) and the open-file limit again: "
+                "accepting resumed after %llu ms",
+                w->id, w->rt->conf->limits.max_conns,
+                (unsigned long long)(uv_now(&w->loop) - w->paused_since_ms));
 }
 
 /* ---- the worker loop ---- */
@@ -438,6 +555,9 @@ tick_cb(uv_timer_t *t)
     struct dm_worker *w = t->data;
     dm_stat_add(&w->beats, 1);
     dm_clients_expire(w);
+    if (w->client_err_dropped > 0) {
+        dm_clients_err_roll(w);
+    }
     if (++w->ticks % 2 == 0 && w->aging != NULL) {
         dm_learn_age(w); /* every 100 ms */
     }
@@ -797,6 +917,9 @@ dm_workers_limits(const struct dm_worker *ws, unsigned n, struct dm_limits_count
         out->per_client += dm_counter_get(&w->refused_per_client);
         out->rate += dm_counter_get(&w->refused_rate);
     }
+    out->open_files = atomic_load(&open_files);
+    out->sockets = atomic_load(&sockets);
+    out->socket_cap = atomic_load(&socket_cap);
 }
 
 uint64_t

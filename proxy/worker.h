@@ -71,7 +71,28 @@ struct dm_limits_counts {
     uint64_t paused_workers; /* those paused now */
     uint64_t per_client;     /* connections closed at once by limits.max_conns_per_client */
     uint64_t rate;           /* requests answered 429 by limits.rate */
+    uint64_t open_files;     /* the open-file limit (RLIMIT_NOFILE) the workers run under */
+    uint64_t sockets;        /* client and server connections open now, every worker */
+    uint64_t socket_cap;     /* the most the open-file limit leaves them: accepting pauses there */
 };
+/*
+ * Fits the workers to the open-file limit, once they and every listener and
+ * log are open: the limit goes up to what limits.max_conns asks, two
+ * descriptors a connection (as HAProxy raises its own; the hard limit too
+ * when allowed, else the soft one up to the hard one). The data path's
+ * sockets are then capped below it, less a reserve (health checks, the
+ * admin listener, actuators) and an eighth kept for server connections: at
+ * the cap every worker stops accepting, as at limits.max_conns, and the
+ * connections wait in the listen queue. Past the limit accept() would
+ * fail, and libuv would close them unanswered. Warns when max_conns asks
+ * for more than the limit allows.
+ */
+void dm_workers_fit_open_files(unsigned nworkers, unsigned max_conns);
+/* The same warning, at a reload that changes limits.max_conns. */
+void dm_workers_check_open_files(unsigned nworkers, unsigned max_conns);
+/* A data-path socket opened (1) or closed (-1): client or server connection. */
+void dm_sockets_add(int64_t n);
+
 void dm_workers_limits(const struct dm_worker *ws, unsigned n, struct dm_limits_counts *out);
 
 /* Worker i's heartbeat: its ticks so far (one each DM_TICK_MS while its loop runs). */

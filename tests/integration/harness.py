@@ -888,18 +888,20 @@ class DimmerTest(unittest.TestCase):
         self.d.proc.signal(signal.SIGHUP)
         wait_until(lambda: self.d.admin_stats()["generation"] > gen, 10, "the reload")
 
-    def start_dimmer_conf(self, conf, env=None):
+    def start_dimmer_conf(self, conf, env=None, wrapper=()):
         """dimmer -c conf, whose listen and admin addresses should have port 0."""
-        return self.start_dimmer_args(["-c", conf], conf, env=env)
+        return self.start_dimmer_args(["-c", conf], conf, env=env, wrapper=wrapper)
 
-    def start_dimmer_args(self, args, conf_path=None, env=None):
+    def start_dimmer_args(self, args, conf_path=None, env=None, wrapper=()):
         """
         dimmer with args and a --ports-file in the temp dir; returns a Dimmer
-        once the file is there, that is once every listener listens.
+        once the file is there, that is once every listener listens. wrapper:
+        a command that execs it (prlimit with its options, say).
         """
         name = "dimmer-%d" % len(self.procs)
         ports_file = self.path(name + ".ports")
-        p = self.start_proc(name, [DIMMER] + list(args) + ["--ports-file", ports_file], env=env)
+        p = self.start_proc(name, list(wrapper) + [DIMMER] + list(args) +
+                            ["--ports-file", ports_file], env=env)
 
         def ready():
             lines = read_ports_file(ports_file)

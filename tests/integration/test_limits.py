@@ -6,6 +6,7 @@ client address's next connection is closed at once, unanswered; over
 limits.rate a client address's request is answered 429 with Retry-After.
 """
 import os
+import resource
 import select
 import socket
 import sys
@@ -118,6 +119,74 @@ class MaxConnsTest(H.DimmerTest):
         H.wait_until(lambda: "accepting resumed" in self.d.proc.stderr(), 5, "the resume logged")
         self.assertEqual(self.d.proc.stderr().count("accepting paused"), 1)
         self.assertEqual(self.limits()["accept_pauses"], 1)
+
+
+    def test_the_open_file_limit_pauses_accepting_as_max_conns_does(self):
+        # Under `ulimit -n 64` accept() would fail with EMFILE, and libuv then
+        # closes the connections waiting in the listen queue, unanswered.
+        # dimmer stops accepting below the limit instead: past it, connections
+        # wait in the queue as at limits.max_conns, and each is served in turn.
+        conf = self.write_config(H.yaml_config(
+            0, {"web": self.pool(self.b1, passive=NO_PASSIVE)}, admin=0, workers=1,
+            limits={"max_conns": 1000}))
+        self.d = self.start_dimmer_conf(conf, wrapper=["prlimit", "--nofile=64:64", "--"])
+        lim = self.d.admin_stats()["limits"]
+        cap = lim["socket_cap"]
+        self.assertEqual((lim["open_files"], lim["sockets"]), (64, 0))
+        self.assertTrue(1 <= cap < 32, cap)
+        self.assertIn("accepting pauses at %d sockets" % cap, self.d.proc.stderr())
+        conns = []
+        try:
+            for i in range(60):
+                c = H.Conn(self.d.port)
+                conns.append(c)
+                c.send(H.build_request("GET", "/bytes/%d" % (i + 1)))
+            # The last ones wait, unanswered and open.
+            for c in conns[-10:]:
+                self.assertTrue(silent_for(c, QUIET / 10))
+            self.assertIn("the open-file limit (%d) reached" % cap, self.d.proc.stderr())
+            self.assertEqual(self.d.admin_stats()["limits"]["paused_workers"], 1)
+            # Each one answered closes, and lets one more in: all 60 are served.
+            self.assertEqual(answer_all(conns, 30), [200] * 60)
+        finally:
+            for c in conns:
+                c.close()
+        H.wait_until(lambda: "accepting resumed" in self.d.proc.stderr(), 5, "the resume logged")
+        self.assertEqual(H.get(self.d.port, "/bytes/1").status, 200)
+
+    def test_no_descriptor_for_a_server_connection_is_not_the_servers_fault(self):
+        # dimmer runs out of descriptors: each request gets a 503 that says
+        # so, and the server is not counted as failing (it was: three such
+        # requests, and a healthy server was down for passive.fail_timeout).
+        self.d = self.start_dimmer({"web": self.pool(self.b1)}, workers=1)
+        pid = self.d.proc.pid
+        soft, hard = resource.prlimit(pid, resource.RLIMIT_NOFILE)
+        conns = [H.Conn(self.d.port) for _ in range(4)]
+        try:
+            for c in conns:
+                self.assertEqual(c.request("GET", "/bytes/3").status, 200)
+            for c in conns:
+                # No idle server connection left to reuse: the next request needs a new one.
+                r = H.request(self.d.admin, "POST", "/hosts/%s:%d/close-idle" % (H.HOST, self.b1.port))
+                self.assertEqual(r.status, 200)
+                H.wait_until(lambda: self.d.servers()["b1"]["server_connections"] == 0, 5,
+                             "no server connection open")
+                # The soft limit at the lowest free descriptor: the next socket() fails.
+                used = {int(f) for f in os.listdir("/proc/%d/fd" % pid)}
+                low = min(set(range(len(used) + 1)) - used)
+                resource.prlimit(pid, resource.RLIMIT_NOFILE, (low, hard))
+                r = c.request("GET", "/bytes/5")
+                self.assertEqual(r.status, 503)
+                self.assertIn(b"this process's limit", r.body)
+                self.assertTrue(c.closed_by_peer(5))
+                resource.prlimit(pid, resource.RLIMIT_NOFILE, (soft, hard))
+        finally:
+            for c in conns:
+                c.close()
+        s = self.d.servers()["b1"]
+        self.assertEqual((s["state"], s["fails"], s["failures"]), ("up", 0, 0))
+        r = H.get(self.d.port, "/bytes/6")
+        self.assertEqual((r.status, r.body), (200, H.pattern(6)))
 
 
 class PerClientTest(H.DimmerTest):

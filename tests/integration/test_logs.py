@@ -90,6 +90,31 @@ class LogsTest(H.DimmerTest):
         for line in self.d.proc.stderr().splitlines():
             self.assertRegex(line, r"^\d{4}-\d\d-\d\dT\S+ dimmer\[\d+\]: ", line)
 
+    def test_a_flood_of_bad_requests_does_not_flood_the_error_log(self):
+        # One client sending bad requests as fast as it can: at most 20 lines
+        # a second a worker say what each was, one more says how many were
+        # left out (it was a line each: 44,000 lines in 3 s). The access log has every one.
+        log = self.path("access.log")
+        self.d = self.start_dimmer({"web": self.pool(self.b1)},
+                                   extra='access_log: {path: "%s", format: combined}\n' % log)
+        n = 300
+        for _ in range(n):
+            with H.Conn(self.d.port) as c:
+                self.assertEqual(c.request("GET", "/bytes/1", host=None).status, 400)
+        shown = re.compile(r"client 127\.0\.0\.1: 400 ")
+        left = re.compile(r"worker 0: (\d+) more client errors \(4xx\) not logged")
+
+        def counted():
+            err = self.d.proc.stderr()
+            return (len(shown.findall(err)), sum(int(m) for m in left.findall(err)))
+
+        H.wait_until(lambda: sum(counted()) == n, 5, "every bad request shown or counted")
+        logged, dropped = counted()
+        self.assertGreater(dropped, 0)
+        self.assertGreaterEqual(logged, 20)
+        H.wait_until(lambda: len(lines(log)) == n, 5, "an access log line each")
+        self.assertTrue(all(COMBINED.match(x).group(4) == "400" for x in lines(log)))
+
     def test_log_level_and_its_reload(self):
         conf = H.yaml_config(0, {"web": self.pool(self.b1)}, admin=0, extra="log_level: warn\n")
         path = self.write_config(conf)

@@ -372,6 +372,35 @@ class SlowClientTest(H.DimmerTest):
         self.assertLess(time.monotonic() - start, 1.0 + SLACK)
         self.assert_served()
 
+    def test_pipelined_requests_wait_for_a_client_that_does_not_read(self):
+        # A client that pipelines requests and reads nothing: each request
+        # waits for the responses before it to be taken, so what dimmer holds
+        # for it is bounded (it used to serve all of them, the responses
+        # queued in its memory: 775 MB for 200,000 small ones).
+        self.d = self.start_dimmer({"web": self.pool(self.b1)},
+                                   timeouts={"client_send": "60s"})
+        # 48 MB of responses, far past any socket buffer, each small enough to
+        # come whole at once (a large one pauses its server mid-response).
+        n, size = 3000, 16384
+        with H.Conn(self.d.port, timeout=30) as c:
+            c.send(H.build_request("GET", "/bytes/%d" % size) * n)
+            seen = [-1, time.monotonic()]
+
+            def settled():
+                served = self.d.servers()["b1"]["requests"]
+                if served != seen[0]:
+                    seen[0], seen[1] = served, time.monotonic()
+                return served > 0 and time.monotonic() - seen[1] > 1.0
+
+            H.wait_until(settled, 30, "the served count to stop growing")
+            self.assertLess(seen[0], n // 4, "served before the client read")
+            # Nothing is lost: reading, the client gets every response, in order.
+            for _ in range(n):
+                r = c.read_response(timeout=30)
+                self.assertEqual((r.status, len(r.body)), (200, size))
+        self.assertEqual(self.d.servers()["b1"]["requests"], n)
+        self.assert_served()
+
     def test_http09_request_line_is_answered_400_at_once(self):
         self.d = self.start_dimmer({"web": self.pool(self.b1)})  # client_header 10s
         start = time.monotonic()

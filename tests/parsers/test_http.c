@@ -636,6 +636,61 @@ test_chunked_body_with_extensions_and_trailer_is_decoded(void **state)
     free(r);
 }
 
+/* A chunked request whose second chunk-size line is "1;" and ext bytes of
+ * 'a' (or, with zeros, that many '0's then "1"): its length in *n. */
+static char *
+long_chunk_line(size_t pad, bool zeros, size_t *n)
+{
+    static const char head[] = "POST /c HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n"
+                               "1\r\nx\r\n";
+    static const char tail[] = "\r\ny\r\n0\r\n\r\n";
+    char *t = malloc(sizeof(head) + pad + 2 + sizeof(tail));
+    assert_non_null(t);
+    size_t k = sizeof(head) - 1;
+    memcpy(t, head, k);
+    if (zeros) {
+        memset(t + k, '0', pad);
+        k += pad;
+        t[k++] = '1';
+    } else {
+        t[k++] = '1';
+        t[k++] = ';';
+        memset(t + k, 'a', pad);
+        k += pad;
+    }
+    memcpy(t + k, tail, sizeof(tail));
+    *n = k + sizeof(tail) - 1;
+    return t;
+}
+
+static void
+test_a_chunk_size_line_is_bounded(void **state)
+{
+    (void)state;
+    /* Within DM_HTTP_CHUNK_LINE_MAX: decoded, however the bytes are split. */
+    for (int zeros = 0; zeros < 2; zeros++) {
+        size_t n;
+        char *t = long_chunk_line(DM_HTTP_CHUNK_LINE_MAX - 100, zeros, &n);
+        struct run *r = parse_request(t, n);
+        assert_int_equal(r->nev, 3);
+        assert_int_equal(r->ev[2], DM_HTTP_MSG_DONE);
+        assert_int_equal(r->nbody, 2);
+        assert_memory_equal(r->body, "xy", 2);
+        free(r);
+        free(t);
+        /* Past it: an error once the line is too long (it carried 20 MB of
+         * extension, or of leading zeros, to the server under limits.body_bytes: 1k). */
+        t = long_chunk_line(DM_HTTP_CHUNK_LINE_MAX + 10, zeros, &n);
+        r = parse_request(t, n);
+        assert_int_equal(r->nev, 2);
+        assert_int_equal(r->ev[0], DM_HTTP_HEAD_DONE);
+        assert_true(r->ev[1] < 0);
+        assert_int_equal(r->nbody, 1);
+        free(r);
+        free(t);
+    }
+}
+
 #define PIPE_1 "GET /a HTTP/1.1\r\nHost: a\r\n\r\n"
 #define PIPE_2 "POST /b HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\n"
 #define PIPE_3 "GET /c HTTP/1.1\r\nHost: a\r\n\r\n"
@@ -1757,6 +1812,7 @@ main(void)
         cmocka_unit_test(test_empty_field_value_is_its_own_field),
         cmocka_unit_test(test_post_body_ends_after_content_length_bytes),
         cmocka_unit_test(test_chunked_body_with_extensions_and_trailer_is_decoded),
+        cmocka_unit_test(test_a_chunk_size_line_is_bounded),
         cmocka_unit_test(test_pipelined_requests_are_each_found_after_next),
         cmocka_unit_test(test_response_body_ends_after_content_length_bytes),
         cmocka_unit_test(test_response_to_head_has_no_body_despite_content_length),
