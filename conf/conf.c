@@ -32,13 +32,31 @@
  * once for every alias of it): this many nodes, or twice the file's own. */
 #define CONF_MAX_EXPANDED 200000
 
+/* A node's explicit tag (`!!str`, `!x`), or NULL. */
+static const char *
+event_tag(const yaml_event_t *e)
+{
+    switch (e->type) {
+    case YAML_SCALAR_EVENT:
+        return (const char *)e->data.scalar.tag;
+    case YAML_SEQUENCE_START_EVENT:
+        return (const char *)e->data.sequence_start.tag;
+    case YAML_MAPPING_START_EVENT:
+        return (const char *)e->data.mapping_start.tag;
+    default:
+        return NULL;
+    }
+}
+
 /*
  * Refuses nesting deeper than CONF_MAX_DEPTH before the document is built:
- * a pass over libyaml's events, which stops there. A syntax error stops it
- * too, and is reported by the load that follows (which reaches it as cheaply).
+ * a pass over libyaml's events, which stops there; and a tag, which the
+ * loader would silently pass over (every value is read as its key says). A
+ * syntax error stops it too, and is reported by the load that follows
+ * (which reaches it as cheaply).
  */
 static bool
-check_depth(struct dm_conf_loader *ld, const char *buf, size_t len)
+check_events(struct dm_conf_loader *ld, const char *buf, size_t len)
 {
     yaml_parser_t parser;
     yaml_event_t e;
@@ -57,7 +75,14 @@ check_depth(struct dm_conf_loader *ld, const char *buf, size_t len)
             break;
         }
         yaml_event_type_t t = e.type;
-        if (t == YAML_SEQUENCE_START_EVENT || t == YAML_MAPPING_START_EVENT) {
+        const char *tag = event_tag(&e);
+        if (tag != NULL) {
+            dm_conf_fail_mark(ld, e.start_mark,
+                              "YAML tags are not supported (got \"%.60s\"): write the value "
+                              "without it; each key says how its value is read",
+                              tag);
+            ok = false;
+        } else if (t == YAML_SEQUENCE_START_EVENT || t == YAML_MAPPING_START_EVENT) {
             if (++depth > CONF_MAX_DEPTH) {
                 dm_conf_fail_mark(ld, e.start_mark, "nested more than %d lists or mappings deep",
                                   CONF_MAX_DEPTH);
@@ -205,7 +230,7 @@ parse_yaml(struct dm_conf_loader *ld, const char *buf, size_t len)
         ld->oom = true;
         return false;
     }
-    if (!check_depth(ld, buf, len)) {
+    if (!check_events(ld, buf, len)) {
         goto out_parser;
     }
     yaml_parser_set_input_string(&parser, (const unsigned char *)buf, len);

@@ -23,10 +23,11 @@ dm_pm_metrics(struct dm_pm_trend *tr, const struct dm_pm_reading *r, size_t n, d
         if (r[i].held) {
             continue;
         }
+        bool live = r[i].state == DM_PM_ACTIVE && !r[i].down;
         m->n_total += r[i].state != DM_PM_FAILED;
-        m->n_live += r[i].state == DM_PM_ACTIVE;
+        m->n_live += live;
         m->n_booting += r[i].state == DM_PM_BOOTING;
-        if (r[i].state == DM_PM_ACTIVE) {
+        if (live) {
             m->total_w += r[i].w;
         }
         if (r[i].state == DM_PM_ACTIVE || r[i].state == DM_PM_DRAINING) {

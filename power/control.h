@@ -27,6 +27,7 @@ double dm_pm_estimate_w(double idle_w, double full_w, double inflight, double ca
 struct dm_pm_reading {
     enum dm_pm_state state;
     bool held; /* the operator's: not counted */
+    bool down; /* active, but its health check fails or it is in a passive down period: not live */
     double w;  /* its estimated power */
     double tcp;
     /* For learning tcp_max: w came from the server's own agent (not the

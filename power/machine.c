@@ -38,6 +38,9 @@ dm_pm_progress(const struct dm_pm_rules *r, const struct dm_pm_server *s,
         }
         return in_state >= r->boot_timeout_us ? DM_PM_BOOT_TIMEOUT : DM_PM_NOTHING;
     }
+    if (s->state == DM_PM_FAILED && !s->busy && r->health_checked && o->healthy) {
+        return DM_PM_UP; /* it booted after its boot_timeout, or came back by itself */
+    }
     return DM_PM_NOTHING;
 }
 
@@ -66,7 +69,7 @@ dm_pm_count(const struct dm_pm_server *s, size_t n, unsigned *active, unsigned *
         if (s[i].held) {
             continue;
         }
-        *active += s[i].state == DM_PM_ACTIVE;
+        *active += s[i].state == DM_PM_ACTIVE && !s[i].down;
         *booting += s[i].state == DM_PM_BOOTING;
         *draining += s[i].state == DM_PM_DRAINING;
     }
@@ -148,7 +151,7 @@ dm_pm_plan(const struct dm_pm_rules *r, const struct dm_pm_server *s, size_t n, 
         for (size_t i = 0; i < n; i++) {
             const struct dm_pm_server *c = &s[i];
             /* One that could not be woken again is never slept. */
-            if (c->state != DM_PM_ACTIVE || !c->can_wake || c->keep_on ||
+            if (c->state != DM_PM_ACTIVE || c->down || !c->can_wake || c->keep_on ||
                 !may_change(r, c, now_us) || moved(out, k, i)) {
                 continue;
             }

@@ -8,6 +8,10 @@
  *   active --drain--> draining --drained or drain_timeout--> sleeping
  *   sleeping --wake--> booting --healthy--> active
  *   booting --boot_timeout--> failed          (another is woken instead)
+ *   failed --healthy--> active                (it came up late)
+ *
+ * An active server that is down (its health check fails) is not counted
+ * among those serving: another is woken in its place.
  *
  * A booting server whose wake waits or runs (busy) stays booting: neither
  * up nor timed out until its wake has run.
@@ -61,6 +65,7 @@ struct dm_pm_server {
     uint64_t last_change_us; /* its last change of state (0: never) */
     uint64_t last_action_us; /* its last actuator run (0: never) */
     bool held;               /* the operator's */
+    bool down;               /* active, but its health check fails (or a passive down period) */
     bool busy;               /* an actuator of it runs, or one waits to run */
     bool can_wake;           /* it has a wake actuator */
     bool keep_on;            /* it must stay on: never drained by a plan */

@@ -136,6 +136,8 @@ tq_insert(struct dm_worker *w, struct dm_tnode *n, enum dm_tkind kind, unsigned 
 
 _Atomic(uv_async_t *) dm_hold_notify;
 
+static void client_request_rebase(struct dm_client *c);
+
 /* Gives back c's place in its pool's held count. */
 static void
 hold_release(struct dm_client *c)
@@ -278,6 +280,7 @@ dm_clients_hold_retry(struct dm_worker *w)
         n->prev = n->next = NULL;
         n->kind = DM_T_NONE;
         struct dm_client *c = (struct dm_client *)((char *)n - offsetof(struct dm_client, timer));
+        client_request_rebase(c);
         hold_release(c);
         if (!c->closing && c->req != NULL && c->state == DM_C_CONNECT) {
             dm_req_pick_and_connect(c->req);
@@ -411,6 +414,10 @@ dm_clients_queue_retry(struct dm_worker *w)
         at[best] = n->next;
         struct dm_client *c = (struct dm_client *)((char *)n - offsetof(struct dm_client, timer));
         uint64_t bit = 1ull << (c->held_pool % 64);
+        if (c->rt != w->rt) {
+            client_request_rebase(c); /* a reload came: its pool, in the new config */
+            bit = 1ull << (c->req->pool % 64);
+        }
         if ((stayed & bit) == 0) {
             bool fresh = c->req->attempts == 0;
             dm_req_pick_and_connect(c->req);
@@ -608,7 +615,7 @@ static void
 client_rebase(struct dm_client *c)
 {
     struct dm_runtime *old = c->rt, *rt = c->w->rt;
-    if (old == rt || c->req != NULL) {
+    if (old == rt) {
         return;
     }
     /* The same pool (by name) and server (by host) in the new one, if any. */
@@ -637,6 +644,36 @@ client_rebase(struct dm_client *c)
         dm_runtime_unref(old);
     }
     dm_client_bind(c, to_pool, to_server);
+}
+
+/*
+ * A request that waits for a server (held while every server sleeps, or
+ * queued under max_conns) when a reload comes moves to the new
+ * configuration with its connection, as a later request would: routed
+ * again, it waits in the new configuration's pool, where the power manager
+ * counts it and the new limits apply. (In the old one the manager, which
+ * reads the new, no longer saw it, and woke nothing for it.) One already
+ * sent to a server, or of a session pool, stays where it began.
+ */
+static void
+client_request_rebase(struct dm_client *c)
+{
+    struct dm_req *req = c->req;
+    if (c->rt == c->w->rt || c->closing || req == NULL || c->state != DM_C_CONNECT ||
+        req->up != NULL || req->attempts != 0 || c->rt->pools[req->pool].placer != NULL) {
+        return;
+    }
+    hold_release(c);
+    dm_client_unqueue(c); /* queued again in the new pool if no place is free there */
+    client_rebase(c);
+    const struct dm_conf *cf = c->rt->conf;
+    req->pool = dm_route_match(cf, req->info.host.p, req->info.host.len, req->info.path.p,
+                               req->info.path.len);
+    if (c->rt->pools[req->pool].keyed) {
+        bool any = c->any_host;
+        req->key = dm_catalog_key(any ? "" : req->info.host.p, any ? 0 : req->info.host.len,
+                                  req->info.path.p, req->info.path.len);
+    }
 }
 
 /* Closes the client and abandons its request (and that request's server connection). */

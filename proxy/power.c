@@ -53,7 +53,8 @@ struct pm_server;
 
 /* One actuator run in flight: a command, an HTTP POST, or nothing (WOL is one datagram). */
 struct pm_action {
-    struct pm_server *s; /* NULL once the manager stopped or forgot the server */
+    struct pm_server *s; /* NULL once the manager stopped */
+    char *name;          /* its server's, as when it began (a reload may take the config) */
     enum pm_act_kind kind;
     enum dm_power_act how;
     uv_process_t proc;
@@ -81,9 +82,10 @@ struct pm_server {
     size_t index;                    /* in its pool's servers */
     enum dm_pm_state state;
     uint64_t since_us, last_change_us, last_action_us;
-    uint64_t epoch; /* of the last power command */
-    bool held;      /* the operator's: the policy leaves it alone */
-    bool managed;   /* in a power-managed pool at the last configure() */
+    uint64_t epoch;     /* of the last power command */
+    bool held;          /* the operator's: the policy leaves it alone */
+    bool managed;       /* in a power-managed pool at the last configure() */
+    bool sleep_from_up; /* its last sleep was of a machine known up (drained, not failed) */
     /* The agent's last accepted report. */
     uint64_t last_seq, report_us, agent_tcp;
     double agent_w, measured_w;
@@ -195,6 +197,7 @@ action_closed(uv_handle_t *h)
     struct pm_action *a = h->data;
     if (--a->open == 0) {
         free(a->req);
+        free(a->name);
         free(a);
     }
 }
@@ -261,24 +264,29 @@ action_finish(struct pm_action *a, bool ok, const char *what)
         if (!ok) {
             s->action_failures++;
         }
-        dm_log(ok ? DM_LOG_INFO : DM_LOG_WARN, "power: %s %s (%s): %s",
-               a->kind == ACT_WAKE ? "wake" : "sleep", s->cf != NULL ? s->cf->name : "?",
-               a->how == DM_ACT_HTTP ? "http" : "command", what);
-        /* A machine whose sleep failed is most likely still up: back in
-         * service (once its health check passes again). One whose wake
-         * failed is failed at once (another is woken in its place), not
-         * taken as up when its boot delay has passed. */
-        if (!ok && a->kind == ACT_SLEEP && s->state == DM_PM_SLEEPING && a->pm != NULL &&
-            !a->pm->stopping) {
-            decision(a->pm, s->pool, "%s: its sleep failed: active again", s->cf->name);
-            set_state(a->pm, s, DM_PM_ACTIVE, dm_mono_us());
+        const char *name = a->name != NULL ? a->name : "?";
+        dm_log(ok ? DM_LOG_INFO : DM_LOG_WARN, "power: %s %s (%s): %s%s",
+               a->kind == ACT_WAKE ? "wake" : "sleep", name,
+               a->how == DM_ACT_HTTP ? "http" : "command", what,
+               s->pool == NULL ? " (it is no longer power-managed)" : "");
+        /* A server a reload took out of power management is left as it is. */
+        bool managed = s->pool != NULL && a->pm != NULL && !a->pm->stopping;
+        /* A machine known up whose sleep failed is most likely still up:
+         * back in service (once its health check passes again). One that
+         * was booting or failed is no better known than before: failed.
+         * One whose wake failed is failed at once (another is woken in its
+         * place), not taken as up when its boot delay has passed. */
+        if (!ok && a->kind == ACT_SLEEP && s->state == DM_PM_SLEEPING && managed) {
+            bool up = s->sleep_from_up;
+            decision(a->pm, s->pool, "%s: its sleep failed: %s", name,
+                     up ? "active again" : "failed (it was not known to be up)");
+            set_state(a->pm, s, up ? DM_PM_ACTIVE : DM_PM_FAILED, dm_mono_us());
         }
-        if (!ok && a->kind == ACT_WAKE && s->state == DM_PM_BOOTING && a->pm != NULL &&
-            !a->pm->stopping) {
-            decision(a->pm, s->pool, "%s: its wake failed (%s): failed", s->cf->name, what);
+        if (!ok && a->kind == ACT_WAKE && s->state == DM_PM_BOOTING && managed) {
+            decision(a->pm, s->pool, "%s: its wake failed (%s): failed", name, what);
             set_state(a->pm, s, DM_PM_FAILED, dm_mono_us());
         }
-        if (a->pm != NULL && !a->pm->stopping) {
+        if (managed) {
             run_pending(a->pm, s, dm_mono_us());
         }
     }
@@ -291,8 +299,7 @@ action_timeout(uv_timer_t *t)
     struct pm_action *a = t->data;
     if (a->running) {
         kill_command(&a->proc); /* the exit callback finishes it */
-        dm_log_warn("power: command for %s timed out: killed",
-                    a->s != NULL && a->s->cf != NULL ? a->s->cf->name : "?");
+        dm_log_warn("power: command for %s timed out: killed", a->name != NULL ? a->name : "?");
         return;
     }
     action_finish(a, false, "timed out");
@@ -564,6 +571,7 @@ run_action(struct dm_powermgr *pm, struct pm_server *s, enum pm_act_kind kind)
         return;
     }
     a->s = s;
+    a->name = strdup(s->cf->name);
     a->pm = pm;
     a->kind = kind;
     a->how = how;
@@ -605,6 +613,7 @@ go_to_sleep(struct dm_powermgr *pm, struct pm_server *s, uint64_t now)
     if (s->pcf->health.enabled) {
         atomic_store(&s->h->down, true);
     }
+    s->sleep_from_up = s->state != DM_PM_BOOTING && s->state != DM_PM_FAILED;
     set_state(pm, s, DM_PM_SLEEPING, now);
     run_action(pm, s, ACT_SLEEP);
 }
@@ -706,6 +715,14 @@ rules_of(const struct dm_conf_pool *cf, struct dm_pm_rules *r)
 }
 
 /* s as the machine sees it. */
+/* Whether s is active but not serving: down by its health check, or in a passive down period. */
+static bool
+server_down(const struct pm_server *s)
+{
+    return s->state == DM_PM_ACTIVE &&
+           (atomic_load(&s->h->down) || atomic_load(&s->h->down_until_us) > dm_mono_us());
+}
+
 static struct dm_pm_server
 machine_view(const struct pm_server *s)
 {
@@ -716,6 +733,7 @@ machine_view(const struct pm_server *s)
         .last_change_us = s->last_change_us,
         .last_action_us = s->last_action_us,
         .held = s->held,
+        .down = server_down(s),
         .busy = s->action != NULL || s->has_pending,
         .can_wake = s->cf->power.wake != DM_ACT_NONE,
         .keep_on = s->cf->power.keep_on,
@@ -768,13 +786,14 @@ act(struct dm_powermgr *pm, struct pm_pool *p, unsigned want, uint64_t now, bool
     return k;
 }
 
-/* Whether the pool has a server active or booting that the policy counts (not held). */
+/* Whether the pool has a server serving or booting that the policy counts (not held). */
 static bool
 any_coming(const struct dm_powermgr *pm, const struct pm_pool *p)
 {
     for (size_t i = 0; i < pm->nservers; i++) {
         const struct pm_server *s = pm->servers[i];
-        if (s->pool == p && !s->held && (s->state == DM_PM_ACTIVE || s->state == DM_PM_BOOTING)) {
+        if (s->pool == p && !s->held && !server_down(s) &&
+            (s->state == DM_PM_ACTIVE || s->state == DM_PM_BOOTING)) {
             return true;
         }
     }
@@ -850,6 +869,7 @@ pool_trend(struct dm_powermgr *pm, struct pm_pool *p, uint64_t now)
         }
         r[n++] = (struct dm_pm_reading){ .state = s->state,
                                          .held = s->held,
+                                         .down = server_down(s),
                                          .w = s->est_w,
                                          .tcp = s->tcp,
                                          .reported = s->w_source != NULL &&
@@ -1194,10 +1214,9 @@ configure(struct dm_powermgr *pm, struct dm_runtime *rt)
             set_state(pm, s, s->state, now);
         }
         s->managed = s->pool != NULL;
-        if (s->pool == NULL && s->action != NULL) {
-            s->action->s = NULL; /* its config goes with the old runtime */
-            s->action = NULL;
-        }
+        /* An action that runs goes on, and the server stays busy until it
+         * ends: managed again meanwhile, none of its other actions may run
+         * at the same time (a wake while its sleep still runs). */
         if (s->pool == NULL) {
             s->has_pending = false; /* nothing runs for a server no longer managed */
         }

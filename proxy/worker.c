@@ -523,6 +523,8 @@ wake_cb(uv_async_t *a)
             dm_upstream_close_idle(w, old);
             w->rt = rt;
             dm_runtime_unref(old);
+            /* Requests waiting for a server move to the new config now. */
+            dm_clients_hold_retry(w);
         } else {
             dm_runtime_unref(rt);
         }

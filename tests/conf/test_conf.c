@@ -1558,6 +1558,13 @@ test_expansion_and_depth_are_bounded(void **state)
     deep[n++] = '\n';
     deep[n] = 0;
     expect_error(deep, "t.yaml:1:72: nested more than 64 lists or mappings deep");
+    /* A tag is refused, not silently passed over. */
+    expect_error(LISTEN "limits: {max_conns: !!str 5}\n" POOL_WEB,
+                 "t.yaml:2:21: YAML tags are not supported (got \"tag:yaml.org,2002:str\"): "
+                 "write the value without it; each key says how its value is read");
+    expect_error(LISTEN "limits: !custom {max_conns: 5}\n" POOL_WEB,
+                 "t.yaml:2:9: YAML tags are not supported (got \"!custom\"): write the value "
+                 "without it; each key says how its value is read");
 }
 
 /* Duplicates among many pools and many servers (found by an index, not by comparing each

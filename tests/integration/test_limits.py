@@ -171,10 +171,22 @@ class MaxConnsTest(H.DimmerTest):
                 self.assertEqual(r.status, 200)
                 H.wait_until(lambda: self.d.servers()["b1"]["server_connections"] == 0, 5,
                              "no server connection open")
-                # The soft limit at the lowest free descriptor: the next socket() fails.
-                used = {int(f) for f in os.listdir("/proc/%d/fd" % pid)}
-                low = min(set(range(len(used) + 1)) - used)
-                resource.prlimit(pid, resource.RLIMIT_NOFILE, (low, hard))
+                # The soft limit at the lowest free descriptor: the next
+                # socket() fails. Set once the admin requests' connections
+                # have closed (dimmer closes them after their answers), and
+                # again should one close since.
+                seen = [None, time.monotonic()]
+
+                def limited():
+                    used = {int(f) for f in os.listdir("/proc/%d/fd" % pid)}
+                    low = min(set(range(len(used) + 1)) - used)
+                    if low != seen[0]:
+                        seen[0], seen[1] = low, time.monotonic()
+                        resource.prlimit(pid, resource.RLIMIT_NOFILE, (low, hard))
+                        return False
+                    return time.monotonic() - seen[1] > 0.3
+
+                H.wait_until(limited, 10, "dimmer's descriptors to settle under the limit")
                 r = c.request("GET", "/bytes/5")
                 self.assertEqual(r.status, 503)
                 self.assertIn(b"this process's limit", r.body)

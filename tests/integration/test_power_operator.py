@@ -14,6 +14,7 @@ pool name longer than a decision's text is cut, not written past it.
 """
 import json
 import os
+import signal
 import sys
 import threading
 import time
@@ -149,6 +150,57 @@ class PowerOperatorTest(H.DimmerTest):
             self.assertIn(b"wake it first", r.body)
         self.assertEqual(self.state("n0"), "failed")
 
+    def test_a_failed_sleep_of_a_failed_server_leaves_it_failed(self):
+        n0, n1 = self.node("n0"), self.node("n1")
+        once = self.path("slept-once")
+        # Its first sleep works, its wake fails, and so does its second sleep
+        # (the directory is there): a machine not known to be up stays failed
+        # (it was taken as active again, and served as any, though down).
+        self.start(self.line("n0", n0, 'sleep_command: "mkdir %s && kill -USR1 %d", '
+                             'wake_command: "exit 3"' % (once, n0.proc.pid))
+                   + self.line("n1", n1, 'control: "%s:%d"' % (H.HOST, n1.control)),
+                   health=False)
+        self.admin(n0, "sleep")
+        n0.wait_state("asleep")
+        self.admin(n0, "wake")
+        H.wait_until(lambda: self.state("n0") == "failed", 10, "the failed wake")
+        self.admin(n0, "sleep")
+        H.wait_until(lambda: "n0: its sleep failed" in self.d.proc.stderr(), 10,
+                     "the failed sleep")
+        self.assertIn("n0: its sleep failed: failed (it was not known to be up)",
+                      self.d.proc.stderr())
+        self.assertEqual(self.state("n0"), "failed")
+        before = self.started(n0)
+        for _ in range(10):
+            self.assertEqual(H.get(self.d.port, "/bytes/10").status, 200)
+        self.assertEqual(self.started(n0), before)
+
+    def test_an_action_outlives_a_reload_and_no_other_runs_beside_it(self):
+        n0, n1 = self.node("n0"), self.node("n1")
+        log = self.path("actions.log")
+        lines = (self.line("n0", n0, 'sleep_command: "echo sleep-start >> %s; sleep 3; '
+                           'kill -USR1 %d; echo sleep-end >> %s", wake_command: "echo wake-start '
+                           '>> %s; kill -USR2 %d; echo wake-end >> %s"'
+                           % (log, n0.proc.pid, log, log, n0.proc.pid, log)),
+                 self.line("n1", n1, 'control: "%s:%d"' % (H.HOST, n1.control)))
+        self.start_scaling(lines[0] + lines[1], power=", min_active: 2")
+        self.admin(n0, "sleep")
+
+        def actions():
+            return open(log).read().split() if os.path.exists(log) else []
+
+        H.wait_until(lambda: actions() == ["sleep-start"], 10, "the sleep command running")
+        # Out of power management and back while its sleep runs: min_active
+        # wakes it, but only once the sleep has ended (the wake ran beside
+        # it, and the sleep's outcome was never logged).
+        self.reload_config(self.conf.replace(lines[0], ""))
+        self.reload_config(self.conf)
+        H.wait_until(lambda: len(actions()) == 4, 15, "the wake after the sleep")
+        self.assertEqual(actions(), ["sleep-start", "sleep-end", "wake-start", "wake-end"])
+        self.assertIn("sleep n0 (command): exit status 0", self.d.proc.stderr())
+        H.wait_until(lambda: self.state("n0") == "active", 10, "n0 active")
+        n0.wait_state("awake")
+
     def test_a_server_managed_again_is_as_it_left(self):
         n0, n1 = self.node("n0"), self.node("n1")
         lines = (self.line("n0", n0, 'control: "%s:%d"' % (H.HOST, n0.control)),
@@ -238,6 +290,69 @@ class PowerOperatorTest(H.DimmerTest):
         H.wait_until(lambda: self.state("n0") == "active", 10, "n0 woken")
         self.assertEqual(H.get(self.d.port, "/bytes/10").status, 200)
         self.assertEqual(n0.stats()["requests"], 1)  # the GET, never the gone POST
+
+    def start_scaling(self, lines, power=""):
+        """boot-aware: with no load, every server is slept (down to min_active)."""
+        self.conf = ("workers: 2\nlisten: 127.0.0.1:0\nadmin: 127.0.0.1:0\naccess_log: off\n"
+                     "pools:\n  web:\n    balance: roundrobin\n"
+                     "    health_check: {interval: 100ms, timeout: 300ms, rise: 1, fall: 1}\n"
+                     "    power: {policy: boot-aware, period: 1s, trend_interval: 200ms, "
+                     "min_change_interval: 0s, action_interval: 0s, delay_off: 1s, "
+                     "slow_start: 0s, boot_time: 300ms, wake: first%s}\n"
+                     "    servers:\n%s" % (power, lines))
+        self.d = self.start_dimmer_conf(self.write_config(self.conf))
+
+    def test_a_request_held_across_a_reload_still_gets_a_server_woken(self):
+        n0, n1 = self.node("n0"), self.node("n1")
+        # n0's wake fails after 2 s; meanwhile a reload. The held request
+        # moves to the new config, where the manager counts it and wakes n1
+        # (it stayed in the old one, unseen: nothing was woken, 503).
+        self.start_scaling(
+            self.line("n0", n0, 'control: "%s:%d", wake: command, wake_command: "sleep 2; '
+                      'exit 1"' % (H.HOST, n0.control))
+            + self.line("n1", n1, 'control: "%s:%d"' % (H.HOST, n1.control)),
+            power=", min_active: 0, hold_timeout: 8s")
+        n0.wait_state("asleep")
+        n1.wait_state("asleep")
+        with H.Conn(self.d.port, timeout=15) as c:
+            c.send(H.build_request("GET", "/bytes/10"))
+            H.wait_until(lambda: self.state("n0") == "booting", 10, "n0's wake running")
+            self.reload_config(self.conf)
+            H.wait_until(lambda: self.held() == 1, 5, "the held request counted in the new config")
+            r = c.read_response(timeout=15)
+            self.assertEqual((r.status, r.header("X-Backend")), (200, "n1"))
+        self.assertIn("n0: its wake failed (exit status 1): failed", self.d.proc.stderr())
+
+    def test_a_failed_server_that_comes_up_late_is_active(self):
+        n0 = self.start_node("--control", "%s:0" % H.HOST, "--capacity", 8, "--service-ms", 5,
+                             "--boot-ms", 1500, name="n0")
+        # It boots in 1.5 s, past boot_timeout (500 ms): failed, then up. It
+        # was failed for good, and every request after was held, then 503.
+        self.start_scaling(self.line("n0", n0, 'control: "%s:%d"' % (H.HOST, n0.control)),
+                           power=", min_active: 0, boot_timeout: 500ms, hold_timeout: 8s")
+        n0.wait_state("asleep")
+        r = H.get(self.d.port, "/bytes/10", timeout=15)
+        self.assertEqual(r.status, 200)
+        texts = [d["text"] for d in self.power()["decisions"]]
+        self.assertTrue(any("n0 not healthy" in t and "failed" in t for t in texts), texts)
+        self.assertEqual(self.state("n0"), "active")
+
+    def test_an_active_server_that_goes_down_is_replaced(self):
+        n0, n1 = self.node("n0"), self.node("n1")
+        self.start_scaling(self.line("n0", n0, 'control: "%s:%d"' % (H.HOST, n0.control))
+                           + self.line("n1", n1, 'control: "%s:%d"' % (H.HOST, n1.control)),
+                           power=", min_active: 1, sleep: last, hold_timeout: 8s")
+        H.wait_until(lambda: self.state("n1") == "sleeping", 15, "n1 slept by the policy")
+        n1.wait_state("asleep")
+        self.assertEqual(self.state("n0"), "active")
+        # n0's machine sleeps behind the manager's back (a crash, say): its
+        # health check fails, so n1 is woken in its place (n0 was counted
+        # as serving, and every request was held, then 503).
+        n0.proc.signal(signal.SIGUSR1)
+        n0.wait_state("asleep")
+        H.wait_until(lambda: self.state("n1") == "active", 10, "n1 woken in n0's place")
+        r = H.get(self.d.port, "/bytes/10", timeout=10)
+        self.assertEqual((r.status, r.header("X-Backend")), (200, "n1"))
 
     def test_a_pool_name_longer_than_a_decision(self):
         n0 = self.node("n0")

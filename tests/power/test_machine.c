@@ -103,6 +103,55 @@ test_boot_timeout_fails_and_another_is_woken(void **st)
 }
 
 static void
+test_a_failed_server_that_comes_up_is_active(void **st)
+{
+    (void)st;
+    struct dm_pm_rules r = rules();
+    struct dm_pm_server f = server(DM_PM_FAILED, 100 * S, 1, 0);
+    struct dm_pm_observed sick = { .acked = true, .healthy = false };
+    struct dm_pm_observed well = { .acked = true, .healthy = true };
+    /* It booted after boot_timeout: its health check passing brings it back
+     * (it was failed for good, and scale to zero answered 503 for ever). */
+    assert_int_equal(dm_pm_progress(&r, &f, &sick, 500 * S), DM_PM_NOTHING);
+    enum dm_pm_event e = dm_pm_progress(&r, &f, &well, 101 * S);
+    assert_int_equal(e, DM_PM_UP);
+    assert_int_equal(dm_pm_event_state(e), DM_PM_ACTIVE);
+    /* Not while an actuator of it runs, and not without a health check to say so. */
+    f.busy = true;
+    assert_int_equal(dm_pm_progress(&r, &f, &well, 101 * S), DM_PM_NOTHING);
+    f.busy = false;
+    r.health_checked = false;
+    assert_int_equal(dm_pm_progress(&r, &f, &well, 500 * S), DM_PM_NOTHING);
+}
+
+static void
+test_an_active_server_that_is_down_is_replaced(void **st)
+{
+    (void)st;
+    struct dm_pm_rules r = rules();
+    struct dm_pm_server s[2] = {
+        server(DM_PM_ACTIVE, 0, 1, 5),
+        server(DM_PM_SLEEPING, 0, 1, 0),
+    };
+    struct dm_pm_move m[4];
+    unsigned short_by;
+    assert_int_equal(dm_pm_plan(&r, s, 2, 1, 100 * S, false, m, 4, &short_by), 0);
+    /* Its health check fails: it serves nothing, so one is woken in its
+     * place (it was counted as serving, and every request was held). */
+    s[0].down = true;
+    unsigned active, booting, draining;
+    dm_pm_count(s, 2, &active, &booting, &draining);
+    assert_int_equal(active, 0);
+    size_t k = dm_pm_plan(&r, s, 2, 1, 100 * S, false, m, 4, &short_by);
+    assert_int_equal(k, 1);
+    assert_int_equal(m[0].index, 1);
+    assert_int_equal(m[0].to, DM_PM_BOOTING);
+    /* Once the other serves, the down one is not drained in its place. */
+    s[1].state = DM_PM_ACTIVE;
+    assert_int_equal(dm_pm_plan(&r, s, 2, 1, 100 * S, false, m, 4, &short_by), 0);
+}
+
+static void
 test_plan_takes_back_draining_then_wakes_the_most_efficient(void **st)
 {
     (void)st;
@@ -226,6 +275,8 @@ main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_drain_waits_for_acks_requests_and_bound_clients),
         cmocka_unit_test(test_boot_timeout_fails_and_another_is_woken),
+        cmocka_unit_test(test_a_failed_server_that_comes_up_is_active),
+        cmocka_unit_test(test_an_active_server_that_is_down_is_replaced),
         cmocka_unit_test(test_plan_takes_back_draining_then_wakes_the_most_efficient),
         cmocka_unit_test(test_plan_drains_the_least_loaded_never_below_min_active),
         cmocka_unit_test(test_plan_respects_min_change_holds_and_wakeability),
