@@ -220,17 +220,17 @@ dm_report_decode(const char *buf, size_t len, const uint8_t *key, size_t key_len
 }
 
 enum dm_report_verdict
-dm_report_accept(const struct dm_report *r, uint64_t *last_seq, uint64_t now_ms,
+dm_report_accept(const struct dm_report *r, struct dm_report_last *last, uint64_t now_ms,
                  uint64_t max_age_ms)
 {
-    if (r->seq <= *last_seq) {
-        return DM_REPORT_REPLAY;
-    }
     uint64_t d = r->ts_ms > now_ms ? r->ts_ms - now_ms : now_ms - r->ts_ms;
     if (d > max_age_ms) {
         return DM_REPORT_STALE;
     }
-    *last_seq = r->seq;
+    if (r->ts_ms < last->ts_ms || (r->ts_ms == last->ts_ms && r->seq <= last->seq)) {
+        return DM_REPORT_REPLAY;
+    }
+    *last = (struct dm_report_last){ r->ts_ms, r->seq };
     return DM_REPORT_OK;
 }
 

@@ -14,7 +14,8 @@
  * seq / 1000 (whole) never above ts (an agent starts at its start time in
  * microseconds and reports at most once a millisecond: a restarted agent
  * goes on above the run before it, and one report signed with a huge number
- * cannot shut out every later one); ts: Unix time in milliseconds; est_w: the estimate
+ * cannot claim every later one); ts: Unix time in milliseconds, what orders
+ * the reports (dm_report_accept); est_w: the estimate
  * from /proc/stat (W); measured_w: an energy counter's figure (W), "-" when
  * the machine has none; tcp: connections on the served ports, at most
  * DM_REPORT_TCP_MAX; hmac: lowercase hex of
@@ -75,13 +76,23 @@ size_t dm_report_encode(const struct dm_report *r, const uint8_t *key, size_t ke
 enum dm_report_verdict dm_report_decode(const char *buf, size_t len, const uint8_t *key,
                                         size_t key_len, struct dm_report *out);
 
+/* A server's last accepted report: all zero for none. */
+struct dm_report_last {
+    uint64_t ts_ms;
+    uint64_t seq;
+};
+
 /*
  * The checks that need state, for a report that decoded OK from a known
- * server: its seq must be above *last_seq (the last accepted, 0 for none)
+ * server: it must be newer than *last, by its ts first and its seq between
+ * two of one ts (a replay is not: it was accepted, or passed over, once),
  * and its ts within max_age_ms of now_ms either way. On DM_REPORT_OK,
- * *last_seq becomes r->seq.
+ * *last becomes it. Ordered by time rather than by seq alone, so that one
+ * report signed with the key and numbered from now shuts a running agent
+ * out for at most max_age_ms (its ts is within that of now), not until the
+ * agent restarts.
  */
-enum dm_report_verdict dm_report_accept(const struct dm_report *r, uint64_t *last_seq,
+enum dm_report_verdict dm_report_accept(const struct dm_report *r, struct dm_report_last *last,
                                         uint64_t now_ms, uint64_t max_age_ms);
 
 /*

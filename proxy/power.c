@@ -87,7 +87,8 @@ struct pm_server {
     bool managed;       /* in a power-managed pool at the last configure() */
     bool sleep_from_up; /* its last sleep was of a machine known up (drained, not failed) */
     /* The agent's last accepted report. */
-    uint64_t last_seq, report_us, agent_tcp;
+    struct dm_report_last last; /* its last accepted report */
+    uint64_t report_us, agent_tcp;
     double agent_w, measured_w;
     bool has_measured, has_report;
     /* This tick's figures. */
@@ -1031,7 +1032,7 @@ metrics_recv(uv_udp_t *u, ssize_t n, const uv_buf_t *buf, const struct sockaddr 
         v = DM_REPORT_UNKNOWN;
     }
     if (v == DM_REPORT_OK) {
-        v = dm_report_accept(&r, &s->last_seq, unix_ms(), cf->report_max_age_ms);
+        v = dm_report_accept(&r, &s->last, unix_ms(), cf->report_max_age_ms);
     }
     pm->reports[v]++;
     if (v != DM_REPORT_OK) {
@@ -1239,7 +1240,7 @@ dm_power_reload(struct dm_powermgr *pm, struct dm_runtime *rt)
          * taken under the old one (a number that key could push to any
          * height) says nothing of the reports the new one signs. */
         for (size_t i = 0; i < pm->nservers; i++) {
-            pm->servers[i]->last_seq = 0;
+            pm->servers[i]->last = (struct dm_report_last){ 0, 0 };
         }
         if (cf->metrics_key_len == 0 && pm->metrics_open) {
             dm_log_warn("power: no key_file any more: every agent report is dropped until the "
@@ -1575,7 +1576,7 @@ server_json(struct dm_sbuf *b, const struct pm_server *s, uint64_t now)
             dm_sb_printf(b, "null");
         }
         dm_sb_printf(b, ",\"tcp\":%llu,\"seq\":%llu},", (unsigned long long)s->agent_tcp,
-                     (unsigned long long)s->last_seq);
+                     (unsigned long long)s->last.seq);
     } else {
         dm_sb_printf(b, "\"agent\":null,");
     }

@@ -285,8 +285,9 @@ class PowerMetricsTest(Scraping):
         port = next(p for kind, _, p in self.d.lines if kind == "metrics")
         tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.addCleanup(tx.close)
-        tx.sendto(report("b1", 1, est_w=61.5), (H.HOST, port))
-        tx.sendto(report("b1", 1, est_w=99), (H.HOST, port))          # replay
+        first = report("b1", 1, est_w=61.5)
+        tx.sendto(first, (H.HOST, port))
+        tx.sendto(first, (H.HOST, port))                              # replay
         tx.sendto(report("b1", 2, key=b"forged"), (H.HOST, port))     # bad_hmac
         tx.sendto(b"dimmer-agent/1 nonsense", (H.HOST, port))         # malformed
 

@@ -82,7 +82,9 @@ class PowerMetricsTest(H.DimmerTest):
     def test_reports_are_checked_and_counted(self):
         self.start()
         self.assertEqual(self.power()["pools"][0]["policy"], "always-on")
-        self.send(report("b1", 1, est_w=61.5, tcp=9))
+        t0 = int(time.time() * 1000)
+        first = report("b1", 1, ts_ms=t0, est_w=61.5, tcp=9)
+        self.send(first)
         H.wait_until(lambda: self.reports()["ok"] == 1, 10, "the report to be accepted")
         b1 = self.server("b1")
         self.assertEqual(b1["agent"]["est_w"], 61.5)
@@ -96,7 +98,9 @@ class PowerMetricsTest(H.DimmerTest):
         # One of each bad kind: none of them changes what the proxy believes.
         self.send(report("b1", 2, est_w=99, key=b"forged"))          # bad_hmac
         self.send(report("nobody", 1))                               # unknown
-        self.send(report("b1", 1, est_w=99))                         # replay
+        self.send(first)                                             # replay
+        self.send(report("b1", 5, est_w=99, ts_ms=t0 - 1))            # replay:
+        # an older timestamp than the one taken, whatever its sequence number
         self.send(report("b1", 3, est_w=99, ts_ms=int(time.time() * 1000) - 60000))  # stale
         self.send(b"dimmer-agent/1 name=b1 seq=x")                   # malformed
         self.send(b"\xff" * 2000)                                    # malformed (too long)
@@ -109,7 +113,7 @@ class PowerMetricsTest(H.DimmerTest):
         self.send(report("b1", now_ms * 1000 + 1000, ts_ms=now_ms))  # malformed
         self.send(report("b1", 2**64 - 1))                           # malformed
         self.send(report("b1", 4, tcp=2**64 - 1))                    # malformed
-        want = {"ok": 1, "bad_hmac": 1, "unknown": 1, "replay": 1, "stale": 1, "malformed": 6}
+        want = {"ok": 1, "bad_hmac": 1, "unknown": 1, "replay": 2, "stale": 1, "malformed": 6}
         H.wait_until(lambda: self.reports() == want, 10, "the drops to be counted: %s" % want)
         self.assertEqual(self.power()["reports"], want)
         self.assertEqual(self.server("b1")["agent"]["est_w"], 61.5)

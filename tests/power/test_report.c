@@ -81,17 +81,35 @@ test_replay_and_stale(void **st)
 {
     (void)st;
     struct dm_report r = sample();
-    uint64_t last = 0, now = r.ts_ms + 300;
+    struct dm_report_last last = { 0, 0 };
+    uint64_t ts = r.ts_ms, now = ts + 300;
     assert_int_equal(dm_report_accept(&r, &last, now, 5000), DM_REPORT_OK);
-    assert_int_equal(last, 42);
+    assert_int_equal(last.seq, 42);
+    assert_int_equal(last.ts_ms, ts);
     assert_int_equal(dm_report_accept(&r, &last, now, 5000), DM_REPORT_REPLAY);
     r.seq = 41;
     assert_int_equal(dm_report_accept(&r, &last, now, 5000), DM_REPORT_REPLAY);
     r.seq = 43;
+    r.ts_ms = ts - 1; /* older, whatever its seq */
+    assert_int_equal(dm_report_accept(&r, &last, now, 5000), DM_REPORT_REPLAY);
+    r.ts_ms = ts;
     assert_int_equal(dm_report_accept(&r, &last, r.ts_ms + 5001, 5000), DM_REPORT_STALE);
     assert_int_equal(dm_report_accept(&r, &last, r.ts_ms - 5001, 5000), DM_REPORT_STALE);
-    assert_int_equal(last, 42); /* refused reports change nothing */
+    assert_int_equal(last.seq, 42); /* refused reports change nothing */
     assert_int_equal(dm_report_accept(&r, &last, r.ts_ms + 5000, 5000), DM_REPORT_OK);
+    /* One signed and numbered far ahead (from now, by someone with the key):
+     * the running agent's next report, later in time, is taken all the same
+     * (it was a replay until the agent restarted). */
+    r.seq = 1000ull * (ts + 100) + 999;
+    r.ts_ms = ts + 100;
+    assert_int_equal(dm_report_accept(&r, &last, now, 5000), DM_REPORT_OK);
+    r.seq = 44;
+    r.ts_ms = ts + 200;
+    assert_int_equal(dm_report_accept(&r, &last, now, 5000), DM_REPORT_OK);
+    /* ...and the far one sent again is a replay. */
+    r.seq = 1000ull * (ts + 100) + 999;
+    r.ts_ms = ts + 100;
+    assert_int_equal(dm_report_accept(&r, &last, now, 5000), DM_REPORT_REPLAY);
     assert_string_equal(dm_report_verdict_name(DM_REPORT_REPLAY), "replay");
 }
 
