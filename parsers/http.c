@@ -118,6 +118,7 @@ on_headers_complete(llhttp_t *ll)
     }
     p->_in_head = false;
     p->_framing = 0;
+    p->_last_chunk = false;
     p->_ev = DM_HTTP_HEAD_DONE;
     /* Responses to HEAD, and 1xx, 204 and 304 responses, have no body whatever
      * their Content-Length says. */
@@ -135,7 +136,7 @@ on_body(llhttp_t *ll, const char *at, size_t len)
     struct dm_http_parser *p = self(ll);
     size_t gap = p->_data_end != NULL ? (size_t)(at - p->_data_end)
                                       : p->_framing + (size_t)(at - p->_call_start);
-    if (gap > DM_HTTP_CHUNK_LINE_MAX) {
+    if (ll->type == HTTP_REQUEST && gap > DM_HTTP_CHUNK_LINE_MAX) {
         p->_reason = "chunk-size line (with its extensions) too long";
         return -1;
     }
@@ -153,6 +154,9 @@ on_body(llhttp_t *ll, const char *at, size_t len)
 static int
 on_chunk_header(llhttp_t *ll)
 {
+    if (ll->content_length == 0) {
+        self(ll)->_last_chunk = true;
+    }
     if (ll->type == HTTP_REQUEST && ll->content_length == 0) {
         self(ll)->_ev = DM_HTTP_TRAILERS;
         return HPE_PAUSED;
@@ -211,7 +215,8 @@ dm_http_parse(struct dm_http_parser *p, const char *data, size_t len, size_t *co
     p->_ev = DM_HTTP_AGAIN;
     p->_call_start = data;
     p->_data_end = NULL;
-    bool in_body = p->_open && !p->_in_head;
+    /* A request's body only: a server's framing is its own affair. */
+    bool in_body = p->_ll.type == HTTP_REQUEST && p->_open && !p->_in_head && !p->_last_chunk;
     llhttp_errno_t e = llhttp_execute(&p->_ll, data, len);
     /* llhttp 8 reads a request line without a version (HTTP/0.9's simple
      * request) as a head and goes on to wait for header fields: refuse it at
@@ -225,7 +230,7 @@ dm_http_parse(struct dm_http_parser *p, const char *data, size_t len, size_t *co
     }
     if (e == HPE_OK) {
         *consumed = len;
-        if (in_body && p->_open && !body_framing(p, data + len)) {
+        if (in_body && p->_open && !p->_last_chunk && !body_framing(p, data + len)) {
             return -1;
         }
         return DM_HTTP_AGAIN;
@@ -233,10 +238,14 @@ dm_http_parse(struct dm_http_parser *p, const char *data, size_t len, size_t *co
     if (e == HPE_PAUSED || e == HPE_PAUSED_UPGRADE) {
         const char *pos = llhttp_get_error_pos(&p->_ll);
         *consumed = (size_t)(pos - data);
-        if (p->_ev == DM_HTTP_TRAILERS || p->_ev == DM_HTTP_MSG_DONE) {
-            p->_framing = 0; /* the trailers are bounded as a head is */
-        } else if (in_body && !body_framing(p, pos)) {
+        /* A request's last chunk line is counted up to its trailers, which
+         * are bounded as a head is; a response's are not framing either. */
+        bool counted = in_body && (p->_ev == DM_HTTP_TRAILERS || !p->_last_chunk);
+        if (counted && !body_framing(p, pos)) {
             return -1;
+        }
+        if (p->_ev == DM_HTTP_TRAILERS || p->_ev == DM_HTTP_MSG_DONE) {
+            p->_framing = 0;
         }
         if (e == HPE_PAUSED_UPGRADE) {
             return DM_HTTP_UPGRADE;

@@ -70,10 +70,12 @@ struct dm_http_parser {
     uint32_t _framing;
     const char *_call_start;
     const char *_data_end;
+    bool _last_chunk; /* past the last chunk: trailers, bounded as a head is, not framing */
 };
 
-/* The most bytes a chunked body may have between two chunks' data: a
- * chunk-size line with its extensions and the CRLFs around it. */
+/* The most bytes a chunked request body may have between two chunks' data
+ * (or before its trailers): a chunk-size line with its extensions and the
+ * CRLFs around it. */
 #define DM_HTTP_CHUNK_LINE_MAX 4096
 
 /* Initialises p for requests (is_request) or responses; p is caller memory. */

@@ -414,11 +414,13 @@ dm_clients_queue_retry(struct dm_worker *w)
         at[best] = n->next;
         struct dm_client *c = (struct dm_client *)((char *)n - offsetof(struct dm_client, timer));
         uint64_t bit = 1ull << (c->held_pool % 64);
-        if (c->rt != w->rt) {
-            client_request_rebase(c); /* a reload came: its pool, in the new config */
-            bit = 1ull << (c->req->pool % 64);
-        }
         if ((stayed & bit) == 0) {
+            if (c->rt != w->rt) {
+                /* A reload came: its pool in the new config, picked from at once
+                 * (queued there again if full; never left out of every queue). */
+                client_request_rebase(c);
+                bit = 1ull << (c->req->pool % 64);
+            }
             bool fresh = c->req->attempts == 0;
             dm_req_pick_and_connect(c->req);
             if (n->kind == DM_T_QUEUE && fresh) {
@@ -662,6 +664,23 @@ client_request_rebase(struct dm_client *c)
     if (c->rt == c->w->rt || c->closing || req == NULL || c->state != DM_C_CONNECT ||
         req->up != NULL || req->attempts != 0 || c->rt->pools[req->pool].placer != NULL) {
         return;
+    }
+    /* Its tried and passed servers, as bitmaps sized for the new config's
+     * largest pool (a block of its own when that is larger), all clear. */
+    uint32_t need = c->w->rt->tried_bytes > 0 ? c->w->rt->tried_bytes : 1;
+    if (need > req->tried_bytes) {
+        uint8_t *t = calloc(2, need);
+        if (t == NULL) {
+            return; /* it stays where it is */
+        }
+        if (req->tried_own) {
+            free(req->tried);
+        }
+        req->tried = t;
+        req->tried_bytes = need;
+        req->tried_own = true;
+    } else {
+        memset(req->tried, 0, 2 * (size_t)req->tried_bytes);
     }
     hold_release(c);
     dm_client_unqueue(c); /* queued again in the new pool if no place is free there */

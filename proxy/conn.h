@@ -188,6 +188,7 @@ struct dm_req {
     bool session_waiting;         /* the ticket waits for a batch pass */
     uint64_t session_deadline_ms; /* loop time a waiting session gets its 503 */
     uint8_t *tried;
+    bool tried_own; /* tried is a block of its own (moved to a config with a larger pool) */
     struct dm_http_field fields[];
 };
 

@@ -82,6 +82,11 @@ dm_req_free(struct dm_worker *w, struct dm_req *req)
     dm_tq_remove(w, &req->bound);
     free(req->learn);
     req->learn = NULL;
+    if (req->tried_own) {
+        free(req->tried);
+        req->tried = NULL;
+        req->tried_own = false;
+    }
     w->busy--;
     if (w->nfree_reqs < DM_FREE_REQS_MAX) {
         struct dm_req_free *f = (struct dm_req_free *)req;

@@ -650,7 +650,7 @@ def yaml_config(listen, pools, admin=None, workers=1, timeouts=None, limits=None
         for key in ("balance", "affinity", "max_queue", "queue_order", "page_gap", "page_bound"):
             if p.get(key):
                 out.append("    %s: %s" % (key, p[key]))
-        for key in ("health_check", "passive"):
+        for key in ("health_check", "passive", "hash"):
             if p.get(key) is not None:
                 out.append("    %s:" % key)
                 if not p[key]:

@@ -209,6 +209,49 @@ class RunTest(H.DimmerTest):
         H.wait_until(lambda: sum(s["bound_clients"] for s in d.servers().values()) == 0, 5,
                      "bound_clients back to 0")
 
+    def test_a_queued_request_moves_to_a_reloaded_pool_of_more_servers(self):
+        # A request queued under max_conns when a reload comes is placed by
+        # the new config, here a pool of 24 servers (24 names for b2's
+        # address) under `balance: hash`: its tried-servers bitmap, sized for
+        # the old pool of one, must be sized for the new (under ASan an
+        # overflow; the queued request must not be lost either).
+        def big():
+            return {"web": {"balance": "hash", "hash": {"key": "uri"},
+                            "servers": [("s%d" % i, self.b2.port) for i in range(24)]}}
+
+        small = {"web": {"servers": [("s0", self.b1.port, {"max_conns": 1})]}}
+        d = self.start_dimmer(big(), timeouts={"client_keepalive": "60s", "queue": "20s"})
+        # A target the hash sends to one of the last servers (index 16 and up).
+        target = None
+        for i in range(400):
+            path = "/bytes/5?k=%d" % i
+            before = {n: s["requests"] for n, s in d.servers().items()}
+            self.assertEqual(H.get(d.port, path).status, 200)
+            after = d.servers()
+            picked = [n for n, s in after.items() if s["requests"] != before[n]]
+            if int(picked[0][1:]) >= 16:
+                target = path
+                break
+        self.assertIsNotNone(target)
+        timeouts = {"client_keepalive": "60s", "queue": "20s"}
+        with open(d.conf_path, "w") as f:
+            f.write(H.yaml_config(0, small, admin=0, timeouts=timeouts))
+        d.proc.signal(signal.SIGHUP)
+        H.wait_until(lambda: self.backend_of_new_connection(d) == "b1", 5, "the small config")
+        with H.Conn(d.port, timeout=30) as busy, H.Conn(d.port, timeout=30) as queued:
+            busy.send(H.build_request("GET", "/slow/1500"))
+            H.wait_until(lambda: d.servers()["s0"]["inflight"] == 1, 5, "the slow request")
+            queued.send(H.build_request("GET", target))
+            H.wait_until(lambda: d.admin_stats()["pools"][0]["queue"]["now"] == 1, 5,
+                         "the request queued")
+            with open(d.conf_path, "w") as f:
+                f.write(H.yaml_config(0, big(), admin=0, timeouts=timeouts))
+            d.proc.signal(signal.SIGHUP)
+            r = queued.read_response(timeout=10)
+            self.assertEqual((r.status, r.header("X-Backend"), r.body), (200, "b2", H.pattern(5)))
+            self.assertEqual(busy.read_response(timeout=10).status, 200)
+        self.assertTrue(d.proc.alive())
+
     def test_sighup_with_broken_config_keeps_running_config(self):
         d = self.start_dimmer({"web": self.pool(self.b1)})
         with open(d.conf_path, "w") as f:
