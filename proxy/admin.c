@@ -149,9 +149,10 @@ host_json(struct dm_sbuf *b, const struct dm_host *h, uint64_t now_us)
  * The limits' counters, summed over the workers: accept_pauses (times a
  * worker at limits.max_conns stopped accepting), paused_workers (those
  * paused now), open_files (the open-file limit), sockets (client and
- * server connections open) and socket_cap (where accepting pauses, below
- * the open-file limit) and refused (connections closed at once, by the limit, and
- * requests answered 429 by limits.rate).
+ * server connections open), clients (client connections among them),
+ * socket_cap (the descriptors the open-file limit leaves them: accepting
+ * pauses once sockets + clients reach it) and refused (connections closed at once, by the limit,
+ * and requests answered 429 by limits.rate).
  */
 static void
 limits_json(struct dm_sbuf *b, const struct dm_admin *a)
@@ -160,12 +161,13 @@ limits_json(struct dm_sbuf *b, const struct dm_admin *a)
     dm_workers_limits(a->workers, a->nworkers, &l);
     dm_sb_printf(b,
                  ",\"limits\":{\"accept_pauses\":%llu,\"paused_workers\":%llu,"
-                 "\"open_files\":%llu,\"sockets\":%llu,\"socket_cap\":%llu,"
+                 "\"open_files\":%llu,\"sockets\":%llu,\"clients\":%llu,"
+                 "\"socket_cap\":%llu,"
                  "\"refused\":{\"max_conns_per_client\":%llu,\"rate\":%llu}}",
                  (unsigned long long)l.accept_pauses, (unsigned long long)l.paused_workers,
                  (unsigned long long)l.open_files, (unsigned long long)l.sockets,
-                 (unsigned long long)l.socket_cap, (unsigned long long)l.per_client,
-                 (unsigned long long)l.rate);
+                 (unsigned long long)l.clients, (unsigned long long)l.socket_cap,
+                 (unsigned long long)l.per_client, (unsigned long long)l.rate);
 }
 
 /*

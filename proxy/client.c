@@ -581,7 +581,7 @@ client_free_cb(uv_handle_t *h)
 {
     struct dm_client *c = h->data;
     struct dm_worker *w = c->w;
-    dm_sockets_add(-1);
+    dm_sockets_add(-1, true);
     dm_runtime_unref(c->rt);
     if (c->tls_rt != NULL) {
         dm_runtime_unref(c->tls_rt);
@@ -1795,7 +1795,7 @@ dm_client_accept(struct dm_worker *w, uv_stream_t *listener)
         free(c); /* never initialized: no close */
         return -ENOMEM;
     }
-    dm_sockets_add(1); /* until client_free_cb */
+    dm_sockets_add(1, true); /* until client_free_cb */
     c->tcp.data = c;
     if (uv_accept(listener, (uv_stream_t *)&c->tcp) != 0) {
         /* Not counted nor listed yet: only the handle is to close and free. */

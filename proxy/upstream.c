@@ -79,7 +79,7 @@ up_free_cb(uv_handle_t *h)
     }
     dm_buf_unref(up->w, up->in); /* NULL unless a read came after the close */
     dm_runtime_unref(up->rt);
-    dm_sockets_add(-1);
+    dm_sockets_add(-1, false);
     free(up);
 }
 
@@ -1018,7 +1018,7 @@ dm_upstream_take(struct dm_worker *w, struct dm_runtime *rt, size_t pool, int se
         free(up); /* never initialized: no close */
         return r;
     }
-    dm_sockets_add(1); /* until up_free_cb */
+    dm_sockets_add(1, false); /* until up_free_cb */
     up->tcp.data = up;
     r = uv_timer_init(&w->loop, &up->timer);
     if (r < 0) {

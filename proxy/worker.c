@@ -119,24 +119,39 @@ static uv_async_t *ack_notify; /* on the control loop, or NULL */
 static void resume_accepting(struct dm_worker *w);
 
 /* The data path's sockets (client and server connections, every worker),
- * and how many the open-file limit leaves them (dm_workers_fit_open_files). */
+ * the client connections among them, and how many descriptors the
+ * open-file limit leaves them (dm_workers_fit_open_files). */
 static atomic_uint_fast64_t sockets;
+static atomic_uint_fast64_t clients;
 static atomic_uint_fast64_t socket_cap = UINT64_MAX;
 static atomic_uint_fast64_t open_files;
 
 void
-dm_sockets_add(int64_t n)
+dm_sockets_add(int64_t n, bool client)
 {
     atomic_fetch_add_explicit(&sockets, (uint_fast64_t)n, memory_order_relaxed);
+    if (client) {
+        atomic_fetch_add_explicit(&clients, (uint_fast64_t)n, memory_order_relaxed);
+    }
 }
 
-/* Whether w accepts no more: at limits.max_conns, or at the open files' cap. */
+/* The descriptors the data path may need now: its sockets, and one more
+ * for each client (the server connection it may open; counted twice for
+ * those that have one, which errs on the safe side). */
+static uint64_t
+sockets_needed(void)
+{
+    return atomic_load_explicit(&sockets, memory_order_relaxed) +
+           atomic_load_explicit(&clients, memory_order_relaxed);
+}
+
+/* Whether w accepts no more: at limits.max_conns, or when a client more
+ * (and its server connection) would not fit the open files' cap. */
 static bool
 worker_full(const struct dm_worker *w)
 {
     return w->nclients >= w->rt->conf->limits.max_conns ||
-           atomic_load_explicit(&sockets, memory_order_relaxed) >=
-               atomic_load_explicit(&socket_cap, memory_order_relaxed);
+           sockets_needed() + 2 > atomic_load_explicit(&socket_cap, memory_order_relaxed);
 }
 
 static const char *
@@ -153,11 +168,11 @@ dm_workers_check_open_files(unsigned nworkers, unsigned max_conns)
     uint64_t asked = (uint64_t)nworkers * max_conns;
     if (asked > cap / 2 && max_conns != DM_CONF_DEFAULT_MAX_CONNS) {
         dm_log_warn("limits.max_conns (%u) times %u workers is above what the open-file "
-                    "limit (ulimit -n: %llu) allows, two descriptors a busy connection: "
-                    "accepting pauses at %llu sockets; raise the limit (LimitNOFILE= in a "
-                    "systemd unit) to accept more",
+                    "limit (ulimit -n: %llu) allows, two descriptors a connection: "
+                    "accepting pauses at %llu connections; raise the limit (LimitNOFILE= in "
+                    "a systemd unit) to accept more",
                     max_conns, nworkers, (unsigned long long)atomic_load(&open_files),
-                    (unsigned long long)cap);
+                    (unsigned long long)(cap / 2));
     }
 }
 
@@ -217,12 +232,10 @@ dm_workers_fit_open_files(unsigned nworkers, unsigned max_conns)
                         (unsigned long long)rl.rlim_cur);
         }
     }
-    /* The descriptors open now (loops, listeners, logs), a reserve (health
-     * checks, the admin listener, actuators), and an eighth of the rest kept
-     * for the server connections of the clients accepted. */
+    /* The descriptors open now (loops, listeners, logs), and a reserve
+     * (health checks, the admin listener, actuators). */
     uint64_t used = open + 16 + rl.rlim_cur / 32;
     uint64_t left = rl.rlim_cur > used ? rl.rlim_cur - used : 0;
-    left -= left / 8;
     atomic_store(&open_files, rl.rlim_cur);
     atomic_store(&socket_cap, left > 0 ? left : 1);
     dm_workers_check_open_files(nworkers, max_conns);
@@ -355,7 +368,7 @@ on_connection(uv_stream_t *listener, int status)
                         w->id, full_name(w),
                         (unsigned long long)(w->nclients >= w->rt->conf->limits.max_conns
                                                  ? w->rt->conf->limits.max_conns
-                                                 : atomic_load(&socket_cap)));
+                                                 : atomic_load(&socket_cap) / 2));
         }
     }
 }
@@ -922,6 +935,7 @@ dm_workers_limits(const struct dm_worker *ws, unsigned n, struct dm_limits_count
     out->open_files = atomic_load(&open_files);
     out->sockets = atomic_load(&sockets);
     out->socket_cap = atomic_load(&socket_cap);
+    out->clients = atomic_load(&clients);
 }
 
 uint64_t

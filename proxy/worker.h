@@ -8,6 +8,7 @@
 #ifndef DM_PROXY_WORKER_H
 #define DM_PROXY_WORKER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
@@ -73,25 +74,27 @@ struct dm_limits_counts {
     uint64_t rate;           /* requests answered 429 by limits.rate */
     uint64_t open_files;     /* the open-file limit (RLIMIT_NOFILE) the workers run under */
     uint64_t sockets;        /* client and server connections open now, every worker */
-    uint64_t socket_cap;     /* the most the open-file limit leaves them: accepting pauses there */
+    uint64_t socket_cap;     /* descriptors the open-file limit leaves them */
+    uint64_t clients;        /* client connections among sockets: accepting pauses once
+                              * sockets + clients (a server connection each) reach socket_cap */
 };
 /*
  * Fits the workers to the open-file limit, once they and every listener and
  * log are open: the limit goes up to what limits.max_conns asks, two
  * descriptors a connection (as HAProxy raises its own; the hard limit too
- * when allowed, else the soft one up to the hard one). The data path's
- * sockets are then capped below it, less a reserve (health checks, the
- * admin listener, actuators) and an eighth kept for server connections: at
- * the cap every worker stops accepting, as at limits.max_conns, and the
- * connections wait in the listen queue. Past the limit accept() would
- * fail, and libuv would close them unanswered. Warns when max_conns asks
- * for more than the limit allows.
+ * when allowed, else the soft one up to the hard one). The data path then
+ * accepts a client only while its sockets, and one more for each client
+ * (the server connection it may open), stay below the limit less a reserve
+ * (health checks, the admin listener, actuators): past it every worker
+ * stops accepting, as at limits.max_conns, and the connections wait in the
+ * listen queue. Past the limit accept() would fail, and libuv would close
+ * them unanswered. Warns when max_conns asks for more than that allows.
  */
 void dm_workers_fit_open_files(unsigned nworkers, unsigned max_conns);
 /* The same warning, at a reload that changes limits.max_conns. */
 void dm_workers_check_open_files(unsigned nworkers, unsigned max_conns);
 /* A data-path socket opened (1) or closed (-1): client or server connection. */
-void dm_sockets_add(int64_t n);
+void dm_sockets_add(int64_t n, bool client);
 
 void dm_workers_limits(const struct dm_worker *ws, unsigned n, struct dm_limits_counts *out);
 
