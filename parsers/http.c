@@ -130,14 +130,25 @@ on_headers_complete(llhttp_t *ll)
     return HPE_PAUSED;
 }
 
+/* The framing read since the last data, up to end (in this call's input), bounded. */
+static bool
+body_framing(struct dm_http_parser *p, const char *end)
+{
+    size_t run = p->_data_end != NULL ? (size_t)(end - p->_data_end)
+                                      : p->_framing + (size_t)(end - p->_call_start);
+    if (run > DM_HTTP_CHUNK_LINE_MAX) {
+        p->_reason = "chunk-size line (with its extensions) too long";
+        return false;
+    }
+    p->_framing = (uint32_t)run;
+    return true;
+}
+
 static int
 on_body(llhttp_t *ll, const char *at, size_t len)
 {
     struct dm_http_parser *p = self(ll);
-    size_t gap = p->_data_end != NULL ? (size_t)(at - p->_data_end)
-                                      : p->_framing + (size_t)(at - p->_call_start);
-    if (ll->type == HTTP_REQUEST && gap > DM_HTTP_CHUNK_LINE_MAX) {
-        p->_reason = "chunk-size line (with its extensions) too long";
+    if (ll->type == HTTP_REQUEST && !body_framing(p, at)) {
         return -1;
     }
     p->_data_end = at + len;
@@ -193,20 +204,6 @@ dm_http_parser_init(struct dm_http_parser *p, bool is_request)
     p->msg = msg;
     llhttp_init(&p->_ll, is_request ? HTTP_REQUEST : HTTP_RESPONSE, &settings);
     p->_ll.data = p;
-}
-
-/* After a call that read a body up to end: the framing since its last data, bounded. */
-static bool
-body_framing(struct dm_http_parser *p, const char *end)
-{
-    size_t run = p->_data_end != NULL ? (size_t)(end - p->_data_end)
-                                      : p->_framing + (size_t)(end - p->_call_start);
-    if (run > DM_HTTP_CHUNK_LINE_MAX) {
-        p->_reason = "chunk-size line (with its extensions) too long";
-        return false;
-    }
-    p->_framing = (uint32_t)run;
-    return true;
 }
 
 int

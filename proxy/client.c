@@ -648,6 +648,21 @@ client_rebase(struct dm_client *c)
     dm_client_bind(c, to_pool, to_server);
 }
 
+/* The request's pool by the routes of c's config, and its catalog key when the pool keys them. */
+static void
+client_route(struct dm_client *c, struct dm_req *req)
+{
+    req->pool = dm_route_match(c->rt->conf, req->info.host.p, req->info.host.len, req->info.path.p,
+                               req->info.path.len);
+    if (c->rt->pools[req->pool].keyed) {
+        /* A connection whose page came from a host-less preload keys its
+         * objects without host too, so that they match the page's list. */
+        bool any = c->any_host;
+        req->key = dm_catalog_key(any ? "" : req->info.host.p, any ? 0 : req->info.host.len,
+                                  req->info.path.p, req->info.path.len);
+    }
+}
+
 /*
  * A request that waits for a server (held while every server sleeps, or
  * queued under max_conns) when a reload comes moves to the new
@@ -685,14 +700,7 @@ client_request_rebase(struct dm_client *c)
     hold_release(c);
     dm_client_unqueue(c); /* queued again in the new pool if no place is free there */
     client_rebase(c);
-    const struct dm_conf *cf = c->rt->conf;
-    req->pool = dm_route_match(cf, req->info.host.p, req->info.host.len, req->info.path.p,
-                               req->info.path.len);
-    if (c->rt->pools[req->pool].keyed) {
-        bool any = c->any_host;
-        req->key = dm_catalog_key(any ? "" : req->info.host.p, any ? 0 : req->info.host.len,
-                                  req->info.path.p, req->info.path.len);
-    }
+    client_route(c, req);
 }
 
 /* Closes the client and abandons its request (and that request's server connection). */
@@ -1356,8 +1364,7 @@ client_head_done(struct dm_client *c)
     c->in->refs++;
     req->close_client = !req->info.keep_alive || c->w->stopping;
     req->routed = true;
-    req->pool = dm_route_match(cf, req->info.host.p, req->info.host.len, req->info.path.p,
-                               req->info.path.len);
+    client_route(c, req);
     {
         /* A request within page_gap of the connection's last response is
          * of the same page (a browser asking for the page's objects); one
@@ -1367,13 +1374,6 @@ client_head_done(struct dm_client *c)
         if (!c->served || now - c->page_done_ms > cf->pools[req->pool].page_gap_ms) {
             c->page_start_ms = now;
         }
-    }
-    if (c->rt->pools[req->pool].keyed) {
-        /* A connection whose page came from a host-less preload keys its
-         * objects without host too, so that they match the page's list. */
-        bool any = c->any_host;
-        req->key = dm_catalog_key(any ? "" : req->info.host.p, any ? 0 : req->info.host.len,
-                                  req->info.path.p, req->info.path.len);
     }
     c->state = DM_C_CONNECT;
     dm_client_timer_stop(c);

@@ -505,9 +505,8 @@ health_connect_cb(uv_connect_t *req, int status)
     }
 }
 
-/* Descriptors, memory or local ports ran out in this process: not the server's doing. */
-static bool
-health_local(int rc)
+bool
+dm_local_error(int rc)
 {
     return rc == UV_EMFILE || rc == UV_ENFILE || rc == UV_ENOMEM || rc == UV_ENOBUFS ||
            rc == UV_EADDRNOTAVAIL;
@@ -544,7 +543,7 @@ health_begin(struct health_check *c)
     uv_timer_start(&c->timer, health_timer_cb, c->timeout_ms, 0);
     rc = uv_tcp_connect(&c->connect, &c->tcp, (const struct sockaddr *)&c->cs->addr.sa,
                         health_connect_cb);
-    if (rc < 0 && health_local(rc)) {
+    if (rc < 0 && dm_local_error(rc)) {
         health_local_failure(c, rc);
         health_finish(c, false, NULL); /* no verdict */
     } else if (rc < 0) {

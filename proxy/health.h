@@ -13,6 +13,7 @@
 #ifndef DM_PROXY_HEALTH_H
 #define DM_PROXY_HEALTH_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <uv.h>
 
@@ -35,5 +36,12 @@ struct dm_health *dm_health_start(uv_loop_t *loop, const struct dm_conf *conf,
  * called from the loop once everything is closed. NULL h calls nothing.
  */
 void dm_health_stop(struct dm_health *h, void (*done)(void *arg), void *arg);
+
+/*
+ * Whether a libuv error is this process's own (descriptors, memory or local
+ * ports ran out), not the server's doing: neither a health check nor a
+ * request counts it against the server.
+ */
+bool dm_local_error(int uv_err);
 
 #endif

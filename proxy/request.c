@@ -14,6 +14,7 @@
 #include "proxy/buf.h"
 #include "proxy/client.h"
 #include "proxy/conn.h"
+#include "proxy/health.h"
 #include "proxy/learn.h"
 #include "proxy/log.h"
 #include "proxy/session.h"
@@ -539,14 +540,6 @@ dm_req_await_response(struct dm_req *req)
     }
 }
 
-/* A connect that failed for want of this process's own resources. */
-static bool
-req_local_failure(int status)
-{
-    return status == UV_EMFILE || status == UV_ENFILE || status == UV_ENOMEM ||
-           status == UV_ENOBUFS || status == UV_EADDRNOTAVAIL;
-}
-
 static void
 req_upstream_ready(struct dm_req *req, struct dm_upstream *up, int status)
 {
@@ -555,7 +548,7 @@ req_upstream_ready(struct dm_req *req, struct dm_upstream *up, int status)
         req->up = NULL;
         dm_learn_work_done(req, req->work);
         dm_req_unpick(req);
-        if (req_local_failure(status)) {
+        if (dm_local_error(status)) {
             /* Descriptors, memory or local ports ran out here: the server is
              * not at fault (not counted towards passive.max_fails), and
              * another server would fare no better. 503, as HAProxy's
