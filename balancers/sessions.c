@@ -529,7 +529,10 @@ dm_sessions_join(struct dm_sessions *t, const struct dm_sessions_ask *ask,
             return join_group(t, g, ask, out, pl);
         }
     }
-    if (t->nfree == 0) {
+    /* The table keeps a slot for every group a reload found running, so
+     * it may have more than max_groups: a new group comes in only below
+     * the limit of the configuration now. */
+    if (t->nfree == 0 || t->nslots - t->nfree >= t->cf.max_groups) {
         return -EUSERS;
     }
     struct sgroup *g = calloc(1, sizeof(*g));

@@ -648,12 +648,10 @@ client_rebase(struct dm_client *c)
     dm_client_bind(c, to_pool, to_server);
 }
 
-/* The request's pool by the routes of c's config, and its catalog key when the pool keys them. */
+/* The request's catalog key, when its pool keys them. */
 static void
-client_route(struct dm_client *c, struct dm_req *req)
+client_key(struct dm_client *c, struct dm_req *req)
 {
-    req->pool = dm_route_match(c->rt->conf, req->info.host.p, req->info.host.len, req->info.path.p,
-                               req->info.path.len);
     if (c->rt->pools[req->pool].keyed) {
         /* A connection whose page came from a host-less preload keys its
          * objects without host too, so that they match the page's list. */
@@ -661,6 +659,43 @@ client_route(struct dm_client *c, struct dm_req *req)
         req->key = dm_catalog_key(any ? "" : req->info.host.p, any ? 0 : req->info.host.len,
                                   req->info.path.p, req->info.path.len);
     }
+}
+
+/* The request's pool by the routes of c's config, and its catalog key when the pool keys them. */
+static void
+client_route(struct dm_client *c, struct dm_req *req)
+{
+    req->pool = dm_route_match(c->rt->conf, req->info.host.p, req->info.host.len, req->info.path.p,
+                               req->info.path.len);
+    client_key(c, req);
+}
+
+/*
+ * The request's tried and passed servers, as bitmaps sized for the worker's
+ * runtime's largest pool (a block of its own when that is larger), all
+ * clear: the indices of the old one mean nothing in the new. False when out
+ * of memory (the request then stays where it is).
+ */
+static bool
+tried_rebase(struct dm_client *c)
+{
+    struct dm_req *req = c->req;
+    uint32_t need = c->w->rt->tried_bytes > 0 ? c->w->rt->tried_bytes : 1;
+    if (need > req->tried_bytes) {
+        uint8_t *t = calloc(2, need);
+        if (t == NULL) {
+            return false;
+        }
+        if (req->tried_own) {
+            free(req->tried);
+        }
+        req->tried = t;
+        req->tried_bytes = need;
+        req->tried_own = true;
+    } else {
+        memset(req->tried, 0, 2 * (size_t)req->tried_bytes);
+    }
+    return true;
 }
 
 /*
@@ -680,27 +715,35 @@ client_request_rebase(struct dm_client *c)
         req->up != NULL || req->attempts != 0 || c->rt->pools[req->pool].placer != NULL) {
         return;
     }
-    /* Its tried and passed servers, as bitmaps sized for the new config's
-     * largest pool (a block of its own when that is larger), all clear. */
-    uint32_t need = c->w->rt->tried_bytes > 0 ? c->w->rt->tried_bytes : 1;
-    if (need > req->tried_bytes) {
-        uint8_t *t = calloc(2, need);
-        if (t == NULL) {
-            return; /* it stays where it is */
-        }
-        if (req->tried_own) {
-            free(req->tried);
-        }
-        req->tried = t;
-        req->tried_bytes = need;
-        req->tried_own = true;
-    } else {
-        memset(req->tried, 0, 2 * (size_t)req->tried_bytes);
+    if (!tried_rebase(c)) {
+        return; /* it stays where it is */
     }
     hold_release(c);
     dm_client_unqueue(c); /* queued again in the new pool if no place is free there */
     client_rebase(c);
     client_route(c, req);
+}
+
+int
+dm_client_session_rebase(struct dm_client *c, const struct dm_placer *placer)
+{
+    struct dm_runtime *rt = c->w->rt;
+    struct dm_req *req = c->req;
+    if (c->rt == rt || req->up != NULL) {
+        return -1;
+    }
+    for (size_t i = 0; i < rt->npools; i++) {
+        if (rt->pools[i].placer == placer) {
+            if (!tried_rebase(c)) {
+                return -1;
+            }
+            client_rebase(c);
+            req->pool = i;
+            client_key(c, req);
+            return (int)i;
+        }
+    }
+    return -1;
 }
 
 /* Closes the client and abandons its request (and that request's server connection). */

@@ -22,6 +22,7 @@
 
 struct dm_buf;
 struct dm_client;
+struct dm_placer;
 struct dm_tnode;
 struct dm_worker;
 
@@ -74,6 +75,14 @@ void dm_clients_queue_retry(struct dm_worker *w);
  * False when that time has passed already: the caller answers it.
  */
 bool dm_client_session_wait(struct dm_client *c);
+/*
+ * A session request whose placer (one per pool name for the process) has
+ * answered with a server of a configuration newer than c's: c moves to its
+ * worker's runtime, the request to the pool there with the same placer.
+ * Returns that pool's index, or -1 when there is none (or c is on the
+ * worker's runtime already, or out of memory).
+ */
+int dm_client_session_rebase(struct dm_client *c, const struct dm_placer *placer);
 /* Asks the placer again about every waiting session of w (after a batch pass). */
 void dm_clients_session_retry(struct dm_worker *w);
 

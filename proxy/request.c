@@ -309,13 +309,23 @@ req_session_place(struct dm_req *req, struct dm_rpool *p, uint64_t now_us)
         dm_client_respond_error(c, ans.status, ans.reason);
         return -1;
     }
-    for (size_t i = 0; i < p->sv->n; i++) {
-        if (p->sv->s[i].host == ans.host) {
-            req->rate = ans.rate;
-            return (int)i;
+    for (int pass = 0; pass < 2; pass++) {
+        for (size_t i = 0; i < p->sv->n; i++) {
+            if (p->sv->s[i].host == ans.host) {
+                req->rate = ans.rate;
+                return (int)i;
+            }
         }
+        /* The placer has moved on to a newer configuration than this
+         * runtime's (a reload while the head came in, or while the session
+         * waited for its batch pass): the request moves to it, where its
+         * server is, as a later request of its connection would. */
+        int moved = pass == 0 ? dm_client_session_rebase(c, req->placer) : -1;
+        if (moved < 0) {
+            break;
+        }
+        p = &c->rt->pools[moved];
     }
-    /* The placer has moved on to a newer configuration than this runtime's. */
     dm_placer_leave(req->placer, req->ticket);
     req->ticket = NULL;
     dm_client_respond_error(c, 503, "the session's server is not in this configuration");
@@ -401,6 +411,7 @@ dm_req_pick_and_connect(struct dm_req *req)
         if (idx < 0) {
             return;
         }
+        p = &c->rt->pools[req->pool]; /* it may have moved to a reloaded config */
         dm_counter_add(&p->sv->s[idx].picks, 1);
         dm_counter_add(&p->sv->s[idx].inflight, 1);
     } else if (affinity && c->bound >= 0 && c->bound_pool == req->pool &&

@@ -518,6 +518,12 @@ test_configure_keeps_running_groups(void **state)
     for (int s = 0; s < 3; s++) {
         assert_true(per[s].load == 0);
     }
+    /* Once they ended, the lowered limit holds: one group, not four. */
+    a = with_client(ask("f", 1, d), &cd);
+    assert_int_equal(dm_sessions_join(t, &a, &m[0], &pl), DM_SESSIONS_PLACED);
+    a = with_client(ask("g", 1, d), &cd);
+    assert_int_equal(dm_sessions_join(t, &a, &m[1], &pl), -EUSERS);
+    dm_sessions_leave(t, m[0]);
     dm_sessions_destroy(t);
 }
 

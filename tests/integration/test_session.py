@@ -10,11 +10,14 @@ out the rate tier header the backend received (it echoes X-Rate-Tier in its
 101) is the highest rate that fits, then sessions are refused; closing
 sessions frees their load; /stats shows per server groups, sessions, load and
 capacity, and the LBF; a batch window holds arrivals and places them
-together; a reload keeps running sessions; plain requests of a session pool
+together; a reload keeps running sessions, and a session request begun
+before it that the placer puts on a server it added reaches that server;
+plain requests of a session pool
 are balanced as usual.
 """
 import base64
 import os
+import re
 import signal
 import socket
 import sys
@@ -358,6 +361,60 @@ class SessionTest(H.DimmerTest):
             c.close()
         self.wait_loads({"a": 0, "b": 0, "c": 0}, "every session closed after the reload")
         self.assertEqual(self.placed("r5", rate=10)[1], "10")
+
+    def config_of(self, names, window):
+        """CONFIG with only the servers named (and their delays)."""
+        a, b, c = (x.port for x in self.backends)
+        text = CONFIG.format(a=a, b=b, c=c, window=window, cap=1000, group="")
+        gone = [n for n in "abc" if n not in names]
+        lines = [line for line in text.split("\n")
+                 if not any("name: %s," % n in line for n in gone)]
+        text = "\n".join(lines)
+        for n in gone:
+            text = re.sub(r"\b%s: \d+(, )?" % n, "", text).replace(", }", "}")
+        return text
+
+    def test_a_session_placed_after_a_reload_goes_to_its_new_server(self):
+        # The placer is the process's: once reloaded it places on the new
+        # servers, and a request begun under the old config moves to the new
+        # one to reach its server (it was answered 503 "not in this
+        # configuration"): heads half sent during the reload, and a group
+        # waiting in its batch window.
+        self.d = self.start_dimmer_conf(self.write_config(self.config_of("ab", "0")))
+        half = []
+        for i in range(3):
+            c = SrcConn(self.d.port, "127.0.0.2")
+            self.open.append(c)
+            req = ws_request("h%d" % i)
+            c.send(req[:30])
+            half.append((c, req))
+        # Accepted under the old config, their first bytes (sent with the
+        # connect) read with it. One not yet read would start under the new
+        # config: the test would pass without testing, never fail.
+        H.wait_until(lambda: self.d.admin_stats()["limits"]["clients"] >= 3, 10,
+                     "three connections")
+        self.reload_config(self.config_of("c", "0"))
+        for c, req in half:
+            c.send(req[30:])
+            r = c.read_response()
+            self.assertEqual((r.status, r.header("X-Backend")), (101, "c"), r.body)
+        st = self.sstats()
+        self.assertEqual((st["groups"], st["sessions"], st["placed"]), (3, 3, 3))
+        for c in self.open:
+            c.close()
+        self.wait_loads({"c": 0}, "every session closed")
+
+    def test_a_session_waiting_in_its_window_across_a_reload_goes_to_its_new_server(self):
+        # The window outlasts the reload (a few hundred ms) many times over.
+        self.d = self.start_dimmer_conf(self.write_config(self.config_of("ab", "5s")))
+        c = SrcConn(self.d.port, "127.0.0.2")
+        self.open.append(c)
+        c.send(ws_request("w"))
+        H.wait_until(lambda: self.sstats()["waiting"] == 1, 10, "a waiting group")
+        self.reload_config(self.config_of("c", "5s"))
+        self.assertEqual(self.sstats()["waiting"], 1, "placed before the reload")
+        r = c.read_response(timeout=15)
+        self.assertEqual((r.status, r.header("X-Backend")), (101, "c"), r.body)
 
     def test_plain_requests_are_balanced(self):
         self.start()
