@@ -132,6 +132,10 @@ struct dm_rpool {
     /* Requests held by every worker because no server of the pool is awake
      * (scale to zero, power.hold_timeout); the power manager wakes one. */
     atomic_uint_fast64_t held;
+    /* Set by the power manager while no server of the pool may serve again
+     * without the operator (every one in maint, or slept or drained by
+     * hand): a request is then answered 503 at once, not held. */
+    atomic_bool hold_off;
     /* Per-server max_conns (timeouts.queue, max_queue): requests waiting now
      * for a place (all workers), those answered 503 at the end of
      * timeouts.queue or over max_queue, and the most that waited at once. */

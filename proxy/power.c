@@ -592,6 +592,8 @@ run_action(struct dm_powermgr *pm, struct pm_server *s, enum pm_act_kind kind)
 
 /* ---- server states ---- */
 
+static void hold_update(struct dm_powermgr *pm, const struct pm_pool *p);
+
 static void
 set_state(struct dm_powermgr *pm, struct pm_server *s, enum dm_pm_state st, uint64_t now)
 {
@@ -599,6 +601,9 @@ set_state(struct dm_powermgr *pm, struct pm_server *s, enum dm_pm_state st, uint
     s->since_us = now;
     s->last_change_us = now;
     s->epoch = dm_workers_set_power(pm->ws, pm->nws, s->h, state_power[st], now);
+    if (s->pool != NULL) {
+        hold_update(pm, s->pool);
+    }
 }
 
 static void
@@ -801,6 +806,44 @@ any_coming(const struct dm_powermgr *pm, const struct pm_pool *p)
     return false;
 }
 
+/*
+ * Whether a request of p may yet be served with no act of the operator's: a
+ * server active (even one down by its health check, which may pass again),
+ * booting, draining (the policy may take it back) or failed (its health
+ * check may pass), or asleep with a wake actuator, none of them held by
+ * the operator (maint, or slept or drained by hand); one the operator woke
+ * is not held.
+ */
+static bool
+any_prospect(const struct dm_powermgr *pm, const struct pm_pool *p)
+{
+    for (size_t i = 0; i < pm->nservers; i++) {
+        const struct pm_server *s = pm->servers[i];
+        if (s->pool != p || s->held) {
+            continue;
+        }
+        if (s->state != DM_PM_SLEEPING || s->cf->power.wake != DM_ACT_NONE) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/*
+ * Nothing to hold a request for: answered at once, as HAProxy answers when
+ * every server is in maintenance (the requests held now get theirs at
+ * their next try, within 100 ms). Kept up to date at every change of state
+ * and every tick.
+ */
+static void
+hold_update(struct dm_powermgr *pm, const struct pm_pool *p)
+{
+    if (p->present && p->index < pm->rt->npools) {
+        atomic_store_explicit(&pm->rt->pools[p->index].hold_off, !any_prospect(pm, p),
+                              memory_order_relaxed);
+    }
+}
+
 /* ---- the tick ---- */
 
 static void
@@ -964,6 +1007,7 @@ tick_cb(uv_timer_t *t)
         if (!p->present) {
             continue;
         }
+        hold_update(pm, p);
         /* Scale to zero: a held request and nothing coming wakes one now. */
         if (!any_coming(pm, p) && held_requests(pm, p) > 0) {
             struct dm_sbuf did = { 0 };
@@ -1247,11 +1291,13 @@ dm_power_reload(struct dm_powermgr *pm, struct dm_runtime *rt)
                         "next restart closes the metrics listener");
         }
     }
+    /* The new config's first: configure's changes of state speak of its pools. */
+    struct dm_runtime *old = pm->rt;
+    pm->rt = rt;
     if (configure(pm, rt) < 0) {
         dm_log_error("power: out of memory while reloading: some servers are not managed");
     }
-    dm_runtime_unref(pm->rt);
-    pm->rt = rt;
+    dm_runtime_unref(old);
 }
 
 struct dm_powermgr *
@@ -1458,6 +1504,7 @@ dm_power_admin(struct dm_powermgr *pm, struct dm_host *h, const char *action, ui
         return 404;
     }
     *epoch = s->epoch;
+    hold_update(pm, s->pool); /* held or not, whether its state changed or not */
     decision(pm, s->pool, "operator: %s %s (%s -> %s%s)", action, s->cf->name,
              dm_pm_state_name(was), dm_pm_state_name(s->state), s->held ? ", held" : "");
     snprintf(msg, msglen, "%s", dm_pm_state_name(s->state));

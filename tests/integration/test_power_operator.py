@@ -9,7 +9,9 @@ a server that a reload takes out of power management while it sleeps comes
 back asleep, not active, when a later reload manages it again; the admin
 listener answers 414 to a request target it would have to cut, reads the
 token only in the head, and takes the scheme in any case; a request held
-with no server that can be woken is logged once, not every tick; and a
+with no server that can be woken is logged once, not every tick; no
+request is held when every server is in maint or slept by the operator
+(only the operator could bring one back): 503 at once; and a
 pool name longer than a decision's text is cut, not written past it.
 """
 import json
@@ -259,24 +261,55 @@ class PowerOperatorTest(H.DimmerTest):
 
     def test_a_request_held_with_none_to_wake_is_logged_once(self):
         n0 = self.node("n0")
-        self.start(self.line("n0", n0, 'control: "%s:%d"' % (H.HOST, n0.control)))
-        self.admin(n0, "sleep")  # held asleep by the operator: none can be woken
+        # Its wake fails: failed, it may still come up by itself (its health
+        # check would say so), so a request is held, and none can be woken.
+        self.start(self.line("n0", n0, 'sleep_command: "kill -USR1 %d", wake_command: "exit 3"'
+                             % n0.proc.pid))
+        self.admin(n0, "sleep")
         n0.wait_state("asleep")
+        self.admin(n0, "wake")
+        H.wait_until(lambda: self.state("n0") == "failed", 10, "the failed wake")
         r = H.get(self.d.port, "/bytes/10", timeout=10)
-        self.assertEqual(r.status, 503, r.body)  # hold_timeout 1 s, about 40 ticks
+        self.assertEqual(r.status, 503, r.body)  # hold_timeout 1 s, about 10 ticks
         texts = [d["text"] for d in self.power()["decisions"]]
         held = [t for t in texts if "requests held with no server awake" in t]
         self.assertEqual(len(held), 1, texts)
         self.assertIn("none can be woken now", held[0])
+
+    def test_no_request_is_held_for_servers_only_the_operator_can_bring_back(self):
+        n0, n1 = self.node("n0"), self.node("n1")
+        # hold_timeout far beyond the test's bounds: a request held would
+        # time the test out (it was held the 30 s of the default).
+        self.start(self.line("n0", n0, 'control: "%s:%d"' % (H.HOST, n0.control))
+                   + self.line("n1", n1, 'control: "%s:%d"' % (H.HOST, n1.control)),
+                   hold="10m")
+        self.admin(n0, "maint")
+        self.admin(n1, "sleep")
+        n1.wait_state("asleep")
+        for _ in range(3):
+            r = H.get(self.d.port, "/bytes/10", timeout=5)
+            self.assertEqual(r.status, 503, r.body)
+            self.assertIn(b"no server available", r.body)
+        self.assertEqual(self.held(), 0)
+        # Back in the manager's hands, n0 serves again.
+        self.admin(n0, "ready")
+        H.wait_until(lambda: H.get(self.d.port, "/bytes/10", timeout=5).status == 200, 10,
+                     "n0 serving again")
 
     def held(self):
         return self.power()["pools"][0]["held_requests"]
 
     def test_a_held_request_whose_client_goes_gives_its_place_back(self):
         n0 = self.node("n0")
-        self.start(self.line("n0", n0, 'control: "%s:%d"' % (H.HOST, n0.control)), hold="20s")
-        self.admin(n0, "sleep")  # held asleep: the request is held until the operator wakes it
+        # Its wake runs until the test lets it: booting, the request is held.
+        go = self.path("go")
+        self.start(self.line("n0", n0, 'sleep_command: "kill -USR1 %d", wake_command: '
+                             '"while [ ! -e %s ]; do sleep 0.05; done; kill -USR2 %d"'
+                             % (n0.proc.pid, go, n0.proc.pid)), hold="20s")
+        self.admin(n0, "sleep")
         n0.wait_state("asleep")
+        self.admin(n0, "wake")
+        self.assertEqual(self.state("n0"), "booting")
         c = H.Conn(self.d.port)
         self.addCleanup(c.close)
         c.send(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 2000\r\n\r\n")
@@ -286,7 +319,7 @@ class PowerOperatorTest(H.DimmerTest):
         H.wait_until(lambda: self.held() == 0, 10, "the gone client's place given back")
         self.assertIn("client closed the connection while its request was held",
                       self.d.proc.stderr())
-        self.admin(n0, "wake")
+        open(go, "w").close()
         H.wait_until(lambda: self.state("n0") == "active", 10, "n0 woken")
         self.assertEqual(H.get(self.d.port, "/bytes/10").status, 200)
         self.assertEqual(n0.stats()["requests"], 1)  # the GET, never the gone POST
