@@ -579,7 +579,8 @@ def admin_requests(port):
     """Requests counted over every server of every pool, from dimmer's /stats."""
     try:
         s = socket.create_connection((HOST, port), timeout=2)
-        s.sendall(b"GET /stats HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+        s.sendall(b"GET /stats HTTP/1.1\r\nHost: %s:%d\r\nConnection: close\r\n\r\n"
+                  % (HOST.encode(), port))
         data = b""
         s.settimeout(2)
         while True:
@@ -648,7 +649,8 @@ def cmd_probe(a):
     if a.admin:
         try:
             s = socket.create_connection((HOST, a.admin), timeout=2)
-            s.sendall(b"GET /stats HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+            s.sendall(b"GET /stats HTTP/1.1\r\nHost: %s:%d\r\nConnection: close\r\n\r\n"
+                  % (HOST.encode(), port))
             s.settimeout(2)
             data = b""
             while True:

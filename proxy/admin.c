@@ -45,6 +45,11 @@ free_handle(uv_handle_t *h)
 #define DM_STR_(x)      #x
 #define DM_STR(x)       DM_STR_(x)
 #define ADMIN_CONNS_MAX 64 /* open admin connections at most; the oldest idle one makes room */
+/* After its answer, what the client still sends (a body, a pipelined
+ * request) is read and dropped for at most this long: a close with unread
+ * bytes would reset the connection, and the answer with it (nginx's
+ * lingering close). */
+#define ADMIN_LINGER_MS 2000
 
 struct admin_conn;
 
@@ -72,9 +77,13 @@ struct admin_conn {
     size_t len;
     char *out;
     bool answered;
-    bool head;    /* a HEAD request: the answer's head alone */
-    bool waiting; /* in the admin's pending list */
+    bool head;         /* a HEAD request: the answer's head alone */
+    const char *allow; /* a 405's Allow header, else NULL */
+    bool waiting;      /* in the admin's pending list */
+    bool lingering;    /* answered, written, shut down: reading to the client's close */
     uint64_t opened_ms;
+    uint64_t linger_until_ms;
+    uv_shutdown_t sreq;
     struct admin_conn *cprev, *cnext; /* in the admin's conns */
     /* A command waiting for its acknowledgements. */
     struct admin_conn *next;
@@ -295,12 +304,35 @@ conn_close(struct admin_conn *ac)
     }
 }
 
+static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
+static void alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
+
+static void
+shut(uv_shutdown_t *req, int status)
+{
+    if (status < 0) {
+        conn_close(req->data);
+    }
+}
+
 static void
 written(uv_write_t *w, int status)
 {
-    (void)status;
     struct admin_conn *ac = w->data;
-    conn_close(ac); /* also when the write was cancelled by a close */
+    if (status < 0 || ac->admin->stopping || uv_is_closing((uv_handle_t *)&ac->tcp)) {
+        conn_close(ac); /* also when the write was cancelled by a close */
+        return;
+    }
+    /* The answer is out: FIN, then what the client still sends is dropped
+     * until it closes, or ADMIN_LINGER_MS. */
+    ac->lingering = true;
+    ac->linger_until_ms = uv_now(ac->tcp.loop) + ADMIN_LINGER_MS;
+    ac->len = 0;
+    ac->sreq.data = ac;
+    if (uv_shutdown(&ac->sreq, (uv_stream_t *)&ac->tcp, shut) < 0 ||
+        uv_read_start((uv_stream_t *)&ac->tcp, alloc_cb, read_cb) < 0) {
+        conn_close(ac);
+    }
 }
 
 static void
@@ -318,8 +350,10 @@ respond(struct admin_conn *ac, const char *status, const char *type, struct dm_s
     struct dm_sbuf out = { 0 };
     dm_sb_printf(&out,
                  "HTTP/1.1 %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\nConnection: close\r\n"
-                 "Cache-Control: no-store\r\n\r\n%.*s",
-                 status, type, body.len, ac->head ? 0 : (int)body.len, body.p ? body.p : "");
+                 "Cache-Control: no-store\r\n%s%s%s\r\n%.*s",
+                 status, type, body.len, ac->allow != NULL ? "Allow: " : "",
+                 ac->allow != NULL ? ac->allow : "", ac->allow != NULL ? "\r\n" : "",
+                 ac->head ? 0 : (int)body.len, body.p ? body.p : "");
     free(body.p);
     ac->out = out.p;
     uv_buf_t b = uv_buf_init(out.p, (unsigned)out.len);
@@ -440,7 +474,9 @@ conns_reap(struct dm_admin *a)
         if (ac->waiting || uv_is_closing((uv_handle_t *)&ac->tcp)) {
             continue;
         }
-        if (!ac->answered && age >= ADMIN_REQ_MS) {
+        if (ac->lingering && now >= ac->linger_until_ms) {
+            conn_close(ac);
+        } else if (!ac->answered && age >= ADMIN_REQ_MS) {
             refuse(ac, "408 Request Timeout",
                    "the request did not come in within " DM_STR(ADMIN_REQ_S) " s");
         } else if (ac->answered && age >= ADMIN_CONN_MS) {
@@ -484,8 +520,8 @@ command(struct admin_conn *ac, const char *path)
     struct dm_admin *a = ac->admin;
     char addr[256];
     const char *slash = strrchr(path, '/');
-    size_t len = (size_t)(slash - path);
-    if (slash == path || len >= sizeof(addr)) {
+    size_t len = slash != NULL ? (size_t)(slash - path) : 0;
+    if (len == 0 || len >= sizeof(addr)) {
         respond_text(ac, "404 Not Found",
                      "expected POST /hosts/ADDR/drain|ready|close-idle|wake|sleep|maint");
         return;
@@ -629,7 +665,7 @@ pin(struct admin_conn *ac, const char *path, const char *query)
     }
     if (strcmp(slash + 1, "pin") == 0) {
         char *end = NULL;
-        if (strncmp(query, "servers=", 8) == 0) {
+        if (strncmp(query, "servers=", 8) == 0 && query[8] >= '0' && query[8] <= '9') {
             servers = strtol(query + 8, &end, 10);
         }
         if (end == NULL || end == query + 8 || *end != 0 || servers < 0 || servers > 100000) {
@@ -646,39 +682,226 @@ pin(struct admin_conn *ac, const char *path, const char *query)
     respond_text(ac, st == 200 ? "200 OK" : st == 400 ? "400 Bad Request" : "404 Not Found", msg);
 }
 
+/*
+ * The value of header name in the head (NUL-terminated, its lines ending in
+ * CRLF or LF, its end a blank line), without the spaces about it; NULL when
+ * absent. *count is how many times it is given.
+ */
+static const char *
+header(const char *head, const char *name, size_t *len, unsigned *count)
+{
+    const char *found = NULL;
+    size_t nlen = strlen(name);
+    *count = 0;
+    *len = 0;
+    for (const char *p = strchr(head, '\n'); p != NULL; p = strchr(p + 1, '\n')) {
+        const char *line = p + 1;
+        if (*line == '\n' || (line[0] == '\r' && line[1] == '\n') || *line == 0) {
+            break;
+        }
+        if (strncasecmp(line, name, nlen) != 0 || line[nlen] != ':') {
+            continue;
+        }
+        const char *v = line + nlen + 1;
+        v += strspn(v, " \t");
+        size_t n = strcspn(v, "\r\n");
+        while (n > 0 && (v[n - 1] == ' ' || v[n - 1] == '\t')) {
+            n--;
+        }
+        if ((*count)++ == 0) {
+            found = v;
+            *len = n;
+        }
+    }
+    return found;
+}
+
+/* Whether the Host value names this machine by an address or as localhost. */
+static bool
+host_is_local_name(const char *v, size_t len)
+{
+    char name[256];
+    if (len == 0 || len >= sizeof(name)) {
+        return false;
+    }
+    memcpy(name, v, len);
+    name[len] = 0;
+    if (name[0] == '[') {
+        char *end = strchr(name, ']');
+        if (end == NULL || (end[1] != 0 && end[1] != ':')) {
+            return false;
+        }
+        *end = 0;
+        struct in6_addr a6;
+        return inet_pton(AF_INET6, name + 1, &a6) == 1;
+    }
+    char *colon = strchr(name, ':');
+    if (colon != NULL) {
+        *colon = 0;
+    }
+    size_t n = strlen(name);
+    if (n > 0 && name[n - 1] == '.') {
+        name[--n] = 0;
+    }
+    struct in_addr a4;
+    return strcasecmp(name, "localhost") == 0 || inet_pton(AF_INET, name, &a4) == 1;
+}
+
+/* Decodes the %XX of path in place; false for a bad one, or one that gives NUL. */
+static bool
+percent_decode(char *path)
+{
+    char *out = path;
+    for (const char *in = path; *in != 0; in++) {
+        if (*in != '%') {
+            *out++ = *in;
+            continue;
+        }
+        char hex[3] = { in[1], in[1] != 0 ? in[2] : 0, 0 };
+        char *end;
+        long v = strtol(hex, &end, 16);
+        if (end != hex + 2 || hex[0] == '+' || hex[0] == '-' || v == 0) {
+            return false;
+        }
+        *out++ = (char)v;
+        in += 2;
+    }
+    *out = 0;
+    return true;
+}
+
+/*
+ * What every request must be before it is acted on: a request line
+ * "METHOD TARGET HTTP/1.x", one Host (HTTP/1.1), no body; on a loopback
+ * listener (where POSTs need no token), a Host that names the machine by
+ * address or as localhost, so that a page a browser loaded from a name
+ * rebound to 127.0.0.1 is refused (DNS rebinding). Answers and returns false
+ * when it is not; the method and the target (its path percent-decoded, the
+ * query after a NUL) are filled when it is.
+ */
+static bool
+request_ok(struct admin_conn *ac, char *method, size_t msize, char *target, size_t tsize,
+           char **query)
+{
+    const char *req = ac->req;
+    size_t mlen = strcspn(req, " \r\n");
+    const char *t = req + mlen;
+    size_t tlen = *t == ' ' ? strcspn(t + 1, " \r\n") : 0;
+    if (mlen == 0 || mlen >= msize || tlen == 0) {
+        respond_text(ac, "400 Bad Request", "bad request line");
+        return false;
+    }
+    if (tlen >= tsize) {
+        /* Never a cut of it: the rest could change what it asks. */
+        respond_text(ac, "414 URI Too Long", "request target over 511 bytes");
+        return false;
+    }
+    const char *v = t + 1 + tlen;
+    size_t vlen = *v == ' ' ? strcspn(v + 1, "\r\n") : 0;
+    v++;
+    if (vlen != 8 || strncmp(v, "HTTP/", 5) != 0 || v[5] < '0' || v[5] > '9' || v[6] != '.' ||
+        v[7] < '0' || v[7] > '9') {
+        respond_text(ac, "400 Bad Request", "bad request line (METHOD TARGET HTTP/1.1)");
+        return false;
+    }
+    if (v[5] != '1') {
+        respond_text(ac, "505 HTTP Version Not Supported", "HTTP/1.0 and HTTP/1.1 only");
+        return false;
+    }
+    memcpy(method, req, mlen);
+    method[mlen] = 0;
+    memcpy(target, t + 1, tlen);
+    target[tlen] = 0;
+    *query = strchr(target, '?');
+    if (*query != NULL) {
+        *(*query)++ = 0;
+    }
+    size_t hlen;
+    unsigned hosts;
+    const char *host = header(req, "Host", &hlen, &hosts);
+    if (hosts > 1 || (hosts == 0 && v[7] != '0')) {
+        respond_text(ac, "400 Bad Request", "one Host header, please");
+        return false;
+    }
+    if (ac->admin->loopback && host != NULL && !host_is_local_name(host, hlen)) {
+        respond_text(ac, "403 Forbidden",
+                     "a loopback admin listener answers requests to an address or localhost "
+                     "only, not to a name (a page could point one at this machine)");
+        return false;
+    }
+    if (!percent_decode(target)) {
+        respond_text(ac, "400 Bad Request", "bad percent-encoding in the request target");
+        return false;
+    }
+    return true;
+}
+
+/*
+ * A POST that a browser sent from another origin (a page of any site can
+ * send a form's POST to 127.0.0.1 with no preflight) is refused: its Origin,
+ * when given, must be this listener's own, as the Host names it, and
+ * Sec-Fetch-Site, when given, same-origin or none.
+ */
+static bool
+same_origin(struct admin_conn *ac)
+{
+    size_t olen, hlen, flen;
+    unsigned n;
+    const char *origin = header(ac->req, "Origin", &olen, &n);
+    const char *host = header(ac->req, "Host", &hlen, &n);
+    const char *site = header(ac->req, "Sec-Fetch-Site", &flen, &n);
+    bool ok = true;
+    if (origin != NULL) {
+        size_t scheme = olen > 7 && strncasecmp(origin, "http://", 7) == 0    ? 7
+                        : olen > 8 && strncasecmp(origin, "https://", 8) == 0 ? 8
+                                                                              : 0;
+        ok = scheme > 0 && host != NULL && olen - scheme == hlen &&
+             strncasecmp(origin + scheme, host, hlen) == 0;
+    }
+    if (site != NULL && !(flen == 11 && strncasecmp(site, "same-origin", 11) == 0) &&
+        !(flen == 4 && strncasecmp(site, "none", 4) == 0)) {
+        ok = false;
+    }
+    if (!ok) {
+        respond_text(ac, "403 Forbidden", "a POST from another origin is refused");
+    }
+    return ok;
+}
+
+/* Admin requests carry no body: one given is refused before anything is done. */
+static bool
+no_body(struct admin_conn *ac)
+{
+    size_t len, te_len;
+    unsigned n, te;
+    const char *cl = header(ac->req, "Content-Length", &len, &n);
+    header(ac->req, "Transfer-Encoding", &te_len, &te);
+    if (te > 0 || n > 1 || (cl != NULL && strspn(cl, "0") != len)) {
+        respond_text(ac, "413 Content Too Large", "admin requests take no body");
+        return false;
+    }
+    return true;
+}
+
 static void
 answer(struct admin_conn *ac)
 {
     ac->answered = true;
     uv_read_stop((uv_stream_t *)&ac->tcp);
     ac->req[ac->len] = 0;
-    /* The request line: METHOD SP TARGET SP ... */
     char method[8], target[512];
-    size_t mlen = strcspn(ac->req, " \r\n");
-    const char *t = ac->req + mlen;
-    size_t tlen = *t == ' ' ? strcspn(t + 1, " \r\n") : 0;
-    if (mlen == 0 || mlen >= sizeof(method) || tlen == 0) {
-        respond_text(ac, "400 Bad Request", "bad request");
+    char *q;
+    if (!request_ok(ac, method, sizeof(method), target, sizeof(target), &q)) {
         return;
-    }
-    if (tlen >= sizeof(target)) {
-        /* Never a cut of it: the rest could change what it asks. */
-        respond_text(ac, "414 URI Too Long", "request target over 511 bytes");
-        return;
-    }
-    memcpy(method, ac->req, mlen);
-    method[mlen] = 0;
-    memcpy(target, t + 1, tlen);
-    target[tlen] = 0;
-    char *q = strchr(target, '?');
-    if (q != NULL) {
-        *q = 0;
     }
     /* HEAD is GET without the body (RFC 9110, 9.3.2). */
     ac->head = strcmp(method, "HEAD") == 0;
     bool get = strcmp(method, "GET") == 0 || ac->head;
     bool post = strcmp(method, "POST") == 0;
-    if (post && !authorized(ac)) {
+    if (post && (!same_origin(ac) || !authorized(ac))) {
+        return;
+    }
+    if (!no_body(ac)) {
         return;
     }
     if (strcmp(target, "/power") == 0 && get) {
@@ -686,7 +909,7 @@ answer(struct admin_conn *ac)
         dm_power_json(ac->admin->power, &body);
         respond(ac, "200 OK", "application/json", body);
     } else if (strncmp(target, "/power/", 7) == 0 && post) {
-        pin(ac, target + 7, q != NULL ? q + 1 : "");
+        pin(ac, target + 7, q != NULL ? q : "");
     } else if (strcmp(target, "/metrics") == 0 && get) {
         struct dm_sbuf body = { 0 };
         const struct dm_admin *a = ac->admin;
@@ -731,6 +954,9 @@ answer(struct admin_conn *ac)
     } else if (strcmp(target, "/stats") == 0 || strcmp(target, "/") == 0 ||
                strcmp(target, "/metrics") == 0 || strcmp(target, "/help") == 0 ||
                strncmp(target, "/hosts/", 7) == 0 || strncmp(target, "/power", 6) == 0) {
+        ac->allow = strncmp(target, "/hosts/", 7) == 0 || strncmp(target, "/power/", 7) == 0
+                        ? "POST"
+                        : "GET, HEAD";
         respond_text(ac, "405 Method Not Allowed", "method not allowed");
     } else {
         respond_text(ac, "404 Not Found", "not found");
@@ -742,11 +968,22 @@ read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 {
     (void)buf;
     struct admin_conn *ac = s->data;
+    if (ac->lingering) {
+        if (nread < 0) {
+            conn_close(ac); /* the client's close, at last */
+        }
+        ac->len = 0; /* dropped */
+        return;
+    }
     if (ac->answered) {
         return;
     }
     if (nread < 0) {
         conn_close(ac);
+        return;
+    }
+    if (memchr(ac->req + ac->len, 0, (size_t)nread) != NULL) {
+        refuse(ac, "400 Bad Request", "a NUL byte in the request");
         return;
     }
     ac->len += (size_t)nread;
@@ -790,13 +1027,20 @@ on_conn(uv_stream_t *server, int status)
     if (a->nconns > ADMIN_CONNS_MAX) {
         /* The oldest one still sending its request makes room: a few idle
          * connections do not lock the operator out. */
-        struct admin_conn *old = NULL;
+        struct admin_conn *old = NULL, *done = NULL;
         for (struct admin_conn *o = ac->cnext; o != NULL; o = o->cnext) {
-            if (!o->answered && !uv_is_closing((uv_handle_t *)&o->tcp)) {
+            if (uv_is_closing((uv_handle_t *)&o->tcp)) {
+                continue;
+            }
+            if (o->lingering) {
+                done = o;
+            } else if (!o->answered) {
                 old = o;
             }
         }
-        if (old != NULL) {
+        if (done != NULL) {
+            conn_close(done); /* answered already: what it still sends is dropped anyway */
+        } else if (old != NULL) {
             refuse(old, "503 Service Unavailable", "too many admin connections");
         } else {
             conn_close(ac); /* all of them being answered: this one waits for none */

@@ -453,10 +453,22 @@ class Conn:
             return False
         return True
 
-    def request(self, method, path, headers=(), body=b"", version="HTTP/1.1", host="test",
+    def request(self, method, path, headers=(), body=b"", version="HTTP/1.1", host=None,
                 timeout=None, digest=False):
+        if host is None:
+            host = default_host(self.port)
         self.send(build_request(method, path, headers, body, version, host))
         return self.read_response(head_request=method == "HEAD", timeout=timeout, digest=digest)
+
+
+# dimmer's admin listeners (on loopback) answer a Host that names the
+# machine by address only (a guard against DNS rebinding): requests to
+# them say 127.0.0.1:PORT, those to the proxy "test".
+ADMIN_PORTS = set()
+
+
+def default_host(port):
+    return "%s:%d" % (HOST, port) if port in ADMIN_PORTS else "test"
 
 
 def build_request(method, path, headers=(), body=b"", version="HTTP/1.1", host="test"):
@@ -739,6 +751,8 @@ class Dimmer:
         self.ports = [port for kind, _, port in lines if kind == "listen"]
         self.port = self.ports[0]
         self.admin = next((port for kind, _, port in lines if kind == "admin"), None)
+        if self.admin is not None:
+            ADMIN_PORTS.add(self.admin)
         self.conf_path = conf_path
 
     @property

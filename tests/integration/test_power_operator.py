@@ -8,7 +8,9 @@ boot delay passing is not "up"), and a failed server cannot be put in maint;
 a server that a reload takes out of power management while it sleeps comes
 back asleep, not active, when a later reload manages it again; the admin
 listener answers 414 to a request target it would have to cut, reads the
-token only in the head, and takes the scheme in any case; a request held
+token only in the head, and takes the scheme in any case, and refuses a
+POST from another origin, a Host that is not an address (DNS rebinding),
+a body, and a bad request line or head; a request held
 with no server that can be woken is logged once, not every tick; no
 request is held when every server is in maint or slept by the operator
 (only the operator could bring one back): 503 at once; and a
@@ -258,6 +260,67 @@ class PowerOperatorTest(H.DimmerTest):
                       headers=[("authorization", "bearer " + TOKEN)])
         self.assertEqual(r.status, 200, r.body)
         self.assertEqual(self.power()["pools"][0]["pinned"], 1)
+
+    def test_admin_refuses_cross_origin_posts_rebound_names_and_bad_requests(self):
+        n0 = self.node("n0")
+        self.start(self.line("n0", n0, 'control: "%s:%d"' % (H.HOST, n0.control)),
+                   pool="my pool")
+        own = "%s:%d" % (H.HOST, self.d.admin)
+
+        def pinned():
+            return self.power()["pools"][0]["pinned"]
+
+        # A page of another site can POST a form to 127.0.0.1 with no
+        # preflight: refused, whatever it asks; so is a page loaded from a
+        # name rebound to 127.0.0.1 (its Host is that name), GET or POST.
+        for headers in ([("Origin", "http://evil.example")],
+                        [("Origin", "null")],
+                        [("Origin", "http://%s.evil.example" % H.HOST)],
+                        [("Sec-Fetch-Site", "cross-site")],
+                        [("Host", "rebind.evil.example:%d" % self.d.admin)]):
+            r = H.request(self.d.admin, "POST", "/power/my%20pool/pin?servers=0",
+                          headers=headers)
+            self.assertEqual(r.status, 403, (headers, r.body))
+        self.assertEqual(pinned(), -1)
+        r = H.request(self.d.admin, "GET", "/power", headers=[("Host", "rebind.evil.example")])
+        self.assertEqual(r.status, 403, r.body)
+        # Its own origin, localhost and a bare address pass; a pool's name
+        # percent-decoded; a sign is not a number.
+        for host in (own, "localhost:%d" % self.d.admin, "[::1]:%d" % self.d.admin, H.HOST):
+            r = H.request(self.d.admin, "GET", "/power", headers=[("Host", host)])
+            self.assertEqual(r.status, 200, (host, r.body))
+        r = H.request(self.d.admin, "POST", "/power/my%20pool/pin?servers=+1")
+        self.assertEqual(r.status, 400, r.body)
+        r = H.request(self.d.admin, "POST", "/power/my%20pool/pin?servers=1",
+                      headers=[("Origin", "http://" + own), ("Sec-Fetch-Site", "same-origin")])
+        self.assertEqual(r.status, 200, r.body)
+        self.assertEqual(pinned(), 1)
+        # A body is refused before anything is done, and the answer arrives
+        # whole: the body is read and dropped, not left to reset the
+        # connection under it.
+        with H.Conn(self.d.admin) as c:
+            c.send(b"POST /power/my%%20pool/pin?servers=0 HTTP/1.1\r\nHost: %s\r\n"
+                   b"Content-Length: 4000000\r\n\r\n" % own.encode() + b"b" * (1 << 20))
+            r = c.read_response()
+            self.assertEqual(r.status, 413, r.body)
+        self.assertEqual(pinned(), 1)
+        # The request line and the head, as nginx would have them.
+        for raw, status in ((b"GET /help HTTP/9.9\r\nHost: %s\r\n\r\n", 505),
+                            (b"GET /help FOO/1\r\nHost: %s\r\n\r\n", 400),
+                            (b"GET /help\r\nHost: %s\r\n\r\n", 400),
+                            (b"GET /help HTTP/1.1\r\n\r\n", 400),
+                            (b"GET /help HTTP/1.1\r\nHost: %s\r\nHost: %s\r\n\r\n", 400),
+                            (b"GET /he\0lp HTTP/1.1\r\nHost: %s\r\n\r\n", 400),
+                            (b"GET /h%%zzelp HTTP/1.1\r\nHost: %s\r\n\r\n", 400),
+                            (b"GET /help HTTP/1.0\r\n\r\n", 200)):
+            with H.Conn(self.d.admin) as c:
+                c.send(raw.replace(b"%s", own.encode()).replace(b"%%", b"%"))
+                r = c.read_response()
+                self.assertEqual(r.status, status, (raw, r.body))
+        r = H.request(self.d.admin, "DELETE", "/stats")
+        self.assertEqual((r.status, r.header("Allow")), (405, "GET, HEAD"))
+        r = H.request(self.d.admin, "GET", "/hosts/%s:%d/drain" % (H.HOST, n0.port))
+        self.assertEqual((r.status, r.header("Allow")), (405, "POST"))
 
     def test_a_request_held_with_none_to_wake_is_logged_once(self):
         n0 = self.node("n0")
