@@ -211,11 +211,32 @@ get_ms(struct dm_conf_loader *ld, yaml_node_t *const *v, int key, bool zero_ok, 
     }
 }
 
+/* A number from min to max; the first error is the one reported. */
+/* Watts above this are a mistake (the agents' reports are bounded alike):
+ * sums of them stay finite, and so do /power's figures. */
+#define DM_CONF_WATTS_MAX 100000.0
+
 static void
-get_num(struct dm_conf_loader *ld, yaml_node_t *const *v, int key, double min, double *out)
+get_bounded(struct dm_conf_loader *ld, const yaml_node_t *n, const char *key, double min,
+            double max, double *out)
+{
+    double d;
+    if (!dm_conf_get_double(ld, n, key, min, &d)) {
+        return;
+    }
+    if (d > max) {
+        dm_conf_fail_at(ld, n, "%s must be at most %g, got %s", key, max, dm_conf_text_of(n));
+        return;
+    }
+    *out = d;
+}
+
+static void
+get_num(struct dm_conf_loader *ld, yaml_node_t *const *v, int key, double min, double max,
+        double *out)
 {
     if (v[key] != NULL) {
-        (void)dm_conf_get_double(ld, v[key], pool_power_keys[key], min, out);
+        get_bounded(ld, v[key], pool_power_keys[key], min, max, out);
     }
 }
 
@@ -240,8 +261,8 @@ dm_conf_load_pool_power(struct dm_conf_loader *ld, struct dm_conf_pool *p, const
         (void)dm_conf_get_unsigned(ld, v[PW_MIN_ACTIVE], "min_active", 0, 1000000, &pw->min_active);
     }
     get_ms(ld, v, PW_MIN_CHANGE, true, &pw->min_change_ms);
-    get_num(ld, v, PW_T1, 1e-3, &pw->t1_w);
-    get_num(ld, v, PW_STEP, 0, &pw->step_w);
+    get_num(ld, v, PW_T1, 1e-3, DM_CONF_WATTS_MAX, &pw->t1_w);
+    get_num(ld, v, PW_STEP, 0, DM_CONF_WATTS_MAX, &pw->step_w);
     if (v[PW_TCP_MAX] != NULL && v[PW_TCP_MAX]->type == YAML_SCALAR_NODE &&
         strcmp(dm_conf_text_of(v[PW_TCP_MAX]), "auto") == 0) {
         pw->tcp_max_auto = true;
@@ -250,20 +271,20 @@ dm_conf_load_pool_power(struct dm_conf_loader *ld, struct dm_conf_pool *p, const
                    v[PW_TCP_MAX]->data.scalar.length) {
         dm_conf_fail_type(ld, v[PW_TCP_MAX], "a number or auto");
     } else {
-        get_num(ld, v, PW_TCP_MAX, 1e-3, &pw->tcp_max);
+        get_num(ld, v, PW_TCP_MAX, 1e-3, 1e9, &pw->tcp_max);
     }
-    get_num(ld, v, PW_FULL_W, 1e-3, &pw->full_w);
+    get_num(ld, v, PW_FULL_W, 1e-3, DM_CONF_WATTS_MAX, &pw->full_w);
     if (v[PW_WEIGHTS] != NULL) {
         load_weights(ld, pw, v[PW_WEIGHTS]);
     }
-    get_num(ld, v, PW_TIER_LOW, 0, &pw->tier_low_w);
-    get_num(ld, v, PW_TIER_HIGH, 0, &pw->tier_high_w);
+    get_num(ld, v, PW_TIER_LOW, 0, DM_CONF_WATTS_MAX, &pw->tier_low_w);
+    get_num(ld, v, PW_TIER_HIGH, 0, DM_CONF_WATTS_MAX, &pw->tier_high_w);
     get_ms(ld, v, PW_BOOT, true, &pw->boot_ms);
     get_ms(ld, v, PW_BOOT_TIMEOUT, false, &pw->boot_timeout_ms);
     get_ms(ld, v, PW_DRAIN_TIMEOUT, false, &pw->drain_timeout_ms);
     get_ms(ld, v, PW_DELAY_OFF, true, &pw->delay_off_ms);
     get_ms(ld, v, PW_HISTORY, true, &pw->history_ms);
-    get_num(ld, v, PW_MARGIN, 0, &pw->margin);
+    get_num(ld, v, PW_MARGIN, 0, 100, &pw->margin);
     get_ms(ld, v, PW_SLOW_START, true, &pw->slow_start_ms);
     get_ms(ld, v, PW_COMMAND_TIMEOUT, false, &pw->command_timeout_ms);
     get_ms(ld, v, PW_ACTION_INTERVAL, true, &pw->action_interval_ms);
@@ -399,7 +420,7 @@ dm_conf_load_server_power(struct dm_conf_loader *ld, struct dm_conf_pool *p,
     double *dst[] = { &sp->idle_w, &sp->full_w, &sp->asleep_w, &sp->booting_w };
     for (size_t i = 0; i < DM_CONF_NKEYS(watts); i++) {
         if (v[watts[i]] != NULL) {
-            (void)dm_conf_get_double(ld, v[watts[i]], server_power_keys[watts[i]], 0, dst[i]);
+            get_bounded(ld, v[watts[i]], server_power_keys[watts[i]], 0, DM_CONF_WATTS_MAX, dst[i]);
         }
     }
     if (v[SP_AGENT] != NULL && dm_conf_get_string(ld, v[SP_AGENT], &sp->agent) &&

@@ -176,6 +176,33 @@ manifest_line(struct manifest *m, char *line)
                           tok[0]);
 }
 
+/*
+ * One line of f into buf, without its LF, NUL-terminated: its length, or -1
+ * at the end of the file, -2 for a line over max bytes, -3 for a NUL byte
+ * (a file that is not text, /dev/zero say, ends at once either way instead
+ * of filling memory).
+ */
+static ssize_t
+read_line(FILE *f, char *buf, size_t max)
+{
+    size_t n = 0;
+    int ch;
+    while ((ch = getc_unlocked(f)) != EOF && ch != '\n') {
+        if (ch == 0) {
+            return -3;
+        }
+        if (n == max) {
+            return -2;
+        }
+        buf[n++] = (char)ch;
+    }
+    if (ch == EOF && n == 0) {
+        return -1;
+    }
+    buf[n] = 0;
+    return (ssize_t)n;
+}
+
 int
 dm_manifest_read(const char *path, const char *host, const struct dm_manifest_cb *cb, void *arg,
                  char *err, size_t errlen)
@@ -201,12 +228,25 @@ dm_manifest_read(const char *path, const char *host, const struct dm_manifest_cb
         free(m);
         return rc;
     }
-    char *line = NULL;
-    size_t cap = 0;
+    char *line = malloc(DM_MANIFEST_LINE_MAX + 1);
+    if (line == NULL) {
+        dm_errbuf_set(err, errlen, "%s: out of memory", path);
+        fclose(f);
+        free(m);
+        return -ENOMEM;
+    }
     ssize_t len;
-    while ((len = getline(&line, &cap, f)) >= 0) {
+    while ((len = read_line(f, line, DM_MANIFEST_LINE_MAX)) != -1) {
         m->line++;
-        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) {
+        if (len == -2) {
+            rc = manifest_error(m, "line over %d bytes", DM_MANIFEST_LINE_MAX);
+            break;
+        }
+        if (len == -3) {
+            rc = manifest_error(m, "a NUL byte (not a text file?)");
+            break;
+        }
+        while (len > 0 && line[len - 1] == '\r') {
             line[--len] = '\0';
         }
         rc = manifest_line(m, line);

@@ -13,7 +13,8 @@
  *   size /img/big.jpg 40000    a size alone, for an object of no page here
  *
  * URLs have no blanks (write %20). A line that is not indented ends the
- * page before it.
+ * page before it. A line is at most DM_MANIFEST_LINE_MAX bytes, and holds
+ * no NUL byte.
  */
 #ifndef DM_PARSERS_MANIFEST_H
 #define DM_PARSERS_MANIFEST_H
@@ -21,6 +22,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#define DM_MANIFEST_LINE_MAX 8192
 
 /*
  * What the reader found, in file order. host and path are as

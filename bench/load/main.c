@@ -232,7 +232,10 @@ read_urls(struct dm_load_opts *o, const char *path)
     }
 }
 
+#define SOURCES_MAX 65536 /* --source addresses in all, as in one range */
+
 /* --source: numeric addresses, comma-separated; A-B is every IPv4 address from A to B. */
+
 static void
 parse_sources(struct dm_load_opts *o, const char *list)
 {
@@ -262,6 +265,9 @@ parse_sources(struct dm_load_opts *o, const char *list)
             die_usage("--source: expected numeric addresses, got \"%s\"", item);
         }
         for (uint64_t v = from; v <= to; v++) {
+            if (o->nsources >= SOURCES_MAX) {
+                die_usage("--source: at most %d addresses in all", SOURCES_MAX);
+            }
             struct sockaddr_storage *s = realloc(o->sources, (o->nsources + 1) * sizeof(*s));
             if (s == NULL) {
                 die_usage("out of memory");
@@ -935,13 +941,10 @@ mode_name(enum dm_load_mode m)
     return m == DM_LOAD_RATE ? "rate" : m == DM_LOAD_CLOSED ? "closed" : "sessions";
 }
 
+/* The summary into f (opened before the run, so that a bad path fails at once), closed. */
 static int
-write_json(const char *path, const struct dm_load_opts *o, double secs, const struct dm_load_sec *t)
+write_json(FILE *f, const struct dm_load_opts *o, double secs, const struct dm_load_sec *t)
 {
-    FILE *f = fopen(path, "w");
-    if (f == NULL) {
-        return -1;
-    }
     const struct dm_hist *h = &t->hist;
     fprintf(f, "{\"mode\":\"%s\",\"seconds\":%.3f,\"threads\":%u,", mode_name(o->mode), secs,
             o->threads);
@@ -1045,6 +1048,17 @@ main(int argc, char **argv)
     }
     if (csv != NULL) {
         csv_header(csv);
+    }
+    FILE *json = NULL;
+    if (out.json != NULL && (json = fopen(out.json, "w")) == NULL) {
+        fprintf(stderr, "dimmer-load: %s: %s\n", out.json, strerror(errno));
+        if (csv != NULL) {
+            fclose(csv);
+        }
+        if (csv_path == tmp_csv) {
+            unlink(tmp_csv);
+        }
+        return EXIT_USAGE;
     }
     uint64_t nsec = (uint64_t)ceil(o.duration_s - 1e-9);
     atomic_store(&stop_sec, nsec);
@@ -1155,7 +1169,7 @@ main(int argc, char **argv)
         fprintf(stderr, "dimmer-load: %s: %s\n", csv_path, strerror(errno));
         rc = 1;
     }
-    if (out.json != NULL && write_json(out.json, &o, (double)secs, m) < 0) {
+    if (json != NULL && write_json(json, &o, (double)secs, m) < 0) {
         fprintf(stderr, "dimmer-load: %s: %s\n", out.json, strerror(errno));
         rc = 1;
     }

@@ -1454,6 +1454,13 @@ test_power_errors(void **state)
                  "t.yaml:5:16: expected a number or auto, got \"automatic\"");
     expect_error(LISTEN POWER_POOL("      tcp_max: 0\n", ""),
                  "t.yaml:5:16: tcp_max must be at least 0.001, got 0");
+    /* Watts are bounded: sums of them stay finite (/power was "inf"). */
+    expect_error(LISTEN POWER_POOL("      full_w: 1e308\n", ""),
+                 "t.yaml:5:15: full_w must be at most 100000, got 1e308");
+    expect_error(LISTEN POWER_POOL("", "        power: {idle_w: 1e308}\n"),
+                 "t.yaml:8:25: idle_w must be at most 100000, got 1e308");
+    expect_error(LISTEN POWER_POOL("      margin: 1e300\n", ""),
+                 "t.yaml:5:15: margin must be at most 100, got 1e300");
     expect_error(LISTEN POWER_POOL("      period: 0\n", ""),
                  "t.yaml:5:15: period must be more than 0");
     expect_error(LISTEN POWER_POOL("      tier_low: 70\n      tier_high: 60\n", ""),

@@ -199,6 +199,14 @@ class LoadTest(H.DimmerTest):
                             "30 days"),
                            (["--source", "::1", "http://127.0.0.1:1/"], "family"),
                            (["--source", "10.0.0.9-10.0.0.1", "http://127.0.0.1:1/"], "range"),
+                           # Each range is bounded, and so is the list.
+                           (["--source", ",".join(["127.0.0.0-127.0.255.255"] * 3),
+                             "http://127.0.0.1:1/"], "at most 65536 addresses"),
+                           # Not read whole into memory, and no misleading "no pages".
+                           (["--manifest", "/dev/zero", "http://127.0.0.1:1/"], "a NUL byte"),
+                           # Refused before the run, not after it.
+                           (["-d", "30", "--json", self.path("no-such-dir/x.json"),
+                             "http://127.0.0.1:1/"], "x.json"),
                            ([], "no URL")):
             self.assert_usage_error(H.DIMMER_LOAD, args, what)
 

@@ -23,6 +23,7 @@
 
 #include "balancers/balancer.h"
 #include "parsers/catalog.h"
+#include "parsers/manifest.h"
 
 #define MIB  (1024 * 1024)
 #define COST 100 /* request_cost in the lookups below */
@@ -718,6 +719,47 @@ test_manifest_errors_name_the_line_and_learn_nothing(void **state)
         dm_catalog_destroy(c);
         unlink(path);
         free(path);
+    }
+
+    /* A line over DM_MANIFEST_LINE_MAX, or a NUL byte: an error at that
+     * line, not a file read whole into memory (/dev/zero). The longest
+     * line there may be is read. */
+    char *text = malloc(DM_MANIFEST_LINE_MAX + 64);
+    assert_non_null(text);
+    for (int over = 1; over >= 0; over--) {
+        int k = snprintf(text, 64, "page /p\n  /");
+        /* Line 2: "  /", the a's, " 1". */
+        size_t fill = DM_MANIFEST_LINE_MAX - 5 + (size_t)over;
+        memset(text + k, 'a', fill);
+        strcpy(text + k + fill, " 1\n");
+        char *path = write_temp(text);
+        struct dm_catalog *c = dm_catalog_create(MIB);
+        char err[256], want[512];
+        int rc = dm_catalog_preload_manifest(c, path, "h", err, sizeof err);
+        if (over) {
+            assert_int_equal(rc, -EINVAL);
+            snprintf(want, sizeof want, "%s:2: line over %d bytes", path, DM_MANIFEST_LINE_MAX);
+            assert_string_equal(err, want);
+        } else {
+            assert_int_equal(rc, 0);
+            assert_int_equal(stats(c).objects, 1);
+        }
+        dm_catalog_destroy(c);
+        unlink(path);
+        free(path);
+    }
+    free(text);
+    {
+        FILE *f = fopen("/dev/zero", "r");
+        if (f != NULL) {
+            fclose(f);
+            struct dm_catalog *c = dm_catalog_create(MIB);
+            char err[256];
+            assert_int_equal(dm_catalog_preload_manifest(c, "/dev/zero", "h", err, sizeof err),
+                             -EINVAL);
+            assert_string_equal(err, "/dev/zero:1: a NUL byte (not a text file?)");
+            dm_catalog_destroy(c);
+        }
     }
 
     struct dm_catalog *c = dm_catalog_create(MIB);
