@@ -807,19 +807,20 @@ any_coming(const struct dm_powermgr *pm, const struct pm_pool *p)
 }
 
 /*
- * Whether a request of p may yet be served with no act of the operator's: a
- * server active (even one down by its health check, which may pass again),
- * booting, draining (the policy may take it back) or failed (its health
- * check may pass), or asleep with a wake actuator, none of them held by
- * the operator (maint, or slept or drained by hand); one the operator woke
- * is not held.
+ * Whether a request of p is worth holding: a server of the pool serves,
+ * boots, drains (the policy may take it back), failed its boot (it may still
+ * come up: its health check would say so), or sleeps with a wake actuator,
+ * none of them held by the operator (maint, or slept or drained by hand).
+ * Servers up but down by their health checks, or resting after failures,
+ * are not waited for, as no proxy waits for them: HAProxy and nginx answer
+ * at once when every server is down.
  */
 static bool
 any_prospect(const struct dm_powermgr *pm, const struct pm_pool *p)
 {
     for (size_t i = 0; i < pm->nservers; i++) {
         const struct pm_server *s = pm->servers[i];
-        if (s->pool != p || s->held) {
+        if (s->pool != p || s->held || server_down(s)) {
             continue;
         }
         if (s->state != DM_PM_SLEEPING || s->cf->power.wake != DM_ACT_NONE) {
@@ -830,10 +831,10 @@ any_prospect(const struct dm_powermgr *pm, const struct pm_pool *p)
 }
 
 /*
- * Nothing to hold a request for: answered at once, as HAProxy answers when
- * every server is in maintenance (the requests held now get theirs at
- * their next try, within 100 ms). Kept up to date at every change of state
- * and every tick.
+ * Nothing to hold a request for: answered at once (the requests held now
+ * get theirs at their next try, within 100 ms). Kept up to date at every
+ * change of state and every tick (a health check's verdict changes no
+ * state: the tick sees it).
  */
 static void
 hold_update(struct dm_powermgr *pm, const struct pm_pool *p)

@@ -12,8 +12,8 @@ token only in the head, and takes the scheme in any case, and refuses a
 POST from another origin, a Host that is not an address (DNS rebinding),
 a body, and a bad request line or head; a request held
 with no server that can be woken is logged once, not every tick; no
-request is held when every server is in maint or slept by the operator
-(only the operator could bring one back): 503 at once; and a
+request is held when every server is in maint or slept by the operator,
+or down by its health check: 503 at once; and a
 pool name longer than a decision's text is cut, not written past it.
 """
 import json
@@ -339,7 +339,7 @@ class PowerOperatorTest(H.DimmerTest):
         self.assertEqual(len(held), 1, texts)
         self.assertIn("none can be woken now", held[0])
 
-    def test_no_request_is_held_for_servers_only_the_operator_can_bring_back(self):
+    def test_no_request_is_held_when_no_server_is_worth_waiting_for(self):
         n0, n1 = self.node("n0"), self.node("n1")
         # hold_timeout far beyond the test's bounds: a request held would
         # time the test out (it was held the 30 s of the default).
@@ -358,6 +358,16 @@ class PowerOperatorTest(H.DimmerTest):
         self.admin(n0, "ready")
         H.wait_until(lambda: H.get(self.d.port, "/bytes/10", timeout=5).status == 200, 10,
                      "n0 serving again")
+        # Up but down by its health check (asleep behind dimmer's back), as
+        # a crashed machine is: nothing worth waiting for either.
+        n0.command("sleep")
+        hosts = lambda: {h["host"]: h for h in self.d.admin_stats()["hosts"]}  # noqa: E731
+        H.wait_until(lambda: hosts()["%s:%d" % (H.HOST, n0.port)]["state"] == "down", 10,
+                     "n0 down by its health check")
+        self.assertEqual(self.state("n0"), "active")
+        r = H.get(self.d.port, "/bytes/10", timeout=5)
+        self.assertEqual(r.status, 503, r.body)
+        self.assertEqual(self.held(), 0)
 
     def held(self):
         return self.power()["pools"][0]["held_requests"]
