@@ -294,6 +294,17 @@ class Closed(Exception):
     """The peer closed the connection before a whole response arrived."""
 
 
+# dimmer's admin listeners (on loopback) answer a Host that names the
+# machine by address only (a guard against DNS rebinding): requests to
+# them say 127.0.0.1:PORT, those to the proxy "test".
+ADMIN_PORTS = set()
+DEFAULT_HOST = object()  # Conn.request's: by default_host()
+
+
+def default_host(port):
+    return "%s:%d" % (HOST, port) if port in ADMIN_PORTS else "test"
+
+
 class Conn:
     """One client connection to 127.0.0.1:port with a read buffer; source
     picks the client address (any 127/8 address is loopback too)."""
@@ -453,22 +464,13 @@ class Conn:
             return False
         return True
 
-    def request(self, method, path, headers=(), body=b"", version="HTTP/1.1", host=None,
+    def request(self, method, path, headers=(), body=b"", version="HTTP/1.1", host=DEFAULT_HOST,
                 timeout=None, digest=False):
-        if host is None:
+        """host None: no Host header."""
+        if host is DEFAULT_HOST:
             host = default_host(self.port)
         self.send(build_request(method, path, headers, body, version, host))
         return self.read_response(head_request=method == "HEAD", timeout=timeout, digest=digest)
-
-
-# dimmer's admin listeners (on loopback) answer a Host that names the
-# machine by address only (a guard against DNS rebinding): requests to
-# them say 127.0.0.1:PORT, those to the proxy "test".
-ADMIN_PORTS = set()
-
-
-def default_host(port):
-    return "%s:%d" % (HOST, port) if port in ADMIN_PORTS else "test"
 
 
 def build_request(method, path, headers=(), body=b"", version="HTTP/1.1", host="test"):
