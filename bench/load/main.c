@@ -244,6 +244,7 @@ parse_sources(struct dm_load_opts *o, const char *list)
         die_usage("out of memory");
     }
     char *save = NULL;
+    size_t cap = 0;
     for (char *item = strtok_r(copy, ",", &save); item != NULL; item = strtok_r(NULL, ",", &save)) {
         char *dash = strchr(item, '-');
         struct in_addr a, b;
@@ -264,19 +265,24 @@ parse_sources(struct dm_load_opts *o, const char *list)
         } else {
             die_usage("--source: expected numeric addresses, got \"%s\"", item);
         }
-        for (uint64_t v = from; v <= to; v++) {
-            if (o->nsources >= SOURCES_MAX) {
-                die_usage("--source: at most %d addresses in all", SOURCES_MAX);
-            }
-            struct sockaddr_storage *s = realloc(o->sources, (o->nsources + 1) * sizeof(*s));
-            if (s == NULL) {
+        /* Counted before anything is made: the list in all is bounded. */
+        uint64_t more = one.ss_family == AF_INET6 ? 1 : (uint64_t)to - from + 1;
+        if (o->nsources + more > SOURCES_MAX) {
+            die_usage("--source: at most %d addresses in all", SOURCES_MAX);
+        }
+        if (o->nsources + more > cap) { /* doubled: many single addresses stay linear */
+            cap = o->nsources + more > 2 * cap ? o->nsources + more : 2 * cap;
+            o->sources = realloc(o->sources, cap * sizeof(*o->sources));
+            if (o->sources == NULL) {
                 die_usage("out of memory");
             }
-            o->sources = s;
-            if (one.ss_family == AF_INET6) {
-                s[o->nsources++] = one;
-                break;
-            }
+        }
+        struct sockaddr_storage *s = o->sources;
+        if (one.ss_family == AF_INET6) {
+            s[o->nsources++] = one;
+            continue;
+        }
+        for (uint64_t v = from; v <= to; v++) {
             struct sockaddr_in *in = (struct sockaddr_in *)&s[o->nsources++];
             memset(in, 0, sizeof(struct sockaddr_storage));
             in->sin_family = AF_INET;
