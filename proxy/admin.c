@@ -6,6 +6,7 @@
  * has acknowledged it. One request per connection.
  */
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -81,6 +82,7 @@ struct admin_conn {
     const char *allow; /* a 405's Allow header, else NULL */
     bool waiting;      /* in the admin's pending list */
     bool lingering;    /* answered, written, shut down: reading to the client's close */
+    bool no_linger; /* closed once its answer is written (pushed out for room: it sent nothing) */
     uint64_t opened_ms;
     uint64_t linger_until_ms;
     uv_shutdown_t sreq;
@@ -319,7 +321,8 @@ static void
 written(uv_write_t *w, int status)
 {
     struct admin_conn *ac = w->data;
-    if (status < 0 || ac->admin->stopping || uv_is_closing((uv_handle_t *)&ac->tcp)) {
+    if (status < 0 || ac->no_linger || ac->admin->stopping ||
+        uv_is_closing((uv_handle_t *)&ac->tcp)) {
         conn_close(ac); /* also when the write was cancelled by a close */
         return;
     }
@@ -757,10 +760,12 @@ percent_decode(char *path)
             *out++ = *in;
             continue;
         }
-        char hex[3] = { in[1], in[1] != 0 ? in[2] : 0, 0 };
-        char *end;
-        long v = strtol(hex, &end, 16);
-        if (end != hex + 2 || hex[0] == '+' || hex[0] == '-' || v == 0) {
+        if (!isxdigit((unsigned char)in[1]) || !isxdigit((unsigned char)in[2])) {
+            return false;
+        }
+        char hex[3] = { in[1], in[2], 0 };
+        long v = strtol(hex, NULL, 16);
+        if (v == 0) {
             return false;
         }
         *out++ = (char)v;
@@ -889,13 +894,13 @@ answer(struct admin_conn *ac)
     ac->answered = true;
     uv_read_stop((uv_stream_t *)&ac->tcp);
     ac->req[ac->len] = 0;
+    /* HEAD is GET without the body (RFC 9110, 9.3.2), its errors too. */
+    ac->head = strncmp(ac->req, "HEAD ", 5) == 0;
     char method[8], target[512];
     char *q;
     if (!request_ok(ac, method, sizeof(method), target, sizeof(target), &q)) {
         return;
     }
-    /* HEAD is GET without the body (RFC 9110, 9.3.2). */
-    ac->head = strcmp(method, "HEAD") == 0;
     bool get = strcmp(method, "GET") == 0 || ac->head;
     bool post = strcmp(method, "POST") == 0;
     if (post && (!same_origin(ac) || !authorized(ac))) {
@@ -953,7 +958,8 @@ answer(struct admin_conn *ac)
         command(ac, target + 7);
     } else if (strcmp(target, "/stats") == 0 || strcmp(target, "/") == 0 ||
                strcmp(target, "/metrics") == 0 || strcmp(target, "/help") == 0 ||
-               strncmp(target, "/hosts/", 7) == 0 || strncmp(target, "/power", 6) == 0) {
+               strncmp(target, "/hosts/", 7) == 0 || strcmp(target, "/power") == 0 ||
+               strncmp(target, "/power/", 7) == 0) {
         ac->allow = strncmp(target, "/hosts/", 7) == 0 || strncmp(target, "/power/", 7) == 0
                         ? "POST"
                         : "GET, HEAD";
@@ -1041,6 +1047,7 @@ on_conn(uv_stream_t *server, int status)
         if (done != NULL) {
             conn_close(done); /* answered already: what it still sends is dropped anyway */
         } else if (old != NULL) {
+            old->no_linger = true; /* its place is given back once the 503 is out */
             refuse(old, "503 Service Unavailable", "too many admin connections");
         } else {
             conn_close(ac); /* all of them being answered: this one waits for none */

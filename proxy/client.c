@@ -243,8 +243,10 @@ dm_client_hold(struct dm_client *c)
     const struct dm_conf_power *pw = &c->rt->conf->pools[req->pool].power;
     struct dm_rpool *p = &c->rt->pools[req->pool];
     uint64_t now = uv_now(&c->w->loop);
+    /* The manager keeps hold_off in the newest runtime only: one the worker
+     * left is not read (the hold's retry moves the request on anyway). */
     if (!pw->enabled || pw->hold_timeout_ms == 0 ||
-        atomic_load_explicit(&p->hold_off, memory_order_relaxed)) {
+        (c->rt == c->w->rt && atomic_load_explicit(&p->hold_off, memory_order_relaxed))) {
         return false;
     }
     if (req->hold_deadline_ms == 0) {

@@ -811,16 +811,19 @@ any_coming(const struct dm_powermgr *pm, const struct pm_pool *p)
  * boots, drains (the policy may take it back), failed its boot (it may still
  * come up: its health check would say so), or sleeps with a wake actuator,
  * none of them held by the operator (maint, or slept or drained by hand).
- * Servers up but down by their health checks, or resting after failures,
- * are not waited for, as no proxy waits for them: HAProxy and nginx answer
- * at once when every server is down.
+ * Servers up but down by their health checks are not waited for, as no
+ * proxy waits for them: HAProxy and nginx answer at once when every server
+ * is down.
  */
 static bool
 any_prospect(const struct dm_powermgr *pm, const struct pm_pool *p)
 {
     for (size_t i = 0; i < pm->nservers; i++) {
         const struct pm_server *s = pm->servers[i];
-        if (s->pool != p || s->held || server_down(s)) {
+        /* Down by its health check: not waited for. Resting after failures
+         * (passive checks): its rest ends within fail_timeout, and a machine
+         * just woken whose service still starts is one (no health check). */
+        if (s->pool != p || s->held || (s->state == DM_PM_ACTIVE && atomic_load(&s->h->down))) {
             continue;
         }
         if (s->state != DM_PM_SLEEPING || s->cf->power.wake != DM_ACT_NONE) {
@@ -1266,6 +1269,9 @@ configure(struct dm_powermgr *pm, struct dm_runtime *rt)
         if (s->pool == NULL) {
             s->has_pending = false; /* nothing runs for a server no longer managed */
         }
+    }
+    for (size_t i = 0; i < pm->npools; i++) {
+        hold_update(pm, pm->pools[i]); /* the new runtime's flags, before the first tick */
     }
     return 0;
 }

@@ -326,6 +326,13 @@ req_session_place(struct dm_req *req, struct dm_rpool *p, uint64_t now_us)
         }
         p = &c->rt->pools[moved];
     }
+    if (c->rt == c->w->rt && dm_client_session_wait(c)) {
+        /* The placer is reconfigured before the workers hear of the new
+         * runtime: it waits for it (as a session waits for its batch pass),
+         * its ticket kept, until session.window + timeouts.connect. */
+        req->session_waiting = true;
+        return -1;
+    }
     dm_placer_leave(req->placer, req->ticket);
     req->ticket = NULL;
     dm_client_respond_error(c, 503, "the session's server is not in this configuration");

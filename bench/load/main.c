@@ -947,10 +947,39 @@ mode_name(enum dm_load_mode m)
     return m == DM_LOAD_RATE ? "rate" : m == DM_LOAD_CLOSED ? "closed" : "sessions";
 }
 
-/* The summary into f (opened before the run, so that a bad path fails at once), closed. */
-static int
-write_json(FILE *f, const struct dm_load_opts *o, double secs, const struct dm_load_sec *t)
+/*
+ * Whether path can be written: the file if it is there, else its folder
+ * (errno says why not). Asked before the run, so that a bad path fails at
+ * once; the file itself is written after it, so that a run cut short
+ * leaves a summary already there as it was.
+ */
+static bool
+writable(const char *path)
 {
+    if (access(path, W_OK) == 0) {
+        return true;
+    }
+    if (errno != ENOENT) {
+        return false;
+    }
+    char *dir = strdup(path);
+    if (dir == NULL) {
+        return false;
+    }
+    char *slash = strrchr(dir, '/');
+    const char *d = slash == NULL ? "." : slash == dir ? "/" : (*slash = 0, dir);
+    bool ok = access(d, W_OK | X_OK) == 0;
+    free(dir);
+    return ok;
+}
+
+static int
+write_json(const char *path, const struct dm_load_opts *o, double secs, const struct dm_load_sec *t)
+{
+    FILE *f = fopen(path, "w");
+    if (f == NULL) {
+        return -1;
+    }
     const struct dm_hist *h = &t->hist;
     fprintf(f, "{\"mode\":\"%s\",\"seconds\":%.3f,\"threads\":%u,", mode_name(o->mode), secs,
             o->threads);
@@ -1055,8 +1084,7 @@ main(int argc, char **argv)
     if (csv != NULL) {
         csv_header(csv);
     }
-    FILE *json = NULL;
-    if (out.json != NULL && (json = fopen(out.json, "w")) == NULL) {
+    if (out.json != NULL && !writable(out.json)) {
         fprintf(stderr, "dimmer-load: %s: %s\n", out.json, strerror(errno));
         if (csv != NULL) {
             fclose(csv);
@@ -1175,7 +1203,7 @@ main(int argc, char **argv)
         fprintf(stderr, "dimmer-load: %s: %s\n", csv_path, strerror(errno));
         rc = 1;
     }
-    if (json != NULL && write_json(json, &o, (double)secs, m) < 0) {
+    if (out.json != NULL && write_json(out.json, &o, (double)secs, m) < 0) {
         fprintf(stderr, "dimmer-load: %s: %s\n", out.json, strerror(errno));
         rc = 1;
     }

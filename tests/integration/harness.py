@@ -297,12 +297,14 @@ class Closed(Exception):
 # dimmer's admin listeners (on loopback) answer a Host that names the
 # machine by address only (a guard against DNS rebinding): requests to
 # them say 127.0.0.1:PORT, those to the proxy "test".
-ADMIN_PORTS = set()
+ADMIN_PORTS = {}  # port: the Proc of the dimmer whose admin listener it is
 DEFAULT_HOST = object()  # Conn.request's: by default_host()
 
 
 def default_host(port):
-    return "%s:%d" % (HOST, port) if port in ADMIN_PORTS else "test"
+    # A port of a dimmer gone may be any listener's now.
+    proc = ADMIN_PORTS.get(port)
+    return "%s:%d" % (HOST, port) if proc is not None and proc.alive() else "test"
 
 
 class Conn:
@@ -754,7 +756,7 @@ class Dimmer:
         self.port = self.ports[0]
         self.admin = next((port for kind, _, port in lines if kind == "admin"), None)
         if self.admin is not None:
-            ADMIN_PORTS.add(self.admin)
+            ADMIN_PORTS[self.admin] = proc
         self.conf_path = conf_path
 
     @property
