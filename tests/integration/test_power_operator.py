@@ -13,7 +13,8 @@ POST from another origin, a Host that is not an address (DNS rebinding),
 a body, and a bad request line or head; a request held
 with no server that can be woken is logged once, not every tick; no
 request is held when every server is in maint or slept by the operator,
-or down by its health check: 503 at once; and a
+or down by its health check: 503 at once, while one resting after passive
+failures is waited for; and a
 pool name longer than a decision's text is cut, not written past it.
 """
 import json
@@ -371,6 +372,36 @@ class PowerOperatorTest(H.DimmerTest):
 
     def held(self):
         return self.power()["pools"][0]["held_requests"]
+
+    def test_a_request_waits_for_a_server_resting_after_failures(self):
+        # No health check: a machine whose service refuses connections (as
+        # one just woken whose service still starts) rests fail_timeout after
+        # a failure; a request meanwhile is held, not answered 503, and is
+        # served once the rest is over.
+        n0 = self.node("n0")
+        self.conf = ("workers: 2\nlisten: 127.0.0.1:0\nadmin: 127.0.0.1:0\n"
+                     "pools:\n  web:\n    balance: roundrobin\n"
+                     "    passive: {max_fails: 1, fail_timeout: 2s}\n"
+                     "    power: {policy: always-on, min_change_interval: 0, action_interval: 0, "
+                     "boot_time: 300ms, slow_start: 0, hold_timeout: 20s}\n"
+                     "    servers:\n" + self.line("n0", n0, 'control: "%s:%d"'
+                                                   % (H.HOST, n0.control)))
+        self.d = self.start_dimmer_conf(self.write_config(self.conf))
+        n0.command("sleep")  # behind dimmer's back: it refuses connections
+        n0.wait_state("asleep")
+        r = H.get(self.d.port, "/bytes/10", timeout=10)
+        self.assertEqual(r.status, 502, r.body)
+        host = "%s:%d" % (H.HOST, n0.port)
+        self.assertEqual({h["host"]: h for h in self.d.admin_stats()["hosts"]}[host]["state"],
+                         "failing")
+        c = H.Conn(self.d.port, timeout=15)
+        self.addCleanup(c.close)
+        c.send(b"GET /bytes/10 HTTP/1.1\r\nHost: x\r\n\r\n")
+        H.wait_until(lambda: self.held() == 1, 10, "the request held")
+        n0.command("wake")
+        r = c.read_response(timeout=15)
+        self.assertEqual(r.status, 200, r.body)
+        self.assertEqual(self.held(), 0)
 
     def test_a_held_request_whose_client_goes_gives_its_place_back(self):
         n0 = self.node("n0")
