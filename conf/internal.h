@@ -179,6 +179,9 @@ bool dm_conf_get_addr(struct dm_conf_loader *ld, const yaml_node_t *n, bool list
  */
 bool dm_conf_get_double(struct dm_conf_loader *ld, const yaml_node_t *n, const char *key,
                         double min, double *out);
+/* The same, at most max too ("KEY must be at most MAX, got TEXT"). */
+bool dm_conf_get_double_in(struct dm_conf_loader *ld, const yaml_node_t *n, const char *key,
+                           double min, double max, double *out);
 
 /* true, yes, false or no: the four words people write for a switch. */
 bool dm_conf_get_bool(struct dm_conf_loader *ld, const yaml_node_t *n, bool *out);

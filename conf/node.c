@@ -503,6 +503,13 @@ bool
 dm_conf_get_double(struct dm_conf_loader *ld, const yaml_node_t *n, const char *key, double min,
                    double *out)
 {
+    return dm_conf_get_double_in(ld, n, key, min, HUGE_VAL, out);
+}
+
+bool
+dm_conf_get_double_in(struct dm_conf_loader *ld, const yaml_node_t *n, const char *key, double min,
+                      double max, double *out)
+{
     const char *s;
     char *end;
     double v;
@@ -524,6 +531,10 @@ dm_conf_get_double(struct dm_conf_loader *ld, const yaml_node_t *n, const char *
     /* s holds only the characters above: safe to print as it is. */
     if (v < min) {
         dm_conf_fail_at(ld, n, "%s must be at least %g, got %s", key, min, s);
+        return false;
+    }
+    if (v > max && isfinite(max)) {
+        dm_conf_fail_at(ld, n, "%s must be at most %g, got %s", key, max, s);
         return false;
     }
     if (!isfinite(v)) {

@@ -211,32 +211,16 @@ get_ms(struct dm_conf_loader *ld, yaml_node_t *const *v, int key, bool zero_ok, 
     }
 }
 
-/* A number from min to max; the first error is the one reported. */
 /* Watts above this are a mistake (the agents' reports are bounded alike):
  * sums of them stay finite, and so do /power's figures. */
 #define DM_CONF_WATTS_MAX 100000.0
-
-static void
-get_bounded(struct dm_conf_loader *ld, const yaml_node_t *n, const char *key, double min,
-            double max, double *out)
-{
-    double d;
-    if (!dm_conf_get_double(ld, n, key, min, &d)) {
-        return;
-    }
-    if (d > max) {
-        dm_conf_fail_at(ld, n, "%s must be at most %g, got %s", key, max, dm_conf_text_of(n));
-        return;
-    }
-    *out = d;
-}
 
 static void
 get_num(struct dm_conf_loader *ld, yaml_node_t *const *v, int key, double min, double max,
         double *out)
 {
     if (v[key] != NULL) {
-        get_bounded(ld, v[key], pool_power_keys[key], min, max, out);
+        (void)dm_conf_get_double_in(ld, v[key], pool_power_keys[key], min, max, out);
     }
 }
 
@@ -420,7 +404,8 @@ dm_conf_load_server_power(struct dm_conf_loader *ld, struct dm_conf_pool *p,
     double *dst[] = { &sp->idle_w, &sp->full_w, &sp->asleep_w, &sp->booting_w };
     for (size_t i = 0; i < DM_CONF_NKEYS(watts); i++) {
         if (v[watts[i]] != NULL) {
-            get_bounded(ld, v[watts[i]], server_power_keys[watts[i]], 0, DM_CONF_WATTS_MAX, dst[i]);
+            (void)dm_conf_get_double_in(ld, v[watts[i]], server_power_keys[watts[i]], 0,
+                                        DM_CONF_WATTS_MAX, dst[i]);
         }
     }
     if (v[SP_AGENT] != NULL && dm_conf_get_string(ld, v[SP_AGENT], &sp->agent) &&

@@ -591,6 +591,55 @@ wait:
 }
 
 /*
+ * The first header name in the head after the line where `from` points
+ * (the head NUL-terminated, its lines ending in CRLF or LF, its end a blank
+ * line: a body is not a header): its value without the spaces about it,
+ * *len its length, *next where to look for the next one; NULL when none.
+ * Header names are case-insensitive.
+ */
+static const char *
+header_from(const char *from, const char *name, size_t *len, const char **next)
+{
+    size_t nlen = strlen(name);
+    for (const char *p = strchr(from, '\n'); p != NULL; p = strchr(p + 1, '\n')) {
+        const char *line = p + 1;
+        if (*line == '\n' || (line[0] == '\r' && line[1] == '\n') || *line == 0) {
+            break;
+        }
+        if (strncasecmp(line, name, nlen) != 0 || line[nlen] != ':') {
+            continue;
+        }
+        const char *v = line + nlen + 1;
+        v += strspn(v, " \t");
+        size_t n = strcspn(v, "\r\n");
+        while (n > 0 && (v[n - 1] == ' ' || v[n - 1] == '\t')) {
+            n--;
+        }
+        *len = n;
+        *next = v;
+        return v;
+    }
+    return NULL;
+}
+
+/* The first value of header name in the head (NULL when absent); *count is how many it has. */
+static const char *
+header(const char *head, const char *name, size_t *len, unsigned *count)
+{
+    const char *first = NULL, *next = head, *v;
+    size_t n;
+    *count = 0;
+    *len = 0;
+    while ((v = header_from(next, name, &n, &next)) != NULL) {
+        if ((*count)++ == 0) {
+            first = v;
+            *len = n;
+        }
+    }
+    return first;
+}
+
+/*
  * POSTs change state: taken from anyone on a loopback admin listener without
  * a token, else only with "Authorization: Bearer <token>" (a 401 or 403 is
  * answered here).
@@ -607,27 +656,16 @@ authorized(struct admin_conn *ac)
                      "the admin listener is not on loopback: set power.admin_token_file");
         return false;
     }
-    /* Header names and the scheme are case-insensitive; the head is
-     * NUL-terminated, and ends at its blank line (a body is not a header). */
-    for (const char *p = strchr(ac->req, '\n'); p != NULL; p = strchr(p + 1, '\n')) {
-        const char *line = p + 1;
-        if (*line == '\n' || (line[0] == '\r' && line[1] == '\n')) {
-            break;
-        }
-        if (strncasecmp(line, "Authorization:", 14) != 0) {
+    /* Any of its Authorization headers, the scheme in any case. */
+    const char *next = ac->req, *v;
+    size_t n;
+    while ((v = header_from(next, "Authorization", &n, &next)) != NULL) {
+        if (n < 7 || strncasecmp(v, "Bearer ", 7) != 0) {
             continue;
         }
-        line += 14;
-        while (*line == ' ' || *line == '\t') {
-            line++;
-        }
-        if (strncasecmp(line, "Bearer ", 7) != 0) {
-            continue;
-        }
-        line += 7;
-        size_t given = strcspn(line, " \t\r\n");
+        size_t given = strcspn(v + 7, " \t\r\n");
         /* The length is not secret; the bytes are compared in constant time. */
-        if (given == strlen(a->token) && CRYPTO_memcmp(line, a->token, given) == 0) {
+        if (given == strlen(a->token) && CRYPTO_memcmp(v + 7, a->token, given) == 0) {
             return true;
         }
     }
@@ -683,40 +721,6 @@ pin(struct admin_conn *ac, const char *path, const char *query)
     }
     int st = dm_power_pin(ac->admin->power, pool, servers, msg, sizeof(msg));
     respond_text(ac, st == 200 ? "200 OK" : st == 400 ? "400 Bad Request" : "404 Not Found", msg);
-}
-
-/*
- * The value of header name in the head (NUL-terminated, its lines ending in
- * CRLF or LF, its end a blank line), without the spaces about it; NULL when
- * absent. *count is how many times it is given.
- */
-static const char *
-header(const char *head, const char *name, size_t *len, unsigned *count)
-{
-    const char *found = NULL;
-    size_t nlen = strlen(name);
-    *count = 0;
-    *len = 0;
-    for (const char *p = strchr(head, '\n'); p != NULL; p = strchr(p + 1, '\n')) {
-        const char *line = p + 1;
-        if (*line == '\n' || (line[0] == '\r' && line[1] == '\n') || *line == 0) {
-            break;
-        }
-        if (strncasecmp(line, name, nlen) != 0 || line[nlen] != ':') {
-            continue;
-        }
-        const char *v = line + nlen + 1;
-        v += strspn(v, " \t");
-        size_t n = strcspn(v, "\r\n");
-        while (n > 0 && (v[n - 1] == ' ' || v[n - 1] == '\t')) {
-            n--;
-        }
-        if ((*count)++ == 0) {
-            found = v;
-            *len = n;
-        }
-    }
-    return found;
 }
 
 /* Whether the Host value names this machine by an address or as localhost. */

@@ -628,13 +628,10 @@ client_rebase(struct dm_client *c)
     int to_server = -1;
     for (size_t p = 0; c->bound >= 0 && p < rt->npools; p++) {
         if (strcmp(rt->conf->pools[p].name, old->conf->pools[c->bound_pool].name) == 0) {
-            const struct dm_servers *sv = rt->pools[p].sv;
-            for (size_t s = 0; s < sv->n && rt->pools[p].cf->affinity_connection; s++) {
-                if (sv->s[s].host == dm_runtime_host(old, c->bound_pool, c->bound)) {
-                    to_pool = p;
-                    to_server = (int)s;
-                    break;
-                }
+            if (rt->pools[p].cf->affinity_connection) {
+                to_server =
+                    dm_runtime_find_host(rt, p, dm_runtime_host(old, c->bound_pool, c->bound));
+                to_pool = to_server >= 0 ? p : 0;
             }
             break;
         }

@@ -132,9 +132,10 @@ struct dm_rpool {
     /* Requests held by every worker because no server of the pool is awake
      * (scale to zero, power.hold_timeout); the power manager wakes one. */
     atomic_uint_fast64_t held;
-    /* Set by the power manager while no server of the pool may serve again
-     * without the operator (every one in maint, or slept or drained by
-     * hand): a request is then answered 503 at once, not held. */
+    /* Set by the power manager while no server of the pool is worth
+     * holding a request for (every one in maint, slept or drained by hand,
+     * or down by its health check): a request is then answered 503 at once,
+     * not held. Kept in the newest runtime only. */
     atomic_bool hold_off;
     /* Per-server max_conns (timeouts.queue, max_queue): requests waiting now
      * for a place (all workers), those answered 503 at the end of
@@ -209,6 +210,19 @@ static inline struct dm_host *
 dm_runtime_host(const struct dm_runtime *rt, size_t pool, int server)
 {
     return rt->pools[pool].sv->s[server].host;
+}
+
+/* The index of host h among pool `pool`'s servers in rt, or -1. */
+static inline int
+dm_runtime_find_host(const struct dm_runtime *rt, size_t pool, const struct dm_host *h)
+{
+    const struct dm_servers *sv = rt->pools[pool].sv;
+    for (size_t i = 0; i < sv->n; i++) {
+        if (sv->s[i].host == h) {
+            return (int)i;
+        }
+    }
+    return -1;
 }
 
 /* The monotonic clock in microseconds: the now_us the policies are given. */

@@ -309,22 +309,18 @@ req_session_place(struct dm_req *req, struct dm_rpool *p, uint64_t now_us)
         dm_client_respond_error(c, ans.status, ans.reason);
         return -1;
     }
-    for (int pass = 0; pass < 2; pass++) {
-        for (size_t i = 0; i < p->sv->n; i++) {
-            if (p->sv->s[i].host == ans.host) {
-                req->rate = ans.rate;
-                return (int)i;
-            }
-        }
+    int idx = dm_runtime_find_host(c->rt, req->pool, ans.host);
+    if (idx < 0) {
         /* The placer has moved on to a newer configuration than this
          * runtime's (a reload while the head came in, or while the session
          * waited for its batch pass): the request moves to it, where its
          * server is, as a later request of its connection would. */
-        int moved = pass == 0 ? dm_client_session_rebase(c, req->placer) : -1;
-        if (moved < 0) {
-            break;
-        }
-        p = &c->rt->pools[moved];
+        int moved = dm_client_session_rebase(c, req->placer);
+        idx = moved >= 0 ? dm_runtime_find_host(c->rt, (size_t)moved, ans.host) : -1;
+    }
+    if (idx >= 0) {
+        req->rate = ans.rate;
+        return idx;
     }
     if (c->rt == c->w->rt && dm_client_session_wait(c)) {
         /* The placer is reconfigured before the workers hear of the new
