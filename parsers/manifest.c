@@ -228,7 +228,8 @@ dm_manifest_read(const char *path, const char *host, const struct dm_manifest_cb
         free(m);
         return rc;
     }
-    char *line = malloc(DM_MANIFEST_LINE_MAX + 1);
+    /* Room for the line, a CR that ends it (not counted) and the NUL. */
+    char *line = malloc(DM_MANIFEST_LINE_MAX + 2);
     if (line == NULL) {
         dm_errbuf_set(err, errlen, "%s: out of memory", path);
         fclose(f);
@@ -236,18 +237,18 @@ dm_manifest_read(const char *path, const char *host, const struct dm_manifest_cb
         return -ENOMEM;
     }
     ssize_t len;
-    while ((len = read_line(f, line, DM_MANIFEST_LINE_MAX)) != -1) {
+    while ((len = read_line(f, line, DM_MANIFEST_LINE_MAX + 1)) != -1) {
         m->line++;
-        if (len == -2) {
-            rc = manifest_error(m, "line over %d bytes", DM_MANIFEST_LINE_MAX);
-            break;
-        }
         if (len == -3) {
             rc = manifest_error(m, "a NUL byte (not a text file?)");
             break;
         }
         while (len > 0 && line[len - 1] == '\r') {
             line[--len] = '\0';
+        }
+        if (len == -2 || len > DM_MANIFEST_LINE_MAX) {
+            rc = manifest_error(m, "line over %d bytes", DM_MANIFEST_LINE_MAX);
+            break;
         }
         rc = manifest_line(m, line);
         if (rc < 0) {

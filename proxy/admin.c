@@ -723,7 +723,12 @@ pin(struct admin_conn *ac, const char *path, const char *query)
     respond_text(ac, st == 200 ? "200 OK" : st == 400 ? "400 Bad Request" : "404 Not Found", msg);
 }
 
-/* Whether the Host value names this machine by an address or as localhost. */
+/*
+ * Whether the Host value names this machine by an address or as localhost:
+ * an IPv4 address in any form inet_aton takes (127.1, as curl sends it) or
+ * IPv6 in brackets, which no DNS answer can rebind; localhost, or a name
+ * under .localhost, which browsers resolve to loopback themselves (RFC 6761).
+ */
 static bool
 host_is_local_name(const char *v, size_t len)
 {
@@ -750,8 +755,14 @@ host_is_local_name(const char *v, size_t len)
     if (n > 0 && name[n - 1] == '.') {
         name[--n] = 0;
     }
+    static const char sub[] = ".localhost";
+    size_t sn = sizeof(sub) - 1;
+    if (strcasecmp(name, "localhost") == 0 || (n > sn && strcasecmp(name + n - sn, sub) == 0)) {
+        return true;
+    }
+    /* inet_aton stops at a blank: only the characters of a number. */
     struct in_addr a4;
-    return strcasecmp(name, "localhost") == 0 || inet_pton(AF_INET, name, &a4) == 1;
+    return n > 0 && strspn(name, "0123456789abcdefABCDEFxX.") == n && inet_aton(name, &a4) != 0;
 }
 
 /* Decodes the %XX of path in place; false for a bad one, or one that gives NUL. */

@@ -15,3 +15,11 @@ execute_process(COMMAND ${SIM} --quick --no-plots age --pages 1000 --reps 2 --po
 if(NOT rc EQUAL 0 OR NOT out MATCHES "site: 1000 pages")
     message(FATAL_ERROR "dimmer-sim --quick age --pages 1000: rc ${rc}:\n${out}\n${err}")
 endif()
+# A server of no capacity is refused: every demand over it was infinite.
+foreach(opt --fmax --fmax-rates)
+    execute_process(COMMAND ${SIM} --quick --no-plots alloc ${opt} 0
+                    RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+    if(NOT rc EQUAL 2 OR NOT err MATCHES "${opt}: want a number in \\[1, " OR NOT out STREQUAL "")
+        message(FATAL_ERROR "dimmer-sim alloc ${opt} 0: rc ${rc}, stderr:\n${err}\nstdout:\n${out}")
+    endif()
+endforeach()

@@ -559,9 +559,9 @@ parse(int argc, char **argv, struct params *prm, double *fmax_rates, unsigned *s
         } else if (strcmp(o, "--games") == 0) {
             ok = dm_sim_opt_unsigned(NAME, o, v, 1, 256, &prm->games);
         } else if (strcmp(o, "--fmax") == 0) {
-            ok = dm_sim_opt_double(NAME, o, v, 0, 1e12, &prm->fmax);
+            ok = dm_sim_opt_double(NAME, o, v, 1, 1e12, &prm->fmax);
         } else if (strcmp(o, "--fmax-rates") == 0) {
-            ok = dm_sim_opt_double(NAME, o, v, 0, 1e12, fmax_rates);
+            ok = dm_sim_opt_double(NAME, o, v, 1, 1e12, fmax_rates);
         } else if (strcmp(o, "--dmax") == 0) {
             ok = dm_sim_opt_double(NAME, o, v, 0, HUGE_VAL, &prm->dmax);
         } else if (strcmp(o, "--dvmax") == 0) {

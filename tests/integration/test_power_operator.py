@@ -283,11 +283,15 @@ class PowerOperatorTest(H.DimmerTest):
                           headers=headers)
             self.assertEqual(r.status, 403, (headers, r.body))
         self.assertEqual(pinned(), -1)
-        r = H.request(self.d.admin, "GET", "/power", headers=[("Host", "rebind.evil.example")])
-        self.assertEqual(r.status, 403, r.body)
-        # Its own origin, localhost and a bare address pass; a pool's name
+        for host in ("rebind.evil.example", "localhost.evil.example", "127.0.0.1.nip.io",
+                     "deadbeef", "1.2.3.4.5", "127.0.0.1 x"):
+            r = H.request(self.d.admin, "GET", "/power", headers=[("Host", host)])
+            self.assertEqual(r.status, 403, (host, r.body))
+        # Its own origin, localhost (and names under it, which browsers keep
+        # on loopback) and an address in any form pass; a pool's name
         # percent-decoded; a sign is not a number.
-        for host in (own, "localhost:%d" % self.d.admin, "[::1]:%d" % self.d.admin, H.HOST):
+        for host in (own, "localhost:%d" % self.d.admin, "[::1]:%d" % self.d.admin, H.HOST,
+                     "127.1:%d" % self.d.admin, "2130706433", "dash.LOCALHOST."):
             r = H.request(self.d.admin, "GET", "/power", headers=[("Host", host)])
             self.assertEqual(r.status, 200, (host, r.body))
         r = H.request(self.d.admin, "POST", "/power/my%20pool/pin?servers=+1")
