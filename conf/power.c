@@ -607,50 +607,117 @@ dm_conf_load_power(struct dm_conf_loader *ld, const yaml_node_t *n)
     }
 }
 
+/* A server of the config, for the checks across pools: its pool, its place. */
+struct server_ref {
+    const struct dm_conf_pool *pool;
+    const struct dm_conf_server *s;
+    size_t order; /* in the file: pool by pool, server by server */
+};
+
+static int
+addr_cmp(const struct dm_conf_server *x, const struct dm_conf_server *y)
+{
+    if (x->addr.salen != y->addr.salen) {
+        return x->addr.salen < y->addr.salen ? -1 : 1;
+    }
+    return memcmp(&x->addr.sa, &y->addr.sa, x->addr.salen);
+}
+
+static int
+ref_cmp_addr(const void *a, const void *b)
+{
+    const struct server_ref *x = a, *y = b;
+    int c = addr_cmp(x->s, y->s);
+    return c != 0 ? c : (x->order > y->order) - (x->order < y->order);
+}
+
+static int
+ref_cmp_agent(const void *a, const void *b)
+{
+    const struct server_ref *x = a, *y = b;
+    int c = strcmp(x->s->power.agent, y->s->power.agent);
+    return c != 0 ? c : (x->order > y->order) - (x->order < y->order);
+}
+
 /*
  * The checks across pools, once every pool is loaded: a power-managed
  * pool's servers are its own (sleeping one would starve another pool), and
- * every agent name names one server.
+ * every agent name names one server. Sorted, not pair by pair: a file of
+ * 20,000 servers is checked in milliseconds, and each server that breaks a
+ * rule is named once, against the first it clashes with.
  */
 void
 dm_conf_check_power(struct dm_conf_loader *ld, const yaml_node_t *pools)
 {
     struct dm_conf *c = ld->c;
+    size_t n = 0, nagents = 0;
+    bool any = false;
     for (size_t i = 0; i < c->npools; i++) {
+        n += c->pools[i].nservers;
+        any = any || c->pools[i].power.enabled;
+    }
+    if (!any || n == 0) {
+        return;
+    }
+    struct server_ref *refs = calloc(n, sizeof(*refs));
+    struct server_ref *agents = calloc(n, sizeof(*agents));
+    if (refs == NULL || agents == NULL) {
+        ld->oom = true;
+        free(refs);
+        free(agents);
+        return;
+    }
+    size_t nrefs = 0;
+    for (size_t i = 0, order = 0; i < c->npools; i++) {
         const struct dm_conf_pool *p = &c->pools[i];
-        if (!p->power.enabled) {
-            continue;
-        }
-        for (size_t j = 0; j < p->nservers; j++) {
-            const struct dm_conf_server *s = &p->servers[j];
-            if (s->addr.text == NULL) {
-                continue;
+        for (size_t j = 0; j < p->nservers; j++, order++) {
+            struct server_ref r = { .pool = p, .s = &p->servers[j], .order = order };
+            if (r.s->addr.text != NULL) {
+                refs[nrefs++] = r;
             }
-            for (size_t k = 0; k < c->npools; k++) {
-                const struct dm_conf_pool *q = &c->pools[k];
-                for (size_t m = 0; m < q->nservers; m++) {
-                    const struct dm_conf_server *t = &q->servers[m];
-                    if ((k == i && m == j) || t->addr.text == NULL) {
-                        continue;
-                    }
-                    bool same = t->addr.salen == s->addr.salen &&
-                                memcmp(&t->addr.sa, &s->addr.sa, s->addr.salen) == 0;
-                    /* Each pair once: (k, m) after (i, j), or in a pool without power. */
-                    bool later = k > i || (k == i && m > j);
-                    if (same && (later || !q->power.enabled)) {
-                        dm_conf_fail_at(ld, pools,
-                                        "pool \"%s\": server \"%s\" (%s) is also server \"%s\" of "
-                                        "pool \"%s\": a power-managed pool's servers must be its "
-                                        "own",
-                                        p->name, s->name, s->addr.text, t->name, q->name);
-                    }
-                    if (later && q->power.enabled && s->power.agent != NULL &&
-                        t->power.agent != NULL && strcmp(s->power.agent, t->power.agent) == 0) {
-                        dm_conf_fail_at(ld, pools, "agent name \"%s\" is used by two servers",
-                                        s->power.agent);
-                    }
-                }
+            if (p->power.enabled && r.s->power.agent != NULL) {
+                agents[nagents++] = r;
             }
         }
     }
+    qsort(refs, nrefs, sizeof(*refs), ref_cmp_addr);
+    for (size_t g = 0; g < nrefs;) {
+        /* refs[g, e): one address, in file order. */
+        size_t e = g + 1;
+        while (e < nrefs && addr_cmp(refs[g].s, refs[e].s) == 0) {
+            e++;
+        }
+        const struct server_ref *powered = NULL; /* the first of a power pool so far */
+        for (size_t k = g; k < e; k++) {
+            const struct server_ref *b = &refs[k];
+            const struct server_ref *s = NULL, *t = NULL;
+            if (k > g && b->pool->power.enabled) {
+                s = b, t = &refs[g];
+            } else if (powered != NULL) {
+                s = powered, t = b;
+            }
+            if (s != NULL) {
+                dm_conf_fail_at(ld, pools,
+                                "pool \"%s\": server \"%s\" (%s) is also server \"%s\" of pool "
+                                "\"%s\": a power-managed pool's servers must be its own",
+                                s->pool->name, s->s->name, s->s->addr.text, t->s->name,
+                                t->pool->name);
+            }
+            if (powered == NULL && b->pool->power.enabled) {
+                powered = b;
+            }
+        }
+        g = e;
+    }
+    qsort(agents, nagents, sizeof(*agents), ref_cmp_agent);
+    for (size_t k = 1, first = 0; k < nagents; k++) {
+        if (strcmp(agents[first].s->power.agent, agents[k].s->power.agent) != 0) {
+            first = k;
+        } else {
+            dm_conf_fail_at(ld, pools, "agent name \"%s\" is used by server \"%s\" and \"%s\"",
+                            agents[k].s->power.agent, agents[first].s->name, agents[k].s->name);
+        }
+    }
+    free(refs);
+    free(agents);
 }

@@ -1515,6 +1515,29 @@ test_power_errors(void **state)
             "") "  other:\n    servers:\n      - name: b\n        address: 127.0.0.1:9001\n",
         "t.yaml:3:3: pool \"web\": server \"a\" (127.0.0.1:9001) is also server \"b\" of "
         "pool \"other\": a power-managed pool's servers must be its own");
+    /* Each server that breaks a rule is named once, against the first it
+     * clashes with (not once for every pair: n servers at one address were
+     * n(n-1)/2 messages, and as much time); a server of a plain pool before
+     * the power pool's is one of them. */
+    const char *const clash[] = {
+        "t.yaml:3:3: pool \"web\": server \"a\" (127.0.0.1:9001) is also server \"p\" of "
+        "pool \"plain\": a power-managed pool's servers must be its own",
+        "t.yaml:3:3: pool \"web\": server \"b\" (127.0.0.1:9001) is also server \"p\" of "
+        "pool \"plain\": a power-managed pool's servers must be its own",
+        "t.yaml:3:3: pool \"web\": server \"c\" (127.0.0.1:9001) is also server \"p\" of "
+        "pool \"plain\": a power-managed pool's servers must be its own",
+        "t.yaml:3:3: agent name \"x\" is used by server \"a\" and \"c\"",
+        NULL,
+    };
+    expect_errors(LISTEN "pools:\n"
+                         "  plain:\n    servers:\n      - {name: p, address: 127.0.0.1:9001}\n"
+                         "      - {name: q, address: 127.0.0.1:9002}\n"
+                         "  web:\n    power: {}\n    servers:\n"
+                         "      - {name: a, address: 127.0.0.1:9001, power: {agent: x}}\n"
+                         "      - {name: b, address: 127.0.0.1:9001, power: {agent: y}}\n"
+                         "      - {name: c, address: 127.0.0.1:9001, power: {agent: x}}\n"
+                         "      - {name: d, address: 127.0.0.1:9003}\n",
+                  clash);
 }
 
 /* ---- what a small file may cost ---- */
