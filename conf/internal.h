@@ -44,9 +44,15 @@ struct dm_conf_loader {
      * for each pair, the index of the first pair with its key. */
     const yaml_node_t *dup_map;
     size_t *dup_first;
+    /* The pools sorted by name, for dm_conf_find_pool (pools.c). */
+    struct dm_conf_pool_key {
+        const char *name;
+        size_t i;
+    } * pool_index;
+    size_t pool_index_n;
 };
 
-/* Frees what a load kept on the side (the duplicate-key index). */
+/* Frees what a load kept on the side (the duplicate-key and pool indices). */
 void dm_conf_loader_fini(struct dm_conf_loader *ld);
 
 /* The most messages one load keeps (and reports: the rest are counted). */
@@ -77,6 +83,8 @@ size_t dm_conf_edit_distance(const char *a, const char *b);
  * NULL entries are skipped. Ties go to the earliest candidate.
  */
 const char *dm_conf_suggest(const char *word, const char *const *cands, size_t n);
+/* Words longer than this get no suggestion (the distance costs their product). */
+#define DM_CONF_SUGGEST_MAX 256
 
 /* ---- errors.c: the messages of a load ---- */
 

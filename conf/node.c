@@ -350,6 +350,9 @@ dm_conf_loader_fini(struct dm_conf_loader *ld)
     free(ld->dup_first);
     ld->dup_first = NULL;
     ld->dup_map = NULL;
+    free(ld->pool_index);
+    ld->pool_index = NULL;
+    ld->pool_index_n = 0;
 }
 
 static const yaml_node_t *

@@ -312,13 +312,20 @@ dm_conf_suggest(const char *word, const char *const *cands, size_t n)
     const char *best = NULL;
     size_t best_d = (size_t)-1;
 
+    size_t lw = strlen(word);
     for (size_t i = 0; i < n; i++) {
-        size_t d, longer;
+        size_t d, longer, lc;
         if (cands[i] == NULL) {
             continue;
         }
+        lc = strlen(cands[i]);
+        longer = lw > lc ? lw : lc;
+        /* The distance is at least the difference of the lengths, and a
+         * long name is no typo: neither is worth the quadratic distance. */
+        if ((longer - (lw < lc ? lw : lc)) * 3 > longer || longer > DM_CONF_SUGGEST_MAX) {
+            continue;
+        }
         d = dm_conf_edit_distance(word, cands[i]);
-        longer = strlen(word) > strlen(cands[i]) ? strlen(word) : strlen(cands[i]);
         if (d * 3 <= longer && d < best_d) {
             best = cands[i];
             best_d = d;

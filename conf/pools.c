@@ -518,6 +518,50 @@ dm_conf_load_pools(struct dm_conf_loader *ld, const yaml_node_t *n)
     }
 }
 
+static int
+pool_name_cmp(const void *a, const void *b)
+{
+    const struct dm_conf_pool_key *x = a, *y = b;
+    int c = strcmp(x->name, y->name);
+    return c != 0 ? c : (x->i > y->i) - (x->i < y->i);
+}
+
+/* The index of the pool named name, by a binary search of ld->pool_index
+ * (built once the pools are loaded: 40,000 routes to 40,000 pools no
+ * longer compare every pair); -1 when there is none, -2 out of memory. */
+static long
+pool_lookup(struct dm_conf_loader *ld, const char *name)
+{
+    const struct dm_conf *c = ld->c;
+    if (ld->pool_index == NULL || ld->pool_index_n != c->npools) {
+        struct dm_conf_pool_key *idx = malloc((c->npools > 0 ? c->npools : 1) * sizeof(*idx));
+        if (idx == NULL) {
+            return -2;
+        }
+        for (size_t i = 0; i < c->npools; i++) {
+            idx[i] = (struct dm_conf_pool_key){ .name = c->pools[i].name, .i = i };
+        }
+        qsort(idx, c->npools, sizeof(*idx), pool_name_cmp);
+        free(ld->pool_index);
+        ld->pool_index = idx;
+        ld->pool_index_n = c->npools;
+    }
+    size_t lo = 0, hi = c->npools;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int d = strcmp(ld->pool_index[mid].name, name);
+        if (d == 0) {
+            return (long)ld->pool_index[mid].i;
+        }
+        if (d < 0) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    return -1;
+}
+
 long
 dm_conf_find_pool(struct dm_conf_loader *ld, const yaml_node_t *n)
 {
@@ -530,13 +574,21 @@ dm_conf_find_pool(struct dm_conf_loader *ld, const yaml_node_t *n)
     if (name == NULL) {
         return -1;
     }
-    for (size_t i = 0; i < c->npools; i++) {
-        if (strcmp(c->pools[i].name, name) == 0) {
-            return (long)i;
-        }
+    long found = pool_lookup(ld, name);
+    if (found == -2) {
+        ld->oom = true;
+        return -1;
+    }
+    if (found >= 0) {
+        return found;
     }
     if (c->npools == 0) {
         /* The pools are missing or broken, which is reported already. */
+        return -1;
+    }
+    if (ld->nmsgs >= DM_CONF_MSGS_MAX) {
+        /* Counted, not shown: no suggestion to look for among every pool. */
+        dm_conf_fail_at(ld, n, "unknown pool");
         return -1;
     }
     names = calloc(c->npools, sizeof(*names));

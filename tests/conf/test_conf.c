@@ -1649,6 +1649,69 @@ test_errors_are_capped(void **state)
     free(y);
 }
 
+/* Routes find their pools among many (by a sorted index), and unknown
+ * pools past the cap are counted too, as every other error. */
+static void
+test_routes_find_pools_among_many(void **state)
+{
+    (void)state;
+    enum { NP = 300 };
+    size_t cap = 256 + NP * 128;
+    char *y = malloc(cap);
+    assert_non_null(y);
+    for (int unknown = 0; unknown <= 1; unknown++) {
+        size_t n = (size_t)snprintf(y, cap, "listen: 127.0.0.1:8080\npools:\n");
+        for (int i = 0; i < NP; i++) {
+            /* Names in no order: pool<i*7 mod NP>. */
+            n += (size_t)snprintf(y + n, cap - n,
+                                  "  pool%d: {servers: [{name: a, address: 127.0.0.1:80}]}\n",
+                                  i * 7 % NP);
+        }
+        n += (size_t)snprintf(y + n, cap - n, "routes:\n");
+        for (int i = 0; i < NP; i++) {
+            n += (size_t)snprintf(y + n, cap - n, "  - {path: /%d, pool: %s%d}\n", i,
+                                  unknown ? "poo" : "pool", i);
+        }
+        struct dm_conf_errors err = { 0 };
+        struct dm_conf *c = load(y, &err);
+        if (!unknown) {
+            assert_non_null(c);
+            assert_int_equal(c->nroutes, NP);
+            for (int i = 0; i < NP; i++) {
+                char want[16];
+                snprintf(want, sizeof want, "pool%d", i);
+                assert_string_equal(c->pools[c->routes[i].pool].name, want);
+            }
+            dm_conf_destroy(c);
+            continue;
+        }
+        assert_null(c);
+        assert_int_equal(err.n, 100);
+        assert_string_equal(err.msg[0], "t.yaml:304:22: unknown pool \"poo0\" (did you mean "
+                                        "\"pool0\"?)");
+        char want[64];
+        snprintf(want, sizeof want, "t.yaml: and %d more errors, not shown", NP - 99);
+        assert_string_equal(err.msg[99], want);
+        dm_conf_errors_fini(&err);
+    }
+    /* Names too long to be typos (the distance costs the product of the
+     * lengths) get the list, not a search: 300 w's, and 299 then an x. */
+    char name[301];
+    memset(name, 'w', 300);
+    name[300] = 0;
+    int k = snprintf(y, cap, LISTEN "pools:\n  %s: {servers: [{name: a, address: 127.0.0.1:80}]}\n",
+                     name);
+    name[299] = 'x';
+    snprintf(y + k, cap - (size_t)k, "default_pool: %s\n", name);
+    struct dm_conf_errors err = { 0 };
+    assert_null(load(y, &err));
+    assert_int_equal(err.n, 1);
+    assert_null(strstr(err.msg[0], "did you mean"));
+    assert_non_null(strstr(err.msg[0], "(pools: "));
+    dm_conf_errors_fini(&err);
+    free(y);
+}
+
 /* ---- session ---- */
 
 /* Lines 1 to 7: a session pool "g" of servers a and b, the session block follows. */
@@ -1962,6 +2025,7 @@ main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_expansion_and_depth_are_bounded),
         cmocka_unit_test(test_errors_are_capped),
+        cmocka_unit_test(test_routes_find_pools_among_many),
         cmocka_unit_test(test_duplicates_among_many),
         cmocka_unit_test(test_bundled_example_loads),
         cmocka_unit_test(test_defaults_apply_when_keys_are_absent),
