@@ -52,6 +52,13 @@ struct dm_conf_loader {
     size_t pool_index_n;
 };
 
+/* c, or when it is 0 (equal keys) the order of x and y: qsort made stable. */
+static inline int
+dm_conf_cmp_then(int c, size_t x, size_t y)
+{
+    return c != 0 ? c : (x > y) - (x < y);
+}
+
 /* Frees what a load kept on the side (the duplicate-key and pool indices). */
 void dm_conf_loader_fini(struct dm_conf_loader *ld);
 

@@ -522,8 +522,7 @@ static int
 pool_name_cmp(const void *a, const void *b)
 {
     const struct dm_conf_pool_key *x = a, *y = b;
-    int c = strcmp(x->name, y->name);
-    return c != 0 ? c : (x->i > y->i) - (x->i < y->i);
+    return dm_conf_cmp_then(strcmp(x->name, y->name), x->i, y->i);
 }
 
 /* The index of the pool named name, by a binary search of ld->pool_index

@@ -627,16 +627,14 @@ static int
 ref_cmp_addr(const void *a, const void *b)
 {
     const struct server_ref *x = a, *y = b;
-    int c = addr_cmp(x->s, y->s);
-    return c != 0 ? c : (x->order > y->order) - (x->order < y->order);
+    return dm_conf_cmp_then(addr_cmp(x->s, y->s), x->order, y->order);
 }
 
 static int
 ref_cmp_agent(const void *a, const void *b)
 {
     const struct server_ref *x = a, *y = b;
-    int c = strcmp(x->s->power.agent, y->s->power.agent);
-    return c != 0 ? c : (x->order > y->order) - (x->order < y->order);
+    return dm_conf_cmp_then(strcmp(x->s->power.agent, y->s->power.agent), x->order, y->order);
 }
 
 /*
