@@ -427,17 +427,24 @@ route(struct dm_backend_conn *c)
 }
 
 /* The control listener: the machine's agent or BMC, up in every power state. */
-/* A power action's credentials: none asked, or the bearer token (in constant time). */
+/* A power action's credentials: not a browser's (no Origin); none asked, or the
+ * bearer token (in constant time). */
 static bool
 control_authorized(struct dm_backend_conn *c)
 {
     const struct dm_backend *be = c->be;
-    if (be->control_token_len == 0) {
-        return true;
-    }
     struct dm_backend_span v;
     const char *head = c->in + c->head_start;
     size_t hlen = c->parse_off - c->head_start;
+    if (dm_backend_head_header(head, hlen, "Origin", &v)) {
+        /* A browser sends Origin with every POST, and dimmer never does:
+         * a page of another site could otherwise POST a form here. */
+        dm_backend_respond_msg(c, 403, "this listener serves dimmer, not a browser\n", NULL);
+        return false;
+    }
+    if (be->control_token_len == 0) {
+        return true;
+    }
     if (dm_backend_head_header(head, hlen, "Authorization", &v) && v.len > 7 &&
         strncasecmp(v.p, "Bearer ", 7) == 0 && v.len - 7 == be->control_token_len &&
         CRYPTO_memcmp(v.p + 7, be->control_token, be->control_token_len) == 0) {

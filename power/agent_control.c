@@ -44,6 +44,7 @@ struct ctl_conn {
     char auth[DM_CONTROL_TOKEN_MAX + 16];
     size_t auth_len;
     bool url_long, auth_long, in_auth, seen_auth, headers_done, complete, answered, closing;
+    bool origin; /* an Origin header: a browser's request (dimmer sends none) */
     struct ctl_cmd *waiting_for;
     unsigned char peer[16]; /* the peer's address bytes (4 or 16) */
     size_t peer_len;
@@ -351,6 +352,14 @@ act(struct ctl_conn *k, int kind)
 {
     struct dm_control *c = k->ctl;
     const char *command = kind == CMD_SLEEP ? c->cf.sleep_command : c->cf.wake_command;
+    if (k->origin) {
+        /* A browser sends Origin with every POST, and dimmer never does: a
+         * page of any site (or a name rebound to this machine) could
+         * otherwise POST a form here, with no preflight, and no token on
+         * loopback. */
+        answer_text(k, 403, "this listener serves dimmer, not a browser (an Origin header)\n", "");
+        return;
+    }
     if (!authorized(k)) {
         answer_text(k, 401, "a bearer token is needed (--control-token-file)\n",
                     "WWW-Authenticate: Bearer\r\n");
@@ -489,6 +498,7 @@ on_header_field_complete(llhttp_t *p)
     /* A trailer's fields are not the request's credentials. */
     k->in_auth =
         !k->headers_done && k->field_len == 13 && strncasecmp(k->field, "Authorization", 13) == 0;
+    k->origin |= !k->headers_done && k->field_len == 6 && strncasecmp(k->field, "Origin", 6) == 0;
     k->field_len = 0;
     if (k->in_auth) {
         /* A second Authorization makes the credentials ambiguous: none. */

@@ -308,6 +308,14 @@ class AgentTest(H.DimmerTest):
                                      b"Transfer-Encoding: chunked\r\n\r\n0\r\n"
                                      b"Authorization: Bearer s3cret\r\n\r\n")
         self.assertEqual(got.split(b" ")[1], b"401", got)
+        # A browser's POST (it carries Origin; dimmer's never does) is
+        # refused, token or not: a page of any site could otherwise post a
+        # form to a loopback listener, which needs no token.
+        for origin in ("http://evil.example", "null"):
+            r = H.request(port, "POST", "/wake", headers=[
+                ("Origin", origin), ("Authorization", "Bearer s3cret")])
+            self.assertEqual(r.status, 403, (origin, r.body))
+        self.assertEqual(json.loads(H.request(port, "GET", "/status").body)["wakes"], 1)
 
     def test_control_connections_past_the_limit_close_the_floods_own(self):
         p, port = self.start_control("--wake-command", "true")

@@ -256,6 +256,12 @@ class BackendNodeTest(H.DimmerTest):
         self.assertGreater(s["energy_wh"], 60 * 0.9 / 3600)
         self.assertLess(s["energy_wh"], 60 * (time.monotonic() - before + 30) / 3600)
 
+        # A browser's POST (it carries Origin; dimmer's never does) is refused:
+        # a page of any site could otherwise sleep the node with a form.
+        for origin in ("http://evil.example", "null", "http://127.0.0.1:%d" % node.control):
+            r = H.request(node.control, "POST", "/sleep", headers=[("Origin", origin)])
+            self.assertEqual(r.status, 403, (origin, r.body))
+        self.assertEqual(node.stats()["sleeps"], 1)
         # The control listener's own endpoints and methods.
         self.assertEqual(H.get(node.control, "/sleep").status, 405)
         self.assertEqual(H.request(node.control, "POST", "/power").status, 405)
