@@ -24,7 +24,7 @@ dm_pm_metrics(struct dm_pm_trend *tr, const struct dm_pm_reading *r, size_t n, d
             continue;
         }
         bool live = r[i].state == DM_PM_ACTIVE && !r[i].down;
-        m->n_total += r[i].state != DM_PM_FAILED;
+        m->n_total++; /* a failed one too: it is woken again (dm_pm_retry_due) */
         m->n_live += live;
         m->n_booting += r[i].state == DM_PM_BOOTING;
         if (live) {

@@ -90,6 +90,13 @@ may_change(const struct dm_pm_rules *r, const struct dm_pm_server *s, uint64_t n
            action_due(r, s, now_us);
 }
 
+bool
+dm_pm_retry_due(const struct dm_pm_rules *r, const struct dm_pm_server *s, uint64_t now_us)
+{
+    return s->state == DM_PM_FAILED && s->can_wake && !s->held &&
+           now_us - s->last_change_us >= r->boot_timeout_us;
+}
+
 /* Whether moves[0..k) already names server i. */
 static bool
 moved(const struct dm_pm_move *m, size_t k, size_t i)
@@ -125,17 +132,21 @@ dm_pm_plan(const struct dm_pm_rules *r, const struct dm_pm_server *s, size_t n, 
         }
         for (size_t i = 0; i < n; i++) {
             const struct dm_pm_server *c = &s[i];
-            if (c->state != DM_PM_SLEEPING || c->held || !c->can_wake || moved(out, k, i) ||
-                (!urgent && !may_change(r, c, now_us)) || (urgent && c->busy)) {
+            bool retry = dm_pm_retry_due(r, c, now_us);
+            if ((c->state != DM_PM_SLEEPING && !retry) || c->held || !c->can_wake ||
+                moved(out, k, i) || (!urgent && !may_change(r, c, now_us)) || (urgent && c->busy)) {
                 continue;
             }
-            /* Urgent: one whose wake can run now (action_interval since its
-             * last action) before one whose wake would wait for it. */
+            /* A sleeping one before one that failed; urgent, one whose wake
+             * can run now (action_interval since its last action) before one
+             * whose wake would wait for it. */
             bool due = action_due(r, c, now_us);
             bool best_due = best < n && action_due(r, &s[best], now_us);
-            if (best == n || (due && !best_due) ||
-                (due == best_due && r->wake_rule == DM_PM_WAKE_EFFICIENT &&
-                 c->cost < s[best].cost)) {
+            bool best_retry = best < n && s[best].state == DM_PM_FAILED;
+            if (best == n || (!retry && best_retry) ||
+                (retry == best_retry &&
+                 ((due && !best_due) || (due == best_due && r->wake_rule == DM_PM_WAKE_EFFICIENT &&
+                                         c->cost < s[best].cost)))) {
                 best = i;
             }
         }

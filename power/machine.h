@@ -104,9 +104,17 @@ struct dm_pm_move {
 };
 
 /*
+ * Whether s failed its boot (or its wake) boot_timeout ago or more, can be
+ * woken and is not held: a wake may be tried again (a lost Wake-on-LAN
+ * packet, a command that failed once), after every sleeping server.
+ */
+bool dm_pm_retry_due(const struct dm_pm_rules *r, const struct dm_pm_server *s, uint64_t now_us);
+
+/*
  * The moves that bring the n servers (the pool's, held ones included, which
  * are never moved or counted) towards `want` active or booting: take back
- * draining ones, then wake sleeping ones by the wake rule; or drain active
+ * draining ones, then wake sleeping ones by the wake rule, then failed ones
+ * whose retry is due (dm_pm_retry_due); or drain active
  * ones by the sleep rule, never leaving fewer than min_active active.
  * urgent (a request is held with none awake): waking ignores min_change and
  * action_interval, and wakes first a server whose action_interval has passed

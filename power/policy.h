@@ -81,7 +81,7 @@ void dm_power_params_default(struct dm_power_params *p);
 
 /* What the manager measured, for one pool, at now_us. */
 struct dm_power_metrics {
-    unsigned n_total;   /* servers in the pool (awake or not, not failed) */
+    unsigned n_total;   /* servers in the pool not held (awake or not, failed too) */
     unsigned n_live;    /* active: taking requests */
     unsigned n_booting; /* woken, not active yet (counted as coming) */
     double total_w;     /* estimated power of the live servers, summed */

@@ -10,7 +10,9 @@
 #include "proxy/power.h"
 
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -20,6 +22,7 @@
 #include <string.h>
 #include <sys/time.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "balancers/hosts.h"
 #include "balancers/servers.h"
@@ -62,13 +65,16 @@ struct pm_action {
     uv_connect_t creq;
     uv_write_t wreq;
     uv_timer_t timer;
+    uv_pipe_t out; /* a command's stdout and stderr */
     unsigned open; /* handles not yet closed */
-    bool tcp_init, proc_init;
+    bool tcp_init, proc_init, out_init;
     bool running; /* the process has not exited yet */
     bool done;
     char *req;
-    char reply[HTTP_REPLY_MAX];
+    char reply[HTTP_REPLY_MAX]; /* the HTTP status line, or a command's first output */
     size_t reply_len;
+    uint64_t out_dropped; /* a command's output past reply, read and dropped */
+    char sink[4096];
     struct dm_powermgr *pm;
 };
 
@@ -211,6 +217,10 @@ action_close(struct pm_action *a)
     if (a->tcp_init) {
         uv_close((uv_handle_t *)&a->tcp, action_closed);
     }
+    if (a->out_init) {
+        uv_close((uv_handle_t *)&a->out, action_closed);
+        a->out_init = false;
+    }
     /* A process is closed once it exited (or never started): an exit
      * callback may still come for one that runs, killed at the timeout. */
     if (a->proc_init && !a->running) {
@@ -279,8 +289,12 @@ action_finish(struct pm_action *a, bool ok, const char *what)
          * place), not taken as up when its boot delay has passed. */
         if (!ok && a->kind == ACT_SLEEP && s->state == DM_PM_SLEEPING && managed) {
             bool up = s->sleep_from_up;
-            decision(a->pm, s->pool, "%s: its sleep failed: %s", name,
-                     up ? "active again" : "failed (it was not known to be up)");
+            decision(a->pm, s->pool, "%s: its sleep failed: %s%s", name,
+                     up ? "active again" : "failed (it was not known to be up)",
+                     s->held ? " (the operator's sleep: no longer held)" : "");
+            /* An operator's sleep that did not happen holds it no more: the
+             * policy counts it again (held, it was active but never counted). */
+            s->held = false;
             set_state(a->pm, s, up ? DM_PM_ACTIVE : DM_PM_FAILED, dm_mono_us());
         }
         if (!ok && a->kind == ACT_WAKE && s->state == DM_PM_BOOTING && managed) {
@@ -306,6 +320,77 @@ action_timeout(uv_timer_t *t)
     action_finish(a, false, "timed out");
 }
 
+/* A command's output: the first bytes kept (for its log line), the rest read and dropped. */
+static void
+output_alloc(uv_handle_t *h, size_t sz, uv_buf_t *buf)
+{
+    struct pm_action *a = h->data;
+    (void)sz;
+    if (a->reply_len + 1 < sizeof(a->reply)) {
+        *buf =
+            uv_buf_init(a->reply + a->reply_len, (unsigned)(sizeof(a->reply) - 1 - a->reply_len));
+    } else {
+        *buf = uv_buf_init(a->sink, sizeof(a->sink));
+    }
+}
+
+static void
+output_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf)
+{
+    struct pm_action *a = st->data;
+    if (n > 0) {
+        if (buf->base == a->sink) {
+            a->out_dropped += (uint64_t)n;
+        } else {
+            a->reply_len += (size_t)n;
+        }
+    } else if (n < 0) {
+        uv_read_stop(st); /* EOF: every writer is gone */
+    }
+}
+
+/* Reads what the command wrote before it exited and is not read yet. */
+static void
+output_drain(struct pm_action *a)
+{
+    uv_os_fd_t fd;
+    if (!a->out_init || uv_fileno((uv_handle_t *)&a->out, &fd) != 0) {
+        return;
+    }
+    for (int i = 0; i < 256; i++) { /* at most 1 MiB: the group is killed, nothing writes */
+        uv_buf_t b;
+        output_alloc((uv_handle_t *)&a->out, 0, &b);
+        ssize_t n = read(fd, b.base, b.len);
+        if (n <= 0) {
+            break;
+        }
+        output_read((uv_stream_t *)&a->out, n, &b);
+    }
+}
+
+/* The output kept, for a log line: printable ASCII on one line, each run of
+ * blanks one space, any other byte '?'. */
+static void
+output_clean(struct pm_action *a)
+{
+    size_t j = 0;
+    for (size_t i = 0; i < a->reply_len; i++) {
+        unsigned char c = (unsigned char)a->reply[i];
+        if (c == ' ' || c == '\n' || c == '\t' || c == '\r') {
+            if (j > 0 && a->reply[j - 1] != ' ') {
+                a->reply[j++] = ' ';
+            }
+        } else {
+            a->reply[j++] = c > 0x20 && c < 0x7f ? (char)c : '?';
+        }
+    }
+    while (j > 0 && a->reply[j - 1] == ' ') {
+        j--;
+    }
+    a->reply[j] = 0;
+    a->reply_len = j;
+}
+
 static void
 command_exited(uv_process_t *p, int64_t status, int signo)
 {
@@ -316,11 +401,21 @@ command_exited(uv_process_t *p, int64_t status, int signo)
         uv_close((uv_handle_t *)&a->proc, action_closed);
         return;
     }
-    char what[64];
+    /* What it left running in its group (a "cmd &") ends with it: nothing
+     * it started outlives the action, as nothing outlives its timeout. */
+    kill(-p->pid, SIGKILL);
+    output_drain(a);
+    char what[HTTP_REPLY_MAX + 96];
+    int n;
     if (signo != 0) {
-        snprintf(what, sizeof(what), "killed by signal %d", signo);
+        n = snprintf(what, sizeof(what), "killed by signal %d", signo);
     } else {
-        snprintf(what, sizeof(what), "exit status %lld", (long long)status);
+        n = snprintf(what, sizeof(what), "exit status %lld", (long long)status);
+    }
+    if (a->reply_len > 0 && n > 0 && (size_t)n < sizeof(what)) {
+        output_clean(a);
+        snprintf(what + n, sizeof(what) - (size_t)n, ", output \"%s\"%s", a->reply,
+                 a->out_dropped > 0 ? " and more" : "");
     }
     action_finish(a, status == 0 && signo == 0, what);
 }
@@ -373,9 +468,26 @@ start_command(struct dm_powermgr *pm, struct pm_action *a, const char *tpl)
         return false;
     }
     char *args[] = { "/bin/sh", "-c", a->req, NULL };
+    /* Its stdout and stderr go to one pipe that dimmer reads: what it says
+     * is in the log line of its outcome (the first bytes; never all of a
+     * command that writes without end, nor past error_log). */
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) != 0) {
+        dm_log_warn("power: cannot run \"%s\": pipe: %s", a->req, strerror(errno));
+        return false;
+    }
+    uv_pipe_init(pm->loop, &a->out, 0);
+    a->out.data = a;
+    a->out_init = true; /* closed with the action from now on */
+    a->open++;
+    if (uv_pipe_open(&a->out, fds[0]) != 0) {
+        close(fds[0]);
+        close(fds[1]);
+        return false;
+    }
     uv_stdio_container_t io[3] = { { .flags = UV_IGNORE },
-                                   { .flags = UV_INHERIT_FD, .data.fd = 2 },
-                                   { .flags = UV_INHERIT_FD, .data.fd = 2 } };
+                                   { .flags = UV_INHERIT_FD, .data.fd = fds[1] },
+                                   { .flags = UV_INHERIT_FD, .data.fd = fds[1] } };
     uv_process_options_t o = {
         .exit_cb = command_exited,
         .file = "/bin/sh",
@@ -389,10 +501,12 @@ start_command(struct dm_powermgr *pm, struct pm_action *a, const char *tpl)
     a->proc_init = true;
     a->open++;
     int r = uv_spawn(pm->loop, &a->proc, &o);
+    close(fds[1]); /* the child's now: EOF once it and what it started are gone */
     if (r < 0) {
         dm_log_warn("power: cannot run \"%s\": %s", a->req, uv_strerror(r));
         return false;
     }
+    uv_read_start((uv_stream_t *)&a->out, output_alloc, output_read);
     a->running = true;
     dm_log_info("power: running \"%s\" (pid %d)", a->req, a->proc.pid);
     return true;
@@ -411,9 +525,20 @@ http_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf)
         a->reply[eol != NULL ? (size_t)(eol - a->reply) : a->reply_len] = 0;
         size_t l = strlen(a->reply);
         if (l > 0 && a->reply[l - 1] == '\r') {
-            a->reply[l - 1] = 0;
+            a->reply[--l] = 0;
         }
-        bool ok = strncmp(a->reply, "HTTP/1.", 7) == 0 && a->reply[9] == '2';
+        /* The status line goes in the log and /power: printable ASCII only
+         * (a machine may answer anything: escapes for a terminal, bytes
+         * that are not UTF-8). */
+        for (size_t i = 0; i < l; i++) {
+            unsigned char c = (unsigned char)a->reply[i];
+            a->reply[i] = c < 0x20 || c >= 0x7f ? '?' : (char)c;
+        }
+        /* "HTTP/1.x 2xx", then a reason or nothing. */
+        const char *r = a->reply;
+        bool ok = strncmp(r, "HTTP/1.", 7) == 0 && isdigit((unsigned char)r[7]) && r[8] == ' ' &&
+                  r[9] == '2' && isdigit((unsigned char)r[10]) && isdigit((unsigned char)r[11]) &&
+                  (r[12] == ' ' || r[12] == 0);
         action_finish(a, ok, a->reply_len > 0 ? a->reply : "connection closed without an answer");
     }
 }
@@ -778,8 +903,9 @@ act(struct dm_powermgr *pm, struct pm_pool *p, unsigned want, uint64_t now, bool
             set_state(pm, s, DM_PM_ACTIVE, now);
             dm_sb_printf(did, " back to active %s;", s->cf->name);
         } else if (moves[i].to == DM_PM_BOOTING) {
+            bool again = s->state == DM_PM_FAILED;
             wake(pm, s, now);
-            dm_sb_printf(did, " wake %s;", s->cf->name);
+            dm_sb_printf(did, " wake %s%s;", s->cf->name, again ? " (again: it failed)" : "");
         } else {
             start_drain(pm, s, now);
             dm_sb_printf(did, " drain %s;", s->cf->name);
@@ -808,8 +934,9 @@ any_coming(const struct dm_powermgr *pm, const struct pm_pool *p)
 
 /*
  * Whether a request of p is worth holding: a server of the pool serves,
- * boots, drains (the policy may take it back), failed its boot (it may still
- * come up: its health check would say so), or sleeps with a wake actuator,
+ * boots, drains (the policy may take it back), failed its boot and may
+ * still come up (its health check would say so; without one, only once its
+ * wake may be tried again: dm_pm_retry_due), or sleeps with a wake actuator,
  * none of them held by the operator (maint, or slept or drained by hand).
  * Servers up but down by their health checks are not waited for, as no
  * proxy waits for them: HAProxy and nginx answer at once when every server
@@ -824,6 +951,15 @@ any_prospect(const struct dm_powermgr *pm, const struct pm_pool *p)
          * (passive checks): its rest ends within fail_timeout, and a machine
          * just woken whose service still starts is one (no health check). */
         if (s->pool != p || s->held || (s->state == DM_PM_ACTIVE && atomic_load(&s->h->down))) {
+            continue;
+        }
+        if (s->state == DM_PM_FAILED && !s->pcf->health.enabled) {
+            struct dm_pm_rules r;
+            rules_of(s->pcf, &r);
+            struct dm_pm_server v = machine_view(s);
+            if (dm_pm_retry_due(&r, &v, dm_mono_us())) {
+                return true;
+            }
             continue;
         }
         if (s->state != DM_PM_SLEEPING || s->cf->power.wake != DM_ACT_NONE) {
@@ -876,7 +1012,8 @@ progress(struct dm_powermgr *pm, struct pm_server *s, uint64_t now)
         go_to_sleep(pm, s, now);
         break;
     case DM_PM_UP:
-        decision(pm, s->pool, "%s is up after %.1f s: active", s->cf->name, secs);
+        decision(pm, s->pool, "%s is up %.1f s after its %s: active", s->cf->name, secs,
+                 s->state == DM_PM_FAILED ? "boot failed" : "wake");
         activate(pm, s, now);
         break;
     case DM_PM_BOOT_TIMEOUT:
@@ -1256,11 +1393,27 @@ configure(struct dm_powermgr *pm, struct dm_runtime *rt)
             s->held = false;
             s->epoch = dm_workers_set_power(pm->ws, pm->nws, s->h, DM_POWER_AWAKE, now);
         }
-        if (s->pool != NULL && !s->managed && s->state != DM_PM_ACTIVE) {
-            /* Managed again, as it was when it left: the workers hear it. */
-            dm_log_warn("power: %s is power-managed again: %s, as when it left", s->h->text,
-                        dm_pm_state_name(s->state));
+        if (s->pool != NULL && !s->managed) {
+            /* Managed (again): the workers hear its state, as it was when it
+             * left, or active for a new one, whatever was asked of its host
+             * meanwhile (POST /hosts/ADDR/drain): /power says what is. */
+            if (s->state != DM_PM_ACTIVE) {
+                dm_log_warn("power: %s is power-managed again: %s, as when it left", s->h->text,
+                            dm_pm_state_name(s->state));
+            } else if (atomic_load(&s->h->power) != DM_POWER_AWAKE) {
+                dm_log_warn("power: %s is power-managed now: active (it was drained by hand)",
+                            s->h->text);
+            }
             set_state(pm, s, s->state, now);
+        }
+        if (s->pool != NULL && s->state == DM_PM_DRAINING &&
+            (s->cf->power.wake == DM_ACT_NONE || (s->cf->power.keep_on && !s->held))) {
+            /* The reload took its wake actuator away (it would not come
+             * back), or keeps it on: it does not go to sleep. */
+            dm_log_warn("power: %s: %s now: no longer drained for sleep, active", s->h->text,
+                        s->cf->power.wake == DM_ACT_NONE ? "no wake actuator" : "keep_on");
+            s->held = false;
+            set_state(pm, s, DM_PM_ACTIVE, now);
         }
         s->managed = s->pool != NULL;
         /* An action that runs goes on, and the server stays busy until it
@@ -1415,6 +1568,10 @@ dm_power_stop(struct dm_powermgr *pm)
     for (size_t i = 0; i < pm->nservers; i++) {
         struct pm_action *a = pm->servers[i]->action;
         if (a != NULL) {
+            /* Said here: with no server left, action_finish logs nothing. */
+            dm_log_warn("power: %s %s (%s): cut short, dimmer stops%s",
+                        a->kind == ACT_WAKE ? "wake" : "sleep", a->name != NULL ? a->name : "?",
+                        a->how == DM_ACT_HTTP ? "http" : "command", a->running ? ": killed" : "");
             a->s = NULL;
             a->pm = NULL;
             pm->servers[i]->action = NULL;
@@ -1503,6 +1660,9 @@ dm_power_admin(struct dm_powermgr *pm, struct dm_host *h, const char *action, ui
         s->held = false;
         if (s->state == DM_PM_MAINT) {
             set_state(pm, s, DM_PM_ACTIVE, now);
+        } else if (s->state == DM_PM_ACTIVE) {
+            /* Said to the workers again, whatever they were told meanwhile. */
+            s->epoch = dm_workers_set_power(pm->ws, pm->nws, s->h, DM_POWER_AWAKE, now);
         } else if (s->state == DM_PM_FAILED) {
             set_state(pm, s, DM_PM_SLEEPING, now);
         }

@@ -30,32 +30,60 @@ dm_sb_printf(struct dm_sbuf *b, const char *fmt, ...)
     }
 }
 
+/* The length of the well-formed UTF-8 sequence at s (at most len bytes), or 0. */
+static size_t
+utf8_len(const unsigned char *s, size_t len)
+{
+    size_t need = s[0] >= 0xc2 && s[0] <= 0xdf   ? 2
+                  : s[0] >= 0xe0 && s[0] <= 0xef ? 3
+                  : s[0] >= 0xf0 && s[0] <= 0xf4 ? 4
+                                                 : 0;
+    if (need == 0 || need > len) {
+        return 0;
+    }
+    for (size_t i = 1; i < need; i++) {
+        if ((s[i] & 0xc0) != 0x80) {
+            return 0;
+        }
+    }
+    /* No overlong form, no surrogate, nothing above U+10FFFF. */
+    if ((s[0] == 0xe0 && s[1] < 0xa0) || (s[0] == 0xed && s[1] > 0x9f) ||
+        (s[0] == 0xf0 && s[1] < 0x90) || (s[0] == 0xf4 && s[1] > 0x8f)) {
+        return 0;
+    }
+    return need;
+}
+
 const char *
 dm_json_esc_n(char *buf, size_t cap, const char *s, size_t len)
 {
     size_t n = 0, i = 0;
-    for (; s != NULL && i < len && n + 7 < cap; i++) {
+    /* Room for the longest piece (an escape of 6) and the NUL. */
+    while (s != NULL && i < len && n + 7 < cap) {
         unsigned char c = (unsigned char)s[i];
         if (c == '"' || c == '\\') {
             buf[n++] = '\\';
             buf[n++] = (char)c;
+            i++;
         } else if (c < 0x20 || c == 0x7f) {
             n += (size_t)snprintf(buf + n, cap - n, "\\u%04x", c);
-        } else {
+            i++;
+        } else if (c < 0x80) {
             buf[n++] = (char)c;
-        }
-    }
-    if (i < len) {
-        /* Cut short: a UTF-8 sequence at the end that lacks bytes goes
-         * (its lead byte 11xxxxxx says how many it has, 10xxxxxx follow). */
-        size_t k = n;
-        while (k > 0 && ((unsigned char)buf[k - 1] & 0xc0) == 0x80) {
-            k--;
-        }
-        unsigned char lead = k > 0 ? (unsigned char)buf[k - 1] : 0;
-        size_t need = lead >= 0xf0 ? 4 : lead >= 0xe0 ? 3 : 2;
-        if (lead >= 0xc0 && n - (k - 1) < need) {
-            n = k - 1;
+            i++;
+        } else {
+            /* A byte that is no part of well-formed UTF-8 (a reply of a
+             * machine, say) is U+FFFD: the JSON stays valid. */
+            size_t k = utf8_len((const unsigned char *)s + i, len - i);
+            if (k == 0) {
+                memcpy(buf + n, "\\ufffd", 6);
+                n += 6;
+                i++;
+            } else {
+                memcpy(buf + n, s + i, k);
+                n += k;
+                i += k;
+            }
         }
     }
     buf[n] = 0;

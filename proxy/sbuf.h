@@ -16,9 +16,10 @@ void dm_sb_printf(struct dm_sbuf *b, const char *fmt, ...) __attribute__((format
 
 /*
  * s (NULL: "") escaped for the inside of a JSON string into buf (cap bytes,
- * NUL-terminated): names and addresses from a config may hold any byte. A
- * text too long for buf is cut, never inside an escape or a UTF-8 sequence.
- * Returns buf.
+ * NUL-terminated): names and addresses from a config may hold any byte, and
+ * a byte that is not part of well-formed UTF-8 is written \ufffd. A text too
+ * long for buf is cut, never inside an escape or a UTF-8 sequence. Returns
+ * buf.
  */
 #define DM_JSON_TEXT 1024
 const char *dm_json_esc(char *buf, size_t cap, const char *s);

@@ -114,7 +114,7 @@ class PowerLoopTest(H.DimmerTest):
         self.assertEqual(score["total"], served, result)
         log = self.d.proc.stderr()
         self.assertIn("drained: sleep", log)
-        self.assertIn("is up after", log)
+        self.assertIn("s after its wake: active", log)
         self.assertRegex(log, r"power: pool web: %s: W \[" % re.escape(policy))
         return log
 

@@ -22,6 +22,7 @@ import os
 import re
 import socket
 import sys
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -445,6 +446,85 @@ class PowerMetricsTest(H.DimmerTest):
         # Still up, so back in service once its health check passes.
         H.wait_until(lambda: self.server("n1")["state"] == "active", 10, "active again")
         H.wait_until(lambda: H.get(self.d.port, "/healthz").status == 200, 10, "served again")
+
+    def test_a_commands_output_is_logged_short_and_what_it_leaves_is_killed(self):
+        left = self.path("left.pid")
+        # 3 MB on stdout, a line on stderr, and a process left running.
+        node = self.node_pool('sleep_command: "yes chatter | head -c 3000000; echo done >&2; '
+                              'sleep 300 & echo $! > %s; kill -USR1 PID", '
+                              'wake_command: "kill -USR2 PID"' % left)
+        self.act(node, "sleep")
+        node.wait_state("asleep")
+        H.wait_until(lambda: "sleep n1 (command): exit status 0" in self.d.proc.stderr(), 10,
+                     "the sleep's outcome")
+        log = self.d.proc.stderr()
+        self.assertIn('sleep n1 (command): exit status 0, output "chatter chatter', log)
+        self.assertIn('" and more', log)
+        # Its output went to dimmer, read and dropped, not to dimmer's stderr
+        # (which is not error_log, and was written without end).
+        self.assertLess(len(log), 100000)
+        with open(left) as f:
+            pid = int(f.read())
+
+        def gone():
+            try:
+                with open("/proc/%d/stat" % pid) as f:
+                    return f.read().split(")")[-1].split()[0] == "Z"
+            except FileNotFoundError:
+                return True
+
+        H.wait_until(gone, 10, "what the command left running to be killed")
+        # A sleep the operator asked that fails leaves the server active and
+        # no longer held (held, the policy never counted it again).
+        self.act(node, "wake")
+        H.wait_until(lambda: self.server("n1")["state"] == "active", 10, "active again")
+        with open(self.d.conf_path) as f:
+            conf = f.read()
+        self.reload_config(re.sub(r'sleep_command: "[^"]*"', 'sleep_command: "echo no; exit 1"',
+                                  conf))
+        self.act(node, "sleep")
+        H.wait_until(lambda: self.server("n1")["action_failures"] == 1, 10, "the failed sleep")
+        H.wait_until(lambda: self.server("n1")["state"] == "active", 10, "active again")
+        self.assertFalse(self.server("n1")["held"])
+        self.assertIn('sleep n1 (command): exit status 1, output "no"', self.d.proc.stderr())
+
+    def test_an_http_actuators_reply_is_checked_and_cleaned(self):
+        replies = []
+        ctl = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        ctl.bind((H.HOST, 0))
+        ctl.listen(8)
+        self.addCleanup(ctl.close)
+
+        def serve():
+            while True:
+                try:
+                    c, _ = ctl.accept()
+                except OSError:
+                    return
+                with c:
+                    c.recv(4096)
+                    c.sendall(replies.pop(0) if replies else b"HTTP/1.1 200 OK\r\n\r\n")
+
+        t = threading.Thread(target=serve, daemon=True)
+        t.start()
+        node = self.node_pool('control: "%s:%d"' % (H.HOST, ctl.getsockname()[1]))
+        # A status that is not three digits is no success.
+        replies.append(b"HTTP/1.1 2\r\n\r\n")
+        self.act(node, "sleep")
+        H.wait_until(lambda: self.server("n1")["action_failures"] == 1, 10, "the sleep to fail")
+        self.assertIn("sleep n1 (http): HTTP/1.1 2\n", self.d.proc.stderr())
+        H.wait_until(lambda: self.server("n1")["state"] == "active", 10, "active again")
+        # Bytes that are not text (escapes for a terminal, no UTF-8) are
+        # neither in the log nor in /power, which stays JSON.
+        replies.extend([b"HTTP/1.1 202 Accepted\r\n\r\n", b"HTTP/1.1 500 \xff\xfe\x1b[31m\r\n\r\n"])
+        self.act(node, "sleep")
+        H.wait_until(lambda: self.server("n1")["state"] == "sleeping", 10, "sleeping")
+        self.act(node, "wake")
+        H.wait_until(lambda: self.server("n1")["state"] == "failed", 10, "the failed wake")
+        self.assertIn("wake n1 (http): HTTP/1.1 500 ???[31m\n", self.d.proc.stderr())
+        r = H.get(self.d.admin, "/power")
+        texts = [d["text"] for d in json.loads(r.body.decode("utf-8"))["decisions"]]
+        self.assertIn("pool web: n1: its wake failed (HTTP/1.1 500 ???[31m): failed", texts)
 
     def test_a_bad_power_block_on_reload_keeps_the_running_one(self):
         self.start()

@@ -59,17 +59,17 @@ class PowerOperatorTest(H.DimmerTest):
         return self.start_node("--control", "%s:0" % H.HOST, "--capacity", 8, "--service-ms", 5,
                                "--boot-ms", 300, name=name)
 
-    def start(self, servers, pool="web", health=True, extra="", hold="1s"):
+    def start(self, servers, pool="web", health=True, extra="", hold="1s", power=""):
         hc = ("    health_check: {interval: 100ms, timeout: 300ms, rise: 1, fall: 1}\n"
               if health else "")
         self.conf = ("workers: 2\nlisten: 127.0.0.1:0\nadmin: 127.0.0.1:0\n%s"
                      "pools:\n  %s\n    balance: roundrobin\n%s"
                      "    power: {policy: always-on, min_change_interval: 0, action_interval: 0, "
-                     "boot_time: 300ms, slow_start: 0, hold_timeout: %s}\n"
+                     "boot_time: 300ms, slow_start: 0, hold_timeout: %s%s}\n"
                      "    servers:\n%s" % (extra,
                                            # an explicit key: a plain one is 1024 bytes at most
                                            pool + ":" if len(pool) < 1000 else "? %s\n  :" % pool,
-                                           hc, hold, servers))
+                                           hc, hold, power, servers))
         self.d = self.start_dimmer_conf(self.write_config(self.conf))
 
     @staticmethod
@@ -236,6 +236,76 @@ class PowerOperatorTest(H.DimmerTest):
         self.reload_config(self.conf.replace(lines[1], ""))
         self.assertEqual(self.power()["pools"][0]["pinned"], 1)
         self.assertIn("pinned to 2 servers, it has 1 now: pinned to 1", self.d.proc.stderr())
+
+    def test_a_server_drained_by_hand_serves_once_power_managed(self):
+        n0 = self.node("n0")
+        self.start(self.line("n0", n0, 'control: "%s:%d"' % (H.HOST, n0.control)), hold="10m")
+        power = next(line for line in self.conf.splitlines(True) if "power: {" in line)
+        # Out of power management, drained by hand; managed again, it is
+        # active for the manager and for the workers alike (the workers
+        # kept it drained: every request held, /power said active).
+        self.reload_config(self.conf.replace(power, ""))
+        self.admin(n0, "drain")
+        self.reload_config(self.conf)
+        self.assertEqual(self.state("n0"), "active")
+        r = H.get(self.d.port, "/bytes/10", timeout=5)
+        self.assertEqual(r.status, 200, r.body)
+        self.assertIn("n0 is power-managed now: active (it was drained by hand)".replace(
+            "n0", "%s:%d" % (H.HOST, n0.port)), self.d.proc.stderr())
+
+    def test_a_failed_server_without_a_health_check_is_tried_again(self):
+        n0 = self.node("n0")
+        flag = self.path("woken-once")
+        # Its first wake fails (a lost packet, say); nothing but a retry can
+        # bring it back: no health check will ever say it is up.
+        line = self.line("n0", n0, 'sleep_command: "kill -USR1 %d", wake_command: "test -e %s '
+                         '|| { touch %s; echo no route to host; exit 1; }; kill -USR2 %d"'
+                         % (n0.proc.pid, flag, flag, n0.proc.pid))
+        self.start(line, health=False, hold="10m", power=", min_active: 0, boot_timeout: 1h, period: 1s")
+        r = H.request(self.d.admin, "POST", "/power/web/pin?servers=0")
+        self.assertEqual(r.status, 200, r.body)
+        n0.wait_state("asleep")
+        r = H.request(self.d.admin, "POST", "/power/web/unpin")
+        self.assertEqual(r.status, 200, r.body)
+        H.wait_until(lambda: self.state("n0") == "failed", 10, "the failed wake")
+        self.assertIn('wake n0 (command): exit status 1, output "no route to host"',
+                      self.d.proc.stderr())
+        # Not worth waiting for until its retry is due (it was held the whole
+        # hold_timeout, then 503, for ever).
+        r = H.get(self.d.port, "/bytes/10", timeout=5)
+        self.assertEqual(r.status, 503, r.body)
+        # boot_timeout after it failed, it is woken again.
+        self.reload_config(self.conf.replace("boot_timeout: 1h", "boot_timeout: 1s"))
+        H.wait_until(lambda: self.state("n0") == "active", 15, "n0 woken again")
+        self.assertIn("wake n0 (again: it failed)", self.d.proc.stderr())
+        # Active once its boot_time has passed (no health check); the node's
+        # own boot counts from its wake signal, a moment later.
+        n0.wait_state("awake")
+        self.assertEqual(H.get(self.d.port, "/bytes/10", timeout=5).status, 200)
+
+    def test_a_draining_server_that_cannot_come_back_is_not_slept(self):
+        n0 = self.node("n0")
+        # n0 drains for its sleep (pinned to none), a slow request keeps it
+        # draining; a reload keeps it on, or takes its wake away: it was
+        # slept all the same, the second time with no way back.
+        line = self.line("n0", n0, 'sleep_command: "kill -USR1 %d", wake_command: "kill -USR2 %d"'
+                         % (n0.proc.pid, n0.proc.pid))
+        self.start(line, power=", min_active: 0, drain_timeout: 1h, period: 1s")
+        r = H.request(self.d.admin, "POST", "/power/web/pin?servers=0")
+        self.assertEqual(r.status, 200, r.body)
+        for new in (line.replace("}}", ", keep_on: true}}"),
+                    line.replace(', wake_command: "kill -USR2 %d"' % n0.proc.pid, "")):
+            self.reload_config(self.conf)
+            slow = H.Conn(self.d.port, timeout=20)
+            self.addCleanup(slow.close)
+            slow.send(b"GET /bytes/10?ms=4000 HTTP/1.1\r\nHost: x\r\n\r\n")
+            H.wait_until(lambda: self.state("n0") == "draining", 10, "n0 draining")
+            self.reload_config(self.conf.replace(line, new))
+            self.assertEqual(self.state("n0"), "active")
+            self.assertEqual(slow.read_response().status, 200)
+            self.assertEqual(n0.power()["state"], "awake")
+            self.assertEqual(self.state("n0"), "active")
+        self.assertEqual(self.d.proc.stderr().count("no longer drained for sleep, active"), 2)
 
     def test_admin_request_line_and_token(self):
         n0 = self.node("n0")

@@ -180,11 +180,47 @@ test_nothing_to_divide_is_never_learned(void **st)
     assert_true(in_use == 200);
 }
 
+/* What a pool's readings count: every server not held in n_total, a failed
+ * one too (its wake is tried again: a pool whose servers all failed wanted
+ * none of them back, for ever); live only active and not down; power of the
+ * live; connections of the active and draining. */
+static void
+test_metrics_count_every_server_not_held(void **st)
+{
+    (void)st;
+    struct dm_pm_reading r[7];
+    enum dm_pm_state states[7] = { DM_PM_ACTIVE, DM_PM_ACTIVE,   DM_PM_BOOTING, DM_PM_SLEEPING,
+                                   DM_PM_FAILED, DM_PM_DRAINING, DM_PM_ACTIVE };
+    for (int i = 0; i < 7; i++) {
+        r[i] = reading(10, 100);
+        r[i].state = states[i];
+    }
+    r[1].down = true;
+    r[6].held = true;
+    struct dm_pm_trend tr = { 0 };
+    struct dm_power_metrics m;
+    dm_pm_metrics(&tr, r, 7, 1, &m);
+    assert_int_equal(m.n_total, 6);
+    assert_int_equal(m.n_live, 1);
+    assert_int_equal(m.n_booting, 1);
+    assert_true(fabs(m.total_w - r[0].w) < 1e-9);
+    assert_true(fabs(m.tcp - 30) < 1e-9); /* two active (one down), one draining */
+    /* Every server failed: all of them are still the pool's. */
+    for (int i = 0; i < 3; i++) {
+        r[i].state = DM_PM_FAILED;
+        r[i].down = false;
+    }
+    dm_pm_metrics(&tr, r, 3, 1, &m);
+    assert_int_equal(m.n_total, 3);
+    assert_int_equal(m.n_live, 0);
+}
+
 int
 main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_learns_connections_per_server_at_full_power),
+        cmocka_unit_test(test_metrics_count_every_server_not_held),
         cmocka_unit_test(test_leaves_out_saturated_idle_estimated_and_inactive_readings),
         cmocka_unit_test(test_follows_a_change_in_steps_of_a_tenth),
         cmocka_unit_test(test_a_quiet_night_forgets_nothing),

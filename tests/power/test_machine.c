@@ -125,6 +125,45 @@ test_a_failed_server_that_comes_up_is_active(void **st)
 }
 
 static void
+test_a_failed_server_is_woken_again_after_boot_timeout(void **st)
+{
+    (void)st;
+    struct dm_pm_rules r = rules();
+    struct dm_pm_server s[2] = {
+        server(DM_PM_FAILED, 100 * S, 1, 0),
+        server(DM_PM_FAILED, 100 * S, 2, 0),
+    };
+    s[0].last_change_us = s[1].last_change_us = 100 * S;
+    struct dm_pm_move m[4];
+    unsigned short_by;
+    /* Within boot_timeout of its failure, none is woken again (a wake lost
+     * or failed once left it failed for good: every request 503). */
+    assert_false(dm_pm_retry_due(&r, &s[0], 159 * S));
+    assert_int_equal(dm_pm_plan(&r, s, 2, 1, 159 * S, true, m, 4, &short_by), 0);
+    assert_int_equal(short_by, 1);
+    /* Then one is, as a sleeping one would be (the efficient first), urgent or not. */
+    assert_true(dm_pm_retry_due(&r, &s[0], 160 * S));
+    for (int urgent = 0; urgent <= 1; urgent++) {
+        assert_int_equal(dm_pm_plan(&r, s, 2, 1, 160 * S, urgent, m, 4, &short_by), 1);
+        assert_int_equal(m[0].index, 0);
+        assert_int_equal(m[0].to, DM_PM_BOOTING);
+    }
+    /* A sleeping one first, whatever its cost; none held or without a wake. */
+    struct dm_pm_server t[3] = { s[0], server(DM_PM_SLEEPING, 0, 9, 0), s[1] };
+    assert_int_equal(dm_pm_plan(&r, t, 3, 1, 160 * S, false, m, 4, &short_by), 1);
+    assert_int_equal(m[0].index, 1);
+    assert_int_equal(dm_pm_plan(&r, t, 3, 3, 160 * S, false, m, 4, &short_by), 3);
+    assert_int_equal(m[1].index, 0);
+    assert_int_equal(m[2].index, 2);
+    t[0].held = true;
+    t[2].can_wake = false;
+    assert_false(dm_pm_retry_due(&r, &t[0], 500 * S));
+    assert_false(dm_pm_retry_due(&r, &t[2], 500 * S));
+    assert_int_equal(dm_pm_plan(&r, t, 3, 3, 500 * S, false, m, 4, &short_by), 1);
+    assert_int_equal(short_by, 2);
+}
+
+static void
 test_an_active_server_that_is_down_is_replaced(void **st)
 {
     (void)st;
@@ -276,6 +315,7 @@ main(void)
         cmocka_unit_test(test_drain_waits_for_acks_requests_and_bound_clients),
         cmocka_unit_test(test_boot_timeout_fails_and_another_is_woken),
         cmocka_unit_test(test_a_failed_server_that_comes_up_is_active),
+        cmocka_unit_test(test_a_failed_server_is_woken_again_after_boot_timeout),
         cmocka_unit_test(test_an_active_server_that_is_down_is_replaced),
         cmocka_unit_test(test_plan_takes_back_draining_then_wakes_the_most_efficient),
         cmocka_unit_test(test_plan_drains_the_least_loaded_never_below_min_active),

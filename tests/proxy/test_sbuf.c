@@ -24,6 +24,18 @@ test_escapes(void **state)
     assert_string_equal(dm_json_esc(buf, sizeof(buf), NULL), "");
     assert_string_equal(dm_json_esc(buf, sizeof(buf), "caf\xc3\xa9"), "caf\xc3\xa9");
     assert_string_equal(dm_json_esc_n(buf, sizeof(buf), "abcdef", 3), "abc");
+    /* Bytes that are not well-formed UTF-8 (an actuator's reply may hold
+     * any) are U+FFFD, one each: a stray byte, an overlong form, a
+     * surrogate, past U+10FFFF, a sequence the length cuts short. */
+    assert_string_equal(dm_json_esc(buf, sizeof(buf), "500 \xff\xfe!"), "500 \\ufffd\\ufffd!");
+    assert_string_equal(dm_json_esc(buf, sizeof(buf), "\xc0\xaf"), "\\ufffd\\ufffd");
+    assert_string_equal(dm_json_esc(buf, sizeof(buf), "\xed\xa0\x80"), "\\ufffd\\ufffd\\ufffd");
+    assert_string_equal(dm_json_esc(buf, sizeof(buf), "\xf4\x90\x80\x80"),
+                        "\\ufffd\\ufffd\\ufffd\\ufffd");
+    assert_string_equal(dm_json_esc_n(buf, sizeof(buf), "\xe2\x82\xac", 2), "\\ufffd\\ufffd");
+    assert_string_equal(dm_json_esc(buf, sizeof(buf), "\xe2\x82z"), "\\ufffd\\ufffdz");
+    assert_string_equal(dm_json_esc(buf, sizeof(buf), "\xed\x9f\xbf\xf4\x8f\xbf\xbf"),
+                        "\xed\x9f\xbf\xf4\x8f\xbf\xbf");
 }
 
 static void
@@ -37,10 +49,12 @@ test_cut_never_splits_an_escape_or_a_character(void **state)
                                     "aaaaaa\xe2\x82\xac"
                                     "zzzz"),
                         "aaaaaa\xe2\x82\xac");
-    /* A character cut after one, two or three of its bytes goes whole. */
-    assert_string_equal(dm_json_esc(buf, sizeof(buf), "aaaaaaaa\xe2\x82\xac"), "aaaaaaaa");
-    assert_string_equal(dm_json_esc(buf, sizeof(buf), "aaaaaaa\xe2\x82\xac"), "aaaaaaa");
-    assert_string_equal(dm_json_esc(buf, sizeof(buf), "aaaaaa\xf0\x9f\x98\x80"), "aaaaaa");
+    /* A character is written whole, or not at all. */
+    assert_string_equal(dm_json_esc(buf, sizeof(buf), "aaaaaaaa\xe2\x82\xacz"),
+                        "aaaaaaaa\xe2\x82\xac");
+    assert_string_equal(dm_json_esc(buf, sizeof(buf), "aaaaaaaaa\xe2\x82\xac"), "aaaaaaaaa");
+    assert_string_equal(dm_json_esc(buf, sizeof(buf), "aaaaaa\xf0\x9f\x98\x80"),
+                        "aaaaaa\xf0\x9f\x98\x80");
     /* Escapes are written whole or not at all. */
     const char *out = dm_json_esc(buf, sizeof(buf), "\x01\x01\x01\x01");
     assert_int_equal(strlen(out) % 6, 0);
