@@ -132,24 +132,32 @@ ticket_cb(SSL *s, unsigned char name[16], unsigned char *iv, EVP_CIPHER_CTX *ctx
 const struct dm_tls_cert *
 dm_tls_cert_for(const struct dm_conf_tls *t, const char *name)
 {
-    if (name == NULL || *name == 0) {
-        return NULL;
+    size_t len = name != NULL ? strlen(name) : 0;
+    /* A fully qualified name's final dot is no part of it (nginx drops it too). */
+    if (len > 0 && name[len - 1] == '.') {
+        len--;
     }
-    for (size_t i = 0; i < t->ncerts; i++) {
-        for (size_t j = 0; j < t->certs[i].nnames; j++) {
-            if (strcasecmp(t->certs[i].names[j], name) == 0) {
-                return &t->certs[i];
-            }
-        }
-    }
-    const char *dot = strchr(name, '.');
-    if (dot == NULL || dot == name) {
+    if (len == 0) {
         return NULL;
     }
     for (size_t i = 0; i < t->ncerts; i++) {
         for (size_t j = 0; j < t->certs[i].nnames; j++) {
             const char *n = t->certs[i].names[j];
-            if (n[0] == '*' && n[1] == '.' && strcasecmp(n + 1, dot) == 0) {
+            if (strlen(n) == len && strncasecmp(n, name, len) == 0) {
+                return &t->certs[i];
+            }
+        }
+    }
+    const char *dot = memchr(name, '.', len);
+    if (dot == NULL || dot == name) {
+        return NULL;
+    }
+    size_t rest = len - (size_t)(dot - name); /* ".example.com" */
+    for (size_t i = 0; i < t->ncerts; i++) {
+        for (size_t j = 0; j < t->certs[i].nnames; j++) {
+            const char *n = t->certs[i].names[j];
+            if (n[0] == '*' && n[1] == '.' && strlen(n + 1) == rest &&
+                strncasecmp(n + 1, dot, rest) == 0) {
                 return &t->certs[i];
             }
         }

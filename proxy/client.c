@@ -823,6 +823,8 @@ client_send_arm(struct dm_client *c, size_t queued)
               uv_now(&c->w->loop) + c->rt->conf->timeouts.client_send_ms);
 }
 
+static int client_tls_flush(struct dm_client *c);
+
 /* Called when writes to the client complete. */
 static void
 client_write_done(void *arg, int status)
@@ -835,6 +837,11 @@ client_write_done(void *arg, int status)
     if (status < 0) {
         dm_client_close(c);
         return;
+    }
+    /* TLS output held while the socket was busy (dm_tls_flush) goes now:
+     * the last write done, nothing is held. */
+    if (c->tls != NULL && client_tls_flush(c) < 0) {
+        c->close_after = true;
     }
     if (c->close_after && c->writes == 0) {
         dm_client_close(c);
@@ -868,7 +875,7 @@ client_write_done(void *arg, int status)
 static int
 client_tls_flush(struct dm_client *c)
 {
-    int r = dm_tls_flush(c->tls, (uv_stream_t *)&c->tcp, client_write_done, c, &c->writes);
+    int r = dm_tls_flush(c->tls, (uv_stream_t *)&c->tcp, client_write_done, c, &c->writes, true);
     return r < 0 ? r : 0;
 }
 
@@ -1761,6 +1768,18 @@ client_tls_pump(void *arg)
         dm_client_close(c);
         return;
     }
+    /* Answers of TLS's own (a key update asked for) that the client does
+     * not take: its input waits, as a pipelined request does, and
+     * timeouts.client_send bounds the wait (a client sending key updates
+     * and reading nothing filled memory without end). */
+    size_t queued = uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp);
+    if (queued > 0 && c->send_timer.kind == DM_T_NONE) {
+        client_send_arm(c, queued);
+    }
+    if (queued >= DM_WRITE_HIGH && c->reading) {
+        dm_client_read_stop(c);
+        c->write_wait = true;
+    }
     if (c->in != NULL && c->in->len == 0 && c->state == DM_C_IDLE) {
         client_recycle_in(c); /* an idle connection keeps no buffer */
     }
@@ -1787,6 +1806,17 @@ client_read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         if (c->closing || c->tls == NULL || !c->reading) {
             return;
         }
+    }
+    if (nread < 0 && c->tls != NULL && c->tls->ssl != NULL && !c->tls->done) {
+        /* Closed in the middle of a handshake (nginx: "peer closed
+         * connection in SSL handshake"): a failed one, said and counted. */
+        char addr[INET6_ADDRSTRLEN];
+        dm_accesslog_client_addr(c, addr, sizeof(addr));
+        dm_stat_add(&c->w->lstats[c->listener].tls[DM_TLS_FAILED], 1);
+        dm_log_info("client %s: TLS handshake failed: %s in the handshake", addr,
+                    nread == UV_EOF ? "connection closed" : uv_strerror((int)nread));
+        dm_client_close(c);
+        return;
     }
     if (nread < 0) {
         dm_client_read_stop(c);

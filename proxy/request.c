@@ -710,8 +710,10 @@ dm_req_finish(struct dm_req *req)
             /* More than session tickets after the response (a record OpenSSL
              * holds): bytes past it, as below. */
             char extra[1];
-            reusable = dm_tls_read(up->tls, extra, 1) == DM_TLS_WANT;
-            if (!reusable) {
+            int r = dm_tls_read(up->tls, extra, 1);
+            reusable = r == DM_TLS_WANT;
+            /* Its close_notify is an orderly close, no bytes: not reused, not warned of. */
+            if (!reusable && r != DM_TLS_EOF) {
                 const struct dm_conf_pool *pc = &up->rt->conf->pools[up->pool];
                 dm_log_warn("server %s/%s sent bytes past its response: connection not reused",
                             pc->name, pc->servers[up->server].name);

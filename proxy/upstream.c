@@ -181,7 +181,7 @@ up_write_done(void *arg, int status)
 static int
 up_tls_flush(struct dm_upstream *up)
 {
-    return dm_tls_flush(up->tls, (uv_stream_t *)&up->tcp, up_write_done, up, &up->writes);
+    return dm_tls_flush(up->tls, (uv_stream_t *)&up->tcp, up_write_done, up, &up->writes, false);
 }
 
 static void

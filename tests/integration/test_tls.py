@@ -8,6 +8,7 @@ import base64
 import hashlib
 import os
 import re
+import select
 import shutil
 import signal
 import socket
@@ -15,6 +16,7 @@ import ssl
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -60,7 +62,7 @@ class TlsTest(H.DimmerTest):
         super().setUp()
         self.b = self.start_backend("b1")
 
-    def tls_dimmer(self, tls, workers=1, extra=""):
+    def tls_dimmer(self, tls, workers=1, extra="", env=None):
         """dimmer with one TLS listener (the YAML flow mapping tls) in front of b1."""
         text = ("workers: %d\nadmin: 127.0.0.1:0\nerror_log: \"%s\"\nlisten:\n"
                 "  - address: 127.0.0.1:0\n    tls: %s\npools:\n  web:\n    servers:\n"
@@ -68,7 +70,7 @@ class TlsTest(H.DimmerTest):
                 (workers, self.path("error.log"), tls, self.b.port, extra))
         self.extra_logs = [self.path("error.log")]
         conf = self.write_config(text)
-        d = self.start_dimmer_conf(conf)
+        d = self.start_dimmer_conf(conf, env=env)
         self.mark_tls(d)
         return d
 
@@ -166,7 +168,10 @@ class TlsTest(H.DimmerTest):
                             "key: \"%s\"}]}" % (self.site + self.wild))
         cases = (("localhost", "CN = localhost"), ("www.example.com", "CN = localhost"),
                  ("a.other.test", "CN = other.test"), ("B.Other.Test", "CN = other.test"),
-                 ("a.b.other.test", "CN = localhost"), ("unknown.example", "CN = localhost"))
+                 ("a.b.other.test", "CN = localhost"), ("unknown.example", "CN = localhost"),
+                 # A fully qualified name's final dot is no part of it.
+                 ("x.other.test.", "CN = other.test"), ("localhost.", "CN = localhost"),
+                 ("other.test.", "CN = localhost"))
         for name, subject in cases:
             with self.subTest(name):
                 rc, out = s_client(d.port, "-servername", name)
@@ -180,9 +185,11 @@ class TlsTest(H.DimmerTest):
 
     def test_strict_sni_refuses_unknown_and_missing_names(self):
         d = self.tls_dimmer(self.site_tls(", strict_sni: true"))
-        rc, out = s_client(d.port, "-servername", "localhost")
-        self.assertEqual(served_subject(out), "CN = localhost", out)
-        for args in (("-servername", "unknown.example"), ("-noservername",)):
+        for name in ("localhost", "localhost."):
+            rc, out = s_client(d.port, "-servername", name)
+            self.assertEqual(served_subject(out), "CN = localhost", out)
+        for args in (("-servername", "unknown.example"), ("-noservername",),
+                     ("-servername", "localhost..")):
             with self.subTest(args):
                 rc, out = s_client(d.port, *args)
                 self.assertIsNone(served_subject(out), out)
@@ -531,6 +538,44 @@ class TlsTest(H.DimmerTest):
         self.assertNotIn("web/back is DOWN", self.front_log())
         self.assertEqual(d.servers("web")["back"]["state"], "up")
 
+    def test_a_close_notify_after_the_response_is_no_bytes_past_it(self):
+        # A server that answers, then closes in order at once (close_notify,
+        # with its response in one write): dimmer does not reuse the
+        # connection, and says no "bytes past its response" of it.
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(self.site[0], self.site[1])
+        ls = socket.socket()
+        ls.bind((H.HOST, 0))
+        ls.listen(16)
+        self.addCleanup(ls.close)
+
+        def serve():
+            for _ in range(5):
+                try:
+                    raw, _ = ls.accept()
+                except OSError:
+                    return
+                with raw:
+                    try:
+                        t = ctx.wrap_socket(raw, server_side=True)
+                        head = b""
+                        while b"\r\n\r\n" not in head:
+                            head += t.recv(4096)
+                        t.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nabcd")
+                        t.unwrap()
+                    except (OSError, ssl.SSLError):
+                        pass
+
+        th = threading.Thread(target=serve, daemon=True)
+        th.start()
+        d = self.front("  web:\n    tls: {ca: \"%s\", sni: localhost}\n"
+                       "    servers: [{name: s, address: \"127.0.0.1:%d\"}]\n"
+                       % (self.ca[0], ls.getsockname()[1]))
+        for _ in range(5):
+            r = H.get(d.port, "/x")
+            self.assertEqual((r.status, r.body), (200, b"abcd"))
+        self.assertNotIn("past its response", self.front_log())
+
     def test_upstream_client_certificate(self):
         back = self.tls_dimmer(self.site_tls(", client_ca: \"%s\", client_subject_header: "
                                              "X-Client-Subject" % self.client_ca[0]))
@@ -580,6 +625,11 @@ class TlsTest(H.DimmerTest):
                     c.send(data)
                     self.assertTrue(c.closed_by_peer(5), name)
                     self.assertNotIn(b"HTTP/1.1", c.buf)
+        # A ClientHello cut short by the client's close: a failed handshake, said.
+        with H.Conn(d.port, tls=False) as c:
+            c.send(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03")
+        H.wait_until(lambda: "TLS handshake failed: connection closed in the handshake"
+                     in self.log(), 5, "the log line")
         # A handshake that never finishes is closed at timeouts.client_header.
         with H.Conn(d.port, tls=False) as c:
             start = time.monotonic()
@@ -592,6 +642,36 @@ class TlsTest(H.DimmerTest):
             self.assertEqual(r.status, 408)
         self.assertEqual(self.curl(d, self.url(d, "/bytes/7")).stdout, H.pattern(7))
         self.assertTrue(d.proc.alive())
+
+    def test_key_updates_that_are_not_read_stop_the_reading(self):
+        tool = H._find_binary("DIMMER_TLS_KEYUPDATE", os.path.join("tests", "tls_keyupdate"))
+        # Each KeyUpdate asked for is answered with one, which this client
+        # never reads: dimmer read on and kept every answer (500 MB in a
+        # minute). It stops reading as for a pipelined request, the client's
+        # sends block, and timeouts.client_send ends the connection.
+        # (Under ASan, freed memory waits in a quarantine of 256 MB: none here,
+        # so that RSS counts what is kept.)
+        d = self.tls_dimmer(self.site_tls(),
+                            extra="timeouts: {client_header: 1h, client_send: 2s}\n",
+                            env={"ASAN_OPTIONS": os.environ.get("ASAN_OPTIONS", "detect_leaks=0") +
+                                 ":quarantine_size_mb=0"})
+        before = H.rss_kib(d.proc.pid)
+        p = subprocess.Popen([tool, str(d.port), "1000000"], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE)
+        self.addCleanup(p.wait)
+        self.addCleanup(p.kill)
+        # Its report comes once its sends block (or it sent them all).
+        ready, _, _ = select.select([p.stdout], [], [], 60)
+        self.assertTrue(ready, "the client neither blocked nor finished in 60 s")
+        out = p.stdout.readline().split()
+        self.assertEqual(out[2], b"blocked", out)
+        self.assertLess(int(out[1]), 1000000)
+        H.wait_until(lambda: "client took nothing for timeouts.client_send" in self.log(), 10,
+                     "the connection closed at client_send")
+        self.assertLess(H.rss_kib(d.proc.pid) - before, 32 * 1024)
+        p.stdin.close()
+        self.assertEqual(p.wait(timeout=10), 0)
+        self.assertEqual(self.curl(d, self.url(d, "/bytes/7")).stdout, H.pattern(7))
 
     def test_client_gone_mid_upload_and_mid_download(self):
         d = self.tls_dimmer(self.site_tls())
