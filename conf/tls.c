@@ -629,6 +629,31 @@ check_lists(struct dm_conf_loader *ld, struct tls_common *cm)
                         ssl_why(why, sizeof(why), "unknown group"));
         cm->curves = DM_TLS_GROUPS;
     }
+    /* Known is not enough: one of them must be usable with the versions
+     * allowed, at OpenSSL's security level (aNULL:eNULL up to TLS 1.2 passed,
+     * and every handshake failed with "no shared cipher"). */
+    SSL_CTX_set_min_proto_version(ctx, cm->min_version);
+    SSL_CTX_set_max_proto_version(ctx, cm->max_version);
+    SSL *ssl = SSL_new(ctx);
+    STACK_OF(SSL_CIPHER) *usable = ssl != NULL ? SSL_get1_supported_ciphers(ssl) : NULL;
+    if (ssl == NULL) {
+        ld->oom = true;
+    } else if (usable == NULL || sk_SSL_CIPHER_num(usable) == 0) {
+        const yaml_node_t *at = cm->max_version >= TLS1_3_VERSION && cm->ciphersuites_at != NULL
+                                    ? cm->ciphersuites_at
+                                : cm->ciphers_at != NULL ? cm->ciphers_at
+                                                         : cm->ciphersuites_at;
+        if (at != NULL) {
+            dm_conf_fail_at(ld, at,
+                            "tls: no cipher of ciphers \"%s\"%s%s%s can be used with "
+                            "the versions allowed (min_version to max_version)",
+                            cm->ciphers, cm->ciphersuites != NULL ? " and ciphersuites \"" : "",
+                            cm->ciphersuites != NULL ? cm->ciphersuites : "",
+                            cm->ciphersuites != NULL ? "\"" : "");
+        }
+    }
+    sk_SSL_CIPHER_free(usable);
+    SSL_free(ssl);
     SSL_CTX_free(ctx);
     ERR_clear_error();
 }

@@ -459,6 +459,10 @@ class TlsTest(H.DimmerTest):
              r"check\.yaml:3:\d+: cert /nonexistent\.pem: No such file or directory"),
             ("{cert: \"%s\", key: \"%s\", ciphers: \"NOT-A-CIPHER\"}" % self.site,
              r"check\.yaml:3:\d+: ciphers \"NOT-A-CIPHER\": no cipher match"),
+            # Known ciphers, none usable up to TLS 1.2 (no TLS 1.3 suites then).
+            ("{cert: \"%s\", key: \"%s\", ciphers: \"aNULL:eNULL\", max_version: \"1.2\"}"
+             % self.site, r"check\.yaml:3:\d+: tls: no cipher of ciphers \"aNULL:eNULL\" can be "
+             r"used with the versions allowed"),
             ("{cert: \"%s\", key: \"%s\", min_version: \"1.1\"}" % self.site,
              r"check\.yaml:3:\d+: unknown TLS version \"1\.1\" \(known: 1\.2, 1\.3\)"),
             ("{cert: \"%s\"}" % self.site[0],
@@ -473,6 +477,8 @@ class TlsTest(H.DimmerTest):
                 self.assertEqual(rc, 1, err)
                 self.assertRegex(err, want)
         rc, err = self.check(self.site_tls())
+        self.assertEqual(rc, 0, err)
+        rc, err = self.check(self.site_tls(", ciphers: \"aNULL:eNULL\""))  # TLS 1.3 serves
         self.assertEqual(rc, 0, err)
 
     # ---- TLS to the servers ----
