@@ -40,7 +40,10 @@ struct dm_host {
     char *text;                   /* as first written in a configuration, for display; owned */
 
     /* Health. */
-    atomic_bool down;                   /* the active health checks say down */
+    atomic_bool down; /* the active health checks say down */
+    /* Bumped by the power manager when it marks the host down (a sleep, a
+     * wake): a health check begun before says nothing of the machine now. */
+    atomic_uint down_gen;
     atomic_uint_fast64_t down_until_us; /* passive checks: down until this monotonic time */
     atomic_uint fails;                  /* consecutive failures seen on the request path */
 

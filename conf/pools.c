@@ -545,20 +545,18 @@ pool_lookup(struct dm_conf_loader *ld, const char *name)
         ld->pool_index = idx;
         ld->pool_index_n = c->npools;
     }
+    /* The first of equal names (the lowest index), as a scan in order finds. */
     size_t lo = 0, hi = c->npools;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
-        int d = strcmp(ld->pool_index[mid].name, name);
-        if (d == 0) {
-            return (long)ld->pool_index[mid].i;
-        }
-        if (d < 0) {
+        if (strcmp(ld->pool_index[mid].name, name) < 0) {
             lo = mid + 1;
         } else {
             hi = mid;
         }
     }
-    return -1;
+    return lo < c->npools && strcmp(ld->pool_index[lo].name, name) == 0 ? (long)ld->pool_index[lo].i
+                                                                        : -1;
 }
 
 long

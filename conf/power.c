@@ -690,7 +690,9 @@ dm_conf_check_power(struct dm_conf_loader *ld, const yaml_node_t *pools)
             const struct server_ref *b = &refs[k];
             const struct server_ref *s = NULL, *t = NULL;
             if (k > g && b->pool->power.enabled) {
-                s = b, t = &refs[g];
+                /* Named as before: a power pool's server first, the earlier one. */
+                bool first = refs[g].pool->power.enabled;
+                s = first ? &refs[g] : b, t = first ? b : &refs[g];
             } else if (powered != NULL) {
                 s = powered, t = b;
             }

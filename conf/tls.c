@@ -636,7 +636,9 @@ check_lists(struct dm_conf_loader *ld, struct tls_common *cm)
     SSL_CTX_set_max_proto_version(ctx, cm->max_version);
     SSL *ssl = SSL_new(ctx);
     STACK_OF(SSL_CIPHER) *usable = ssl != NULL ? SSL_get1_supported_ciphers(ssl) : NULL;
-    if (ssl == NULL) {
+    if (cm->min_version > cm->max_version) {
+        /* Reported as such already: no versions, no ciphers to speak of. */
+    } else if (ssl == NULL) {
         ld->oom = true;
     } else if (usable == NULL || sk_SSL_CIPHER_num(usable) == 0) {
         const yaml_node_t *at = cm->max_version >= TLS1_3_VERSION && cm->ciphersuites_at != NULL

@@ -558,7 +558,7 @@ static void client_tls_pump(void *arg);
 void
 dm_client_read_start(struct dm_client *c)
 {
-    if (!c->reading && !c->closing && !c->eof) {
+    if (!c->reading && !c->closing && !c->eof && !c->tls_wait) {
         uv_alloc_cb alloc = c->tls != NULL ? client_tls_alloc_cb : client_alloc_cb;
         if (uv_read_start((uv_stream_t *)&c->tcp, alloc, client_read_cb) == 0) {
             c->reading = true;
@@ -854,6 +854,14 @@ client_write_done(void *arg, int status)
         client_send_arm(c, queued);
     } else {
         dm_tq_remove(c->w, &c->send_timer);
+    }
+    /* TLS's own answers taken: its input is read again, unless something
+     * else wants it stopped (the server's back-pressure, a close). */
+    if (c->tls_wait && queued < DM_WRITE_HIGH) {
+        c->tls_wait = false;
+        if (!c->paused && !c->close_after && !c->write_wait) {
+            dm_client_read_start(c);
+        }
     }
     /* Back-pressure: the server side paused while this queue was full. */
     struct dm_upstream *up = c->req != NULL ? c->req->up : NULL;
@@ -1768,18 +1776,19 @@ client_tls_pump(void *arg)
         dm_client_close(c);
         return;
     }
-    /* Answers of TLS's own (a key update asked for) that the client does
-     * not take: its input waits, as a pipelined request does, and
+    /* Answers of TLS's own (a key update asked for) to a client that does
+     * not take what is queued: its input waits until it does, and
      * timeouts.client_send bounds the wait (a client sending key updates
      * and reading nothing filled memory without end). */
     size_t queued = uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp);
     if (queued > 0 && c->send_timer.kind == DM_T_NONE) {
         client_send_arm(c, queued);
     }
-    if (queued >= DM_WRITE_HIGH && c->reading) {
+    if (t->own_out && queued >= DM_WRITE_HIGH && c->reading) {
         dm_client_read_stop(c);
-        c->write_wait = true;
+        c->tls_wait = true;
     }
+    t->own_out = false;
     if (c->in != NULL && c->in->len == 0 && c->state == DM_C_IDLE) {
         client_recycle_in(c); /* an idle connection keeps no buffer */
     }

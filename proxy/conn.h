@@ -77,8 +77,8 @@ struct dm_client {
     bool any_host;    /* its page is known under the empty host (a host-less preload) */
     bool held;        /* its request is counted in its pool's held (DM_T_HOLD) */
     bool queued;      /* its request is counted in its pool's queued (DM_T_QUEUE) */
-    bool write_wait;  /* reading waits for the client to take what is queued (a pipelined
-                         request, or TLS's own answers) */
+    bool write_wait;  /* a pipelined request waits for the client to take what is queued */
+    bool tls_wait;    /* reading waits for the client to take TLS's own answers (key updates) */
     uint8_t listener; /* index of the listener it came through (255: 255 or later) */
 };
 

@@ -79,6 +79,7 @@ struct health_check {
 
     enum health_state state;
     uint64_t started_ms; /* uv_now() when the current or last check began */
+    unsigned gen;        /* the host's down_gen then: its verdict counts only if unchanged */
     unsigned oks;        /* consecutive successes while down */
     unsigned fails;      /* consecutive failures */
 };
@@ -180,6 +181,14 @@ health_name(const char *s)
 static void
 health_verdict(struct health_check *c, bool ok, const char *reason)
 {
+    if (atomic_load(&c->host->down_gen) != c->gen) {
+        /* The power manager marked it down since this check began (a wake
+         * while the machine, still awake, answered): no verdict. */
+        dm_log_debug("server %s/%s: a health check begun before its power change: ignored",
+                     health_name(c->pool->name), health_name(c->cs->name));
+        c->oks = 0;
+        return;
+    }
     bool down = atomic_load(&c->host->down);
     if (ok) {
         c->fails = 0;
@@ -526,6 +535,7 @@ health_begin(struct health_check *c)
 {
     struct dm_health *h = c->h;
     c->started_ms = uv_now(h->loop);
+    c->gen = atomic_load(&c->host->down_gen);
     c->line_len = 0;
     c->skipping = false;
     c->interim = 0;

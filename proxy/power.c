@@ -192,6 +192,15 @@ decision(struct dm_powermgr *pm, const struct pm_pool *p, const char *fmt, ...)
     dm_log_info("power: %s", d->text);
 }
 
+/* Down until its health check passes again, by a check begun from now on:
+ * one begun before saw the machine as it was (awake, before its sleep). */
+static void
+mark_down(struct dm_host *h)
+{
+    atomic_fetch_add(&h->down_gen, 1);
+    atomic_store(&h->down, true);
+}
+
 /* ---- actuators ---- */
 
 static void action_finish(struct pm_action *a, bool ok, const char *what);
@@ -676,7 +685,7 @@ run_action(struct dm_powermgr *pm, struct pm_server *s, enum pm_act_kind kind)
          * sleep. */
         s->since_us = now;
         if (s->pcf->health.enabled) {
-            atomic_store(&s->h->down, true);
+            mark_down(s->h);
         }
     }
     if (how == DM_ACT_NONE) {
@@ -742,7 +751,7 @@ go_to_sleep(struct dm_powermgr *pm, struct pm_server *s, uint64_t now)
 {
     /* Down until its health check passes again after a wake. */
     if (s->pcf->health.enabled) {
-        atomic_store(&s->h->down, true);
+        mark_down(s->h);
     }
     s->sleep_from_up = s->state != DM_PM_BOOTING && s->state != DM_PM_FAILED;
     set_state(pm, s, DM_PM_SLEEPING, now);
@@ -753,7 +762,7 @@ static void
 wake(struct dm_powermgr *pm, struct pm_server *s, uint64_t now)
 {
     if (s->pcf->health.enabled) {
-        atomic_store(&s->h->down, true);
+        mark_down(s->h);
     }
     set_state(pm, s, DM_PM_BOOTING, now);
     run_action(pm, s, ACT_WAKE);

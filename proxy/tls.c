@@ -434,7 +434,12 @@ int
 dm_tls_read(struct dm_tls *t, char *p, size_t cap)
 {
     ERR_clear_error();
+    const struct dm_buf *tail = t->out_tail;
+    uint32_t tail_len = tail != NULL ? tail->len : 0;
     int n = SSL_read(t->ssl, p, cap > INT32_MAX ? INT32_MAX : (int)cap);
+    if (t->out_tail != tail || (tail != NULL && tail->len != tail_len)) {
+        t->own_out = true; /* reading made output: post-handshake messages */
+    }
     if (n > 0) {
         return n;
     }
@@ -512,7 +517,7 @@ dm_tls_flush(struct dm_tls *t, uv_stream_t *s, dm_write_cb done, void *arg, uint
      * counted. */
     bool busy = hold_tail && uv_stream_get_write_queue_size(s) > 0;
     while (t->out != NULL) {
-        if (busy && t->out == t->out_tail && t->out->len < t->out->cap) {
+        if (busy && rc >= 0 && t->out == t->out_tail && t->out->len < t->out->cap) {
             return 0;
         }
         struct dm_buf *hold[4];

@@ -48,6 +48,7 @@ struct dm_tls {
     bool done;                 /* handshake complete */
     bool require_cert;         /* a listener's verify_client: required */
     bool failed;               /* a fatal error: no close_notify */
+    bool own_out;              /* dm_tls_read wrote records of TLS's own (a key update's answer) */
     void (*pump)(void *owner); /* what the worker's idle pass calls (dm_tls_schedule) */
     void *owner;
     struct dm_tls *pump_next;

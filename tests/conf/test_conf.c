@@ -1515,6 +1515,11 @@ test_power_errors(void **state)
             "") "  other:\n    servers:\n      - name: b\n        address: 127.0.0.1:9001\n",
         "t.yaml:3:3: pool \"web\": server \"a\" (127.0.0.1:9001) is also server \"b\" of "
         "pool \"other\": a power-managed pool's servers must be its own");
+    /* Two of power pools: the first named first, as always. */
+    expect_error(LISTEN POWER_POOL("      policy: multi\n",
+                                   "      - name: b\n        address: 127.0.0.1:9001\n"),
+                 "t.yaml:3:3: pool \"web\": server \"a\" (127.0.0.1:9001) is also server \"b\" of "
+                 "pool \"web\": a power-managed pool's servers must be its own");
     /* Each server that breaks a rule is named once, against the first it
      * clashes with (not once for every pair: n servers at one address were
      * n(n-1)/2 messages, and as much time); a server of a plain pool before

@@ -285,23 +285,28 @@ class PowerOperatorTest(H.DimmerTest):
 
     def test_a_draining_server_that_cannot_come_back_is_not_slept(self):
         n0 = self.node("n0")
-        # n0 drains for its sleep (pinned to none), a slow request keeps it
-        # draining; a reload keeps it on, or takes its wake away: it was
-        # slept all the same, the second time with no way back.
+        # A slow request on n0, then n0 drains for its sleep (pinned to
+        # none), kept draining by it; a reload keeps it on, or takes its wake
+        # away: it was slept all the same, the second time with no way back.
         line = self.line("n0", n0, 'sleep_command: "kill -USR1 %d", wake_command: "kill -USR2 %d"'
                          % (n0.proc.pid, n0.proc.pid))
         self.start(line, power=", min_active: 0, drain_timeout: 1h, period: 1s")
-        r = H.request(self.d.admin, "POST", "/power/web/pin?servers=0")
-        self.assertEqual(r.status, 200, r.body)
         for new in (line.replace("}}", ", keep_on: true}}"),
                     line.replace(', wake_command: "kill -USR2 %d"' % n0.proc.pid, "")):
             self.reload_config(self.conf)
+            self.assertEqual(self.state("n0"), "active")
+            before = self.started(n0)
             slow = H.Conn(self.d.port, timeout=20)
             self.addCleanup(slow.close)
             slow.send(b"GET /bytes/10?ms=4000 HTTP/1.1\r\nHost: x\r\n\r\n")
+            H.wait_until(lambda: self.started(n0) > before, 10, "the slow request on n0")
+            r = H.request(self.d.admin, "POST", "/power/web/pin?servers=0")
+            self.assertEqual(r.status, 200, r.body)
             H.wait_until(lambda: self.state("n0") == "draining", 10, "n0 draining")
             self.reload_config(self.conf.replace(line, new))
             self.assertEqual(self.state("n0"), "active")
+            r = H.request(self.d.admin, "POST", "/power/web/unpin")
+            self.assertEqual(r.status, 200, r.body)
             self.assertEqual(slow.read_response().status, 200)
             self.assertEqual(n0.power()["state"], "awake")
             self.assertEqual(self.state("n0"), "active")
