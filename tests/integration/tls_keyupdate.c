@@ -70,5 +70,8 @@ main(int argc, char **argv)
     char c;
     while (read(0, &c, 1) > 0) {
     }
+    SSL_free(s);
+    SSL_CTX_free(ctx);
+    close(fd);
     return 0;
 }
