@@ -840,7 +840,7 @@ client_write_done(void *arg, int status)
     }
     /* TLS output held while the socket was busy (dm_tls_flush) goes now:
      * the last write done, nothing is held. */
-    if (c->tls != NULL && client_tls_flush(c) < 0) {
+    if (c->tls != NULL && c->tls->out != NULL && client_tls_flush(c) < 0) {
         c->close_after = true;
     }
     if (c->close_after && c->writes == 0) {

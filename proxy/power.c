@@ -78,6 +78,19 @@ struct pm_action {
     struct dm_powermgr *pm;
 };
 
+static const char *
+kind_name(enum pm_act_kind k)
+{
+    return k == ACT_WAKE ? "wake" : "sleep";
+}
+
+/* The actuator of an action that has a process or a connection. */
+static const char *
+how_name(enum dm_power_act how)
+{
+    return how == DM_ACT_HTTP ? "http" : "command";
+}
+
 struct pm_pool;
 
 struct pm_server {
@@ -285,10 +298,8 @@ action_finish(struct pm_action *a, bool ok, const char *what)
             s->action_failures++;
         }
         const char *name = a->name != NULL ? a->name : "?";
-        dm_log(ok ? DM_LOG_INFO : DM_LOG_WARN, "power: %s %s (%s): %s%s",
-               a->kind == ACT_WAKE ? "wake" : "sleep", name,
-               a->how == DM_ACT_HTTP ? "http" : "command", what,
-               s->pool == NULL ? " (it is no longer power-managed)" : "");
+        dm_log(ok ? DM_LOG_INFO : DM_LOG_WARN, "power: %s %s (%s): %s%s", kind_name(a->kind), name,
+               how_name(a->how), what, s->pool == NULL ? " (it is no longer power-managed)" : "");
         /* A server a reload took out of power management is left as it is. */
         bool managed = s->pool != NULL && a->pm != NULL && !a->pm->stopping;
         /* A machine known up whose sleep failed is most likely still up:
@@ -377,10 +388,11 @@ output_drain(struct pm_action *a)
     }
 }
 
-/* The output kept, for a log line: printable ASCII on one line, each run of
- * blanks one space, any other byte '?'. */
+/* a->reply (a command's first output, or an HTTP status line) made one line
+ * of printable ASCII for the log and /power: each run of blanks one space,
+ * any other byte '?', NUL-terminated. */
 static void
-output_clean(struct pm_action *a)
+printable_line(struct pm_action *a)
 {
     size_t j = 0;
     for (size_t i = 0; i < a->reply_len; i++) {
@@ -422,7 +434,7 @@ command_exited(uv_process_t *p, int64_t status, int signo)
         n = snprintf(what, sizeof(what), "exit status %lld", (long long)status);
     }
     if (a->reply_len > 0 && n > 0 && (size_t)n < sizeof(what)) {
-        output_clean(a);
+        printable_line(a);
         snprintf(what + n, sizeof(what) - (size_t)n, ", output \"%s\"%s", a->reply,
                  a->out_dropped > 0 ? " and more" : "");
     }
@@ -531,18 +543,13 @@ http_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf)
     }
     char *eol = memchr(a->reply, '\n', a->reply_len);
     if (eol != NULL || n < 0 || a->reply_len >= sizeof(a->reply) - 1) {
-        a->reply[eol != NULL ? (size_t)(eol - a->reply) : a->reply_len] = 0;
-        size_t l = strlen(a->reply);
-        if (l > 0 && a->reply[l - 1] == '\r') {
-            a->reply[--l] = 0;
+        /* The status line goes in the log and /power as printable ASCII (a
+         * machine may answer anything: escapes for a terminal, bytes that
+         * are not UTF-8). */
+        if (eol != NULL) {
+            a->reply_len = (size_t)(eol - a->reply);
         }
-        /* The status line goes in the log and /power: printable ASCII only
-         * (a machine may answer anything: escapes for a terminal, bytes
-         * that are not UTF-8). */
-        for (size_t i = 0; i < l; i++) {
-            unsigned char c = (unsigned char)a->reply[i];
-            a->reply[i] = c < 0x20 || c >= 0x7f ? '?' : (char)c;
-        }
+        printable_line(a);
         /* "HTTP/1.x 2xx", then a reason or nothing. */
         const char *r = a->reply;
         bool ok = strncmp(r, "HTTP/1.", 7) == 0 && isdigit((unsigned char)r[7]) && r[8] == ' ' &&
@@ -600,9 +607,8 @@ start_http(struct dm_powermgr *pm, struct pm_action *a)
     dm_sb_printf(&b,
                  "POST /%s HTTP/1.1\r\nHost: %s\r\nUser-Agent: dimmer\r\nContent-Length: 0\r\n"
                  "%s%s%sConnection: close\r\n\r\n",
-                 a->kind == ACT_WAKE ? "wake" : "sleep", ctl->text,
-                 token != NULL ? "Authorization: Bearer " : "", token != NULL ? token : "",
-                 token != NULL ? "\r\n" : "");
+                 kind_name(a->kind), ctl->text, token != NULL ? "Authorization: Bearer " : "",
+                 token != NULL ? token : "", token != NULL ? "\r\n" : "");
     a->req = b.p;
     if (a->req == NULL || uv_tcp_init(pm->loop, &a->tcp) < 0) {
         return false;
@@ -669,7 +675,7 @@ run_action(struct dm_powermgr *pm, struct pm_server *s, enum pm_act_kind kind)
      * that waits (a sleep then a wake runs the wake only). */
     if (!action_due(s, now)) {
         if (!s->has_pending || s->pending != kind) {
-            dm_log_info("power: %s %s: after %s", kind == ACT_WAKE ? "wake" : "sleep", s->cf->name,
+            dm_log_info("power: %s %s: after %s", kind_name(kind), s->cf->name,
                         s->action != NULL ? "the action running" : "action_interval");
         }
         s->pending = kind;
@@ -689,9 +695,9 @@ run_action(struct dm_powermgr *pm, struct pm_server *s, enum pm_act_kind kind)
         }
     }
     if (how == DM_ACT_NONE) {
-        dm_log_info(
-            "power: %s %s: no actuator (%s)", kind == ACT_WAKE ? "wake" : "sleep", s->cf->name,
-            kind == ACT_WAKE ? "it is expected to come up by itself" : "left idle, not suspended");
+        dm_log_info("power: %s %s: no actuator (%s)", kind_name(kind), s->cf->name,
+                    kind == ACT_WAKE ? "it is expected to come up by itself"
+                                     : "left idle, not suspended");
         return;
     }
     if (how == DM_ACT_WOL) {
@@ -1578,9 +1584,9 @@ dm_power_stop(struct dm_powermgr *pm)
         struct pm_action *a = pm->servers[i]->action;
         if (a != NULL) {
             /* Said here: with no server left, action_finish logs nothing. */
-            dm_log_warn("power: %s %s (%s): cut short, dimmer stops%s",
-                        a->kind == ACT_WAKE ? "wake" : "sleep", a->name != NULL ? a->name : "?",
-                        a->how == DM_ACT_HTTP ? "http" : "command", a->running ? ": killed" : "");
+            dm_log_warn("power: %s %s (%s): cut short, dimmer stops%s", kind_name(a->kind),
+                        a->name != NULL ? a->name : "?", how_name(a->how),
+                        a->running ? ": killed" : "");
             a->s = NULL;
             a->pm = NULL;
             pm->servers[i]->action = NULL;
