@@ -883,7 +883,7 @@ client_write_done(void *arg, int status)
 static int
 client_tls_flush(struct dm_client *c)
 {
-    int r = dm_tls_flush(c->tls, (uv_stream_t *)&c->tcp, client_write_done, c, &c->writes, true);
+    int r = dm_tls_flush(c->tls, (uv_stream_t *)&c->tcp, client_write_done, c, &c->writes);
     return r < 0 ? r : 0;
 }
 

@@ -507,15 +507,14 @@ dm_tls_shutdown(struct dm_tls *t)
 }
 
 int
-dm_tls_flush(struct dm_tls *t, uv_stream_t *s, dm_write_cb done, void *arg, uint32_t *writes,
-             bool hold_tail)
+dm_tls_flush(struct dm_tls *t, uv_stream_t *s, dm_write_cb done, void *arg, uint32_t *writes)
 {
     int rc = 1;
     /* While the socket has not taken what is queued, a buffer with room
      * stays for the records to come: a stream of small chunks to a slow
      * reader filled a 4 KiB buffer a record, sixteen times what the queue
      * counted. */
-    bool busy = hold_tail && uv_stream_get_write_queue_size(s) > 0;
+    bool busy = uv_stream_get_write_queue_size(s) > 0;
     while (t->out != NULL) {
         if (busy && rc >= 0 && t->out == t->out_tail && t->out->len < t->out->cap) {
             return 0;

@@ -89,11 +89,10 @@ void dm_tls_set_target(SSL *ssl, const struct dm_conf_tls_client *t, const char 
  * Writes t's output chain to s, four buffers to a write, each queued one
  * counted in *writes with done(arg) to come; after a failed write the rest
  * is dropped. 1 all went out, 0 some is queued (or held), <0 a write failed.
- * hold_tail: while s has bytes queued, the last buffer, not full, is held
- * for the output to come; the caller flushes again when a write is done.
+ * While s has bytes queued, the last buffer, not full, is held for the
+ * output to come; the caller flushes again when a write is done.
  */
-int dm_tls_flush(struct dm_tls *t, uv_stream_t *s, dm_write_cb done, void *arg, uint32_t *writes,
-                 bool hold_tail);
+int dm_tls_flush(struct dm_tls *t, uv_stream_t *s, dm_write_cb done, void *arg, uint32_t *writes);
 
 /* Has ctx (a pool's client context) hand new sessions to the connections' slots. */
 void dm_tls_client_ctx_init(SSL_CTX *ctx);

@@ -48,6 +48,7 @@ dm_upstream_failed(struct dm_runtime *rt, size_t pool, int server, const char *w
 static void up_timer_cb(uv_timer_t *t);
 static void up_cork_drop(struct dm_upstream *up);
 static void up_tls_pump(void *arg);
+static int up_tls_flush(struct dm_upstream *up);
 
 /*
  * Server connection timeouts are lazy: activity only moves deadline_ms, and a
@@ -159,6 +160,11 @@ up_write_done(void *arg, int status)
         dm_upstream_close(up);
         return;
     }
+    /* TLS output held while the socket was busy (dm_tls_flush) goes now. */
+    if (up->tls != NULL && up->tls->out != NULL && up_tls_flush(up) < 0) {
+        dm_tls_schedule(up->tls, up_tls_pump, up); /* which fails the request */
+        return;
+    }
     if (req != NULL && req->c->paused &&
         uv_stream_get_write_queue_size((uv_stream_t *)&up->tcp) < DM_WRITE_HIGH) {
         req->c->paused = false;
@@ -181,7 +187,7 @@ up_write_done(void *arg, int status)
 static int
 up_tls_flush(struct dm_upstream *up)
 {
-    return dm_tls_flush(up->tls, (uv_stream_t *)&up->tcp, up_write_done, up, &up->writes, false);
+    return dm_tls_flush(up->tls, (uv_stream_t *)&up->tcp, up_write_done, up, &up->writes);
 }
 
 static void

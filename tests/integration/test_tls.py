@@ -483,12 +483,12 @@ class TlsTest(H.DimmerTest):
 
     # ---- TLS to the servers ----
 
-    def front(self, pools, extra=""):
+    def front(self, pools, extra="", env=None):
         """A plain-HTTP dimmer whose pools (YAML text) reach the servers over TLS."""
         text = ("workers: 1\nadmin: 127.0.0.1:0\nlog_level: debug\nerror_log: \"%s\"\n"
                 "listen: 127.0.0.1:0\npools:\n%s%s" % (self.path("front.log"), pools, extra))
         self.extra_logs = [self.path("error.log"), self.path("front.log")]
-        return self.start_dimmer_conf(self.write_config(text, "front.yaml"))
+        return self.start_dimmer_conf(self.write_config(text, "front.yaml"), env=env)
 
     def front_log(self):
         with open(self.path("front.log")) as f:
@@ -499,6 +499,25 @@ class TlsTest(H.DimmerTest):
         m = re.search(r'^%s\{pool="%s",[^}]*\} (\d+)$' % (name, pool), text, re.M)
         self.assertIsNotNone(m, "%s of pool %s in\n%s" % (name, pool, text[:3000]))
         return int(m.group(1))
+
+    def tls_server_socket(self, rcvbuf=None):
+        """(a server context with the site's certificate, a listening socket on 127.0.0.1:0)."""
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(self.site[0], self.site[1])
+        ls = socket.socket()
+        if rcvbuf is not None:
+            ls.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+        ls.bind((H.HOST, 0))
+        ls.listen(16)
+        self.addCleanup(ls.close)
+        return ctx, ls
+
+    def front_of(self, serve, ls, env=None):
+        """serve() in a thread, and a front dimmer whose one server is ls, over TLS."""
+        threading.Thread(target=serve, daemon=True).start()
+        return self.front("  web:\n    tls: {ca: \"%s\", sni: localhost}\n"
+                          "    servers: [{name: s, address: \"127.0.0.1:%d\"}]\n"
+                          % (self.ca[0], ls.getsockname()[1]), env=env)
 
     def test_upstream_tls_verifies_resumes_and_checks_health(self):
         back = self.tls_dimmer(self.site_tls())
@@ -548,12 +567,7 @@ class TlsTest(H.DimmerTest):
         # A server that answers, then closes in order at once: its response
         # and its close_notify in one write. dimmer does not reuse the
         # connection, and says no "bytes past its response" of it.
-        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        ctx.load_cert_chain(self.site[0], self.site[1])
-        ls = socket.socket()
-        ls.bind((H.HOST, 0))
-        ls.listen(16)
-        self.addCleanup(ls.close)
+        ctx, ls = self.tls_server_socket()
 
         def pump(raw, inc, out, step):
             """step() until it needs no more input; False when the peer closed."""
@@ -601,15 +615,56 @@ class TlsTest(H.DimmerTest):
                     except (OSError, ssl.SSLError):
                         pass
 
-        th = threading.Thread(target=serve, daemon=True)
-        th.start()
-        d = self.front("  web:\n    tls: {ca: \"%s\", sni: localhost}\n"
-                       "    servers: [{name: s, address: \"127.0.0.1:%d\"}]\n"
-                       % (self.ca[0], ls.getsockname()[1]))
+        d = self.front_of(serve, ls)
         for _ in range(5):
             r = H.get(d.port, "/x")
             self.assertEqual((r.status, r.body), (200, b"abcd"))
         self.assertNotIn("past its response", self.front_log())
+
+    def test_small_records_to_a_server_that_reads_nothing_cost_what_the_queue_counts(self):
+        # A server that takes the head, then reads nothing, and a client that
+        # sends its body in 100-byte chunks, one to a read: each record to
+        # the server took a buffer of its own (4 KiB for 130 bytes), so the
+        # 256 KiB the queue counted before it paused the client were 8 MB.
+        ctx, ls = self.tls_server_socket(rcvbuf=4096)
+        held = []
+
+        def serve():
+            try:
+                raw, _ = ls.accept()
+                t = ctx.wrap_socket(raw, server_side=True)
+                head = b""
+                while b"\r\n\r\n" not in head:
+                    head += t.recv(1)
+                held.append(t)  # and never read again
+            except (OSError, ssl.SSLError):
+                pass
+
+        d = self.front_of(serve, ls, env={"ASAN_OPTIONS": os.environ.get("ASAN_OPTIONS",
+                                                                        "detect_leaks=0") +
+                                          ":quarantine_size_mb=0"})
+        with H.Conn(d.port, tls=False) as c:
+            c.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            c.send(b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n")
+            H.wait_until(lambda: held, 10, "the server holding the request")
+            before = H.rss_kib(d.proc.pid)
+            chunk = b"64\r\n" + b"a" * 100 + b"\r\n"
+            c.sock.setblocking(False)
+            blocked = False
+            for _ in range(1000000):  # until dimmer reads no more (the kernel's buffers full)
+                _, w, _ = select.select([], [c.sock], [], 2)
+                if not w:
+                    blocked = True
+                    break
+                try:
+                    c.sock.send(chunk)
+                except BlockingIOError:
+                    continue
+                time.sleep(0)  # a yield: mostly one chunk to a read
+            self.assertTrue(blocked, "dimmer never stopped reading the body")
+            self.assertLess(H.rss_kib(d.proc.pid) - before, 3 * 1024)
+        for t in held:
+            t.close()
 
     def test_upstream_client_certificate(self):
         back = self.tls_dimmer(self.site_tls(", client_ca: \"%s\", client_subject_header: "
