@@ -327,6 +327,9 @@ node_setup(struct dm_backend *be, const struct node_opts *o, struct sockaddr_sto
     if (p->full_w < p->idle_w) {
         return bad("--full-w must not be below --idle-w", NULL);
     }
+    if (p->asleep_w > p->idle_w) {
+        return bad("--asleep-w must not be above --idle-w", NULL);
+    }
     if (o->control) {
         if (parse_addr(o->control, control) < 0) {
             return bad("bad --control address (want HOST:PORT)", o->control);

@@ -332,9 +332,10 @@ void dm_conf_load_pool_power(struct dm_conf_loader *ld, struct dm_conf_pool *p,
 void dm_conf_load_server_power(struct dm_conf_loader *ld, struct dm_conf_pool *p,
                                struct dm_conf_server *s, const yaml_node_t *n);
 
-/* What a server's block left to the pool's (full_w, booting_w, agent name). */
+/* What a server's block left to the pool's (full_w, booting_w, agent name),
+ * and asleep_w <= idle_w <= full_w checked (an error at n). */
 void dm_conf_server_power_finish(struct dm_conf_loader *ld, const struct dm_conf_pool *p,
-                                 struct dm_conf_server *s);
+                                 struct dm_conf_server *s, const yaml_node_t *n);
 
 /* The top-level `power` block: metrics listener, key, admin token. */
 void dm_conf_load_power(struct dm_conf_loader *ld, const yaml_node_t *n);

@@ -186,6 +186,7 @@ load_server(struct dm_conf_loader *ld, struct dm_conf_pool *p, yaml_node_item_t 
     if (v[SRV_POWER] != NULL) {
         dm_conf_load_server_power(ld, p, s, v[SRV_POWER]);
     }
+    dm_conf_server_power_finish(ld, p, s, v[SRV_POWER] != NULL ? v[SRV_POWER] : n);
 }
 
 static void
@@ -440,9 +441,6 @@ load_pool(struct dm_conf_loader *ld, struct dm_conf_pool *p, const yaml_node_t *
         dm_conf_fail_at(ld, n, "pool \"%s\": missing required key \"servers\"", p->name);
     } else {
         load_servers(ld, p, v[POOL_SERVERS]);
-    }
-    for (size_t i = 0; i < p->nservers; i++) {
-        dm_conf_server_power_finish(ld, p, &p->servers[i]);
     }
     if (v[POOL_HEALTH] != NULL) {
         load_health(ld, &p->health, v[POOL_HEALTH]);

@@ -494,17 +494,30 @@ dm_conf_server_power_defaults(struct dm_conf_server_power *sp)
         (struct dm_conf_server_power){ .idle_w = 40, .full_w = -1, .asleep_w = 3, .booting_w = -1 };
 }
 
-/* Fills what a server's power block left to its pool (full_w, booting_w, agent). */
+/*
+ * Fills what a server's power block left to its pool (full_w, booting_w,
+ * agent), and checks that its power grows with its use: asleep <= idle <=
+ * full (n, its power block or the server, is where an error points).
+ */
 void
 dm_conf_server_power_finish(struct dm_conf_loader *ld, const struct dm_conf_pool *p,
-                            struct dm_conf_server *s)
+                            struct dm_conf_server *s, const yaml_node_t *n)
 {
     struct dm_conf_server_power *sp = &s->power;
-    if (sp->full_w < 0) {
+    bool own_full = sp->full_w >= 0;
+    if (!own_full) {
         sp->full_w = p->power.full_w;
     }
     if (sp->booting_w < 0) {
         sp->booting_w = sp->full_w;
+    }
+    const char *who = s->name != NULL ? s->name : "?";
+    if (sp->idle_w > sp->full_w) {
+        dm_conf_fail_at(ld, n, "pool \"%s\": server \"%s\": idle_w %g is above full_w %g%s",
+                        p->name, who, sp->idle_w, sp->full_w, own_full ? "" : " (the pool's)");
+    } else if (sp->asleep_w > sp->idle_w) {
+        dm_conf_fail_at(ld, n, "pool \"%s\": server \"%s\": asleep_w %g is above idle_w %g",
+                        p->name, who, sp->asleep_w, sp->idle_w);
     }
     if (sp->wol_to.text == NULL && sp->wake == DM_ACT_WOL) {
         (void)dm_conf_parse_addr("255.255.255.255:9", &sp->wol_to);

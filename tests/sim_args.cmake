@@ -23,3 +23,9 @@ foreach(opt --fmax --fmax-rates)
         message(FATAL_ERROR "dimmer-sim alloc ${opt} 0: rc ${rc}, stderr:\n${err}\nstdout:\n${out}")
     endif()
 endforeach()
+# A machine asleep draws no more than idle (it was taken, and sleeping cost power).
+execute_process(COMMAND ${SIM} --quick --no-plots power --idle-w 20 --asleep-w 30
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 2 OR NOT err MATCHES "--asleep-w must not exceed --idle-w" OR NOT out STREQUAL "")
+    message(FATAL_ERROR "dimmer-sim power --asleep-w 30: rc ${rc}, stderr:\n${err}\nstdout:\n${out}")
+endif()

@@ -1557,6 +1557,10 @@ parse(int argc, char **argv, struct opts *o)
         fprintf(stderr, "dimmer-sim power: --idle-w must not exceed --full-w\n");
         return 2;
     }
+    if (p->asleep_w > p->idle_w) {
+        fprintf(stderr, "dimmer-sim power: --asleep-w must not exceed --idle-w\n");
+        return 2;
+    }
     if (p->page_order && p->disc != DM_SIM_FIFO) {
         fprintf(stderr, "dimmer-sim power: --queue-order page needs --discipline fifo (a queue "
                         "to order)\n");

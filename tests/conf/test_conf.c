@@ -1459,6 +1459,18 @@ test_power_errors(void **state)
                  "t.yaml:5:15: full_w must be at most 100000, got 1e308");
     expect_error(LISTEN POWER_POOL("", "        power: {idle_w: 1e308}\n"),
                  "t.yaml:8:25: idle_w must be at most 100000, got 1e308");
+    /* A server's power grows with its use: asleep <= idle <= full. */
+    static const char *const watts[][2] = {
+        { LISTEN POWER_POOL("", "        power: {idle_w: 90, full_w: 70}\n"),
+          "t.yaml:8:16: pool \"web\": server \"a\": idle_w 90 is above full_w 70" },
+        { LISTEN POWER_POOL("      full_w: 30\n", ""),
+          "t.yaml:7:9: pool \"web\": server \"a\": idle_w 40 is above full_w 30 (the pool's)" },
+        { LISTEN POWER_POOL("", "        power: {idle_w: 20, asleep_w: 21}\n"),
+          "t.yaml:8:16: pool \"web\": server \"a\": asleep_w 21 is above idle_w 20" },
+    };
+    for (size_t i = 0; i < sizeof(watts) / sizeof(watts[0]); i++) {
+        expect_error(watts[i][0], watts[i][1]);
+    }
     expect_error(LISTEN POWER_POOL("      margin: 1e300\n", ""),
                  "t.yaml:5:15: margin must be at most 100, got 1e300");
     expect_error(LISTEN POWER_POOL("      period: 0\n", ""),

@@ -423,6 +423,7 @@ class BackendNodeTest(H.DimmerTest):
                            (["--service-ms", "3600001"], "--service-ms"),
                            (["--idle-w", "nan"], "watts"),
                            (["--idle-w", "50", "--full-w", "40"], "--full-w"),
+                           (["--idle-w", "20", "--asleep-w", "30"], "--asleep-w"),
                            (["--start", "sideways"], "--start"),
                            (["--boot-ms", "1.5"], "--boot-ms"),
                            (["--control", "nowhere"], "--control"),
