@@ -241,11 +241,27 @@ read_cb(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
         }
         p += used;
         left -= used;
+        if (lc->in_head) {
+            /* A head without end, or interim ones without a final: malformed,
+             * not read until the timeout (curl stops at 100 KiB too). */
+            lc->head_bytes += (uint32_t)used;
+            if (lc->head_bytes > DM_LOAD_HEAD_MAX) {
+                conn_fail(lc, DM_FAIL_PARSE);
+                return;
+            }
+        }
         if (ev == DM_HTTP_HEAD_DONE) {
+            lc->in_head = false;
             lc->status = dm_http_parser_status(&lc->parser);
         } else if (ev == DM_HTTP_MSG_DONE || ev == DM_HTTP_UPGRADE) {
             if (lc->status >= 100 && lc->status < 200 && ev == DM_HTTP_MSG_DONE) {
+                if (++lc->interims > DM_LOAD_INTERIM_MAX) {
+                    conn_fail(lc, DM_FAIL_PARSE);
+                    return;
+                }
                 dm_http_parser_next(&lc->parser); /* interim: the final response follows */
+                lc->in_head = true;
+                lc->head_bytes = 0;
                 continue;
             }
             if (left > 0 || ev == DM_HTTP_UPGRADE) {
@@ -316,6 +332,9 @@ conn_send(struct dm_load_conn *lc)
     lc->want_close = false;
     lc->bytes = 0;
     lc->status = 0;
+    lc->in_head = true;
+    lc->interims = 0;
+    lc->head_bytes = 0;
     dm_http_parser_init(&lc->parser, false);
     lc->parser.msg = NULL;
     lc->parser.on_body = lc->page != NULL ? on_body : NULL;

@@ -57,7 +57,9 @@ enum dm_load_mode {
 #define DM_LOAD_OBJ_BYTES   (32 * 1024)
 #define DM_LOAD_PATH_MAX    1024 /* longest page path */
 #define DM_LOAD_READ_BUF    (64 * 1024)
-#define DM_LOAD_SLOTS       4 /* seconds a thread may run ahead of the main thread */
+#define DM_LOAD_HEAD_MAX    (100 * 1024) /* a response head longer is malformed (curl's bound) */
+#define DM_LOAD_INTERIM_MAX 64           /* interim (1xx) responses before the final one */
+#define DM_LOAD_SLOTS       4            /* seconds a thread may run ahead of the main thread */
 #define DM_LOAD_SCHED_MS    100
 
 struct dm_load_opts {
@@ -163,6 +165,9 @@ struct dm_load_conn {
     bool want_close;      /* the response said Connection: close */
     bool writing;         /* wreq is out: its callback has not run yet */
     bool write_deferred;  /* the current request waits for that callback */
+    bool in_head;         /* reading a response head */
+    uint8_t interims;     /* interim responses to the current request */
+    uint32_t head_bytes;  /* of the head being read */
     const char *req_path; /* the request target (owned by the caller until done) */
     size_t req_path_len;
     uint64_t due_ns; /* when the request was due: its latency counts from here */

@@ -24,6 +24,7 @@ connection (a GET without a body); the path chooses the behaviour:
   /fault/interim_flood    the same with 600 of them
   /fault/hinted           two 103 Early Hints, then 200 "ok" with Connection: close
   /fault/status999        a response with status 999
+  /fault/endless_head     a head of 1 MiB that does not end, then waits for the close
   /fault/badchunk         a chunked 200 head, then "zz" as the first chunk size
   /fault/switch           101 Switching Protocols, asked or not; prints "tunneled LINE" if
                           anything comes after it
@@ -135,6 +136,9 @@ def handle(s):
         elif mode == "hinted":
             s.sendall(b"HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n" * 2 +
                       b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+        elif mode == "endless_head":
+            s.sendall(b"HTTP/1.1 200 OK\r\nX-Long: " + b"a" * (1 << 20))
+            wait_close(s)
         elif mode == "status999":
             s.sendall(b"HTTP/1.1 999 Nine\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
         elif mode == "badchunk":

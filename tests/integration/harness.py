@@ -773,6 +773,27 @@ class Dimmer:
         return {s["name"]: s for s in p["servers"]}
 
 
+FAULT_BACKEND = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fault_backend.py")
+
+
+class FaultBackend:
+    """fault_backend.py, running (DimmerTest.start_fault_backend)."""
+
+    def __init__(self, proc, port):
+        self.proc = proc
+        self.port = port
+
+    def seen(self, line):
+        return line in self.proc.stdout().splitlines()
+
+    def count(self, line):
+        return self.proc.stdout().splitlines().count(line)
+
+    def release(self):
+        r = get(self.port, "/release", timeout=5.0)
+        assert r.status == 200, r
+
+
 class DimmerTest(unittest.TestCase):
     """A test case with a temp dir and process helpers; logs printed on failure."""
 
@@ -844,6 +865,22 @@ class DimmerTest(unittest.TestCase):
         p = Proc(name, argv, self.tmp, env)
         self.procs.append(p)
         return p
+
+    def start_fault_backend(self):
+        """fault_backend.py on 127.0.0.1:0, once it listens."""
+        p = self.start_proc("fault-backend", [sys.executable, FAULT_BACKEND, "--listen",
+                                              "%s:0" % HOST])
+
+        def bound():
+            if not p.alive():
+                raise AssertionError("fault backend exited: %s" % p.stderr())
+            for line in p.stdout().splitlines():
+                if line.startswith("fault-backend listening on "):
+                    return int(line.rsplit(":", 1)[1])
+            return None
+
+        port = wait_until(bound, START_TIMEOUT, "the fault backend to listen")
+        return FaultBackend(p, port)
 
     def start_backend(self, name, port=0):
         """A dimmer-backend named name; port 0 lets it pick (read back from its stdout)."""

@@ -19,29 +19,12 @@ import time
 sys.path.insert(0, os.path.dirname(__file__))
 import harness as H  # noqa: E402
 
-FAULT_BACKEND = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fault_backend.py")
 
 SERVER_RESPONSE = 1.0  # timeouts.server_response, seconds
 REQUEST = 2.0  # timeouts.request
 SLACK = 1.5  # a bound's allowance over its timeout (ASan builds, a loaded machine)
 AT_ONCE = 1.0  # "at once": a fault that ends an exchange is answered within SLACK + this
 HOLDING = {"die_mid", "die_mid_chunked", "half_status"}  # wait for /release
-
-
-class FaultBackend:
-    def __init__(self, proc, port):
-        self.proc = proc
-        self.port = port
-
-    def seen(self, line):
-        return line in self.proc.stdout().splitlines()
-
-    def count(self, line):
-        return self.proc.stdout().splitlines().count(line)
-
-    def release(self):
-        r = H.get(self.port, "/release", timeout=5.0)
-        assert r.status == 200, r
 
 
 def split_response(raw):
@@ -76,20 +59,6 @@ class BackendFaultTest(H.DimmerTest):
         self.good = self.start_backend("good")
         self.fb = self.start_fault_backend()
 
-    def start_fault_backend(self):
-        p = self.start_proc("fault-backend", [sys.executable, FAULT_BACKEND, "--listen",
-                                              "%s:0" % H.HOST])
-
-        def bound():
-            if not p.alive():
-                raise AssertionError("fault backend exited: %s" % p.stderr())
-            for line in p.stdout().splitlines():
-                if line.startswith("fault-backend listening on "):
-                    return int(line.rsplit(":", 1)[1])
-            return None
-
-        port = H.wait_until(bound, H.START_TIMEOUT, "the fault backend to listen")
-        return FaultBackend(p, port)
 
     def start(self, max_fails=1, server_response=SERVER_RESPONSE, request=REQUEST, env=None):
         # Passive checks on the faulty server: one failure takes it out (for

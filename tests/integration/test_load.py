@@ -145,6 +145,20 @@ class LoadTest(H.DimmerTest):
         self.assertGreater(sc["good"], 0)
         self.assertGreater(sc["fail_by_kind"]["5xx"], 0, sc)
 
+    def test_endless_heads_are_malformed_not_timeouts(self):
+        # A head that does not end, and interim responses in the hundreds:
+        # dimmer-load read them until its timeout (10 MB of head, 100,000
+        # 100 Continue). They are malformed past 100 KiB of head or 64 interims.
+        fb = self.start_fault_backend()
+        for mode in ("endless_head", "interim_flood"):
+            with self.subTest(mode):
+                code, s, out = self.load("-c", "2", "-d", "1", "--timeout", "60000",
+                                         self.url(fb.port, "/fault/" + mode), name=mode)
+                self.assertEqual(code, 0, out)
+                sc = s["score"]
+                self.assertGreater(sc["fail_by_kind"]["parse"], 2, sc)
+                self.assertEqual(sc["fail"], sc["fail_by_kind"]["parse"], sc)
+
     def test_rate_mode_sees_a_stall(self):
         b = self.start_backend("b1")
         # 200 requests/s over 4 connections for 4 s; the backend stops for 1 s at 1.5 s.
