@@ -665,8 +665,8 @@ client_key(struct dm_client *c, struct dm_req *req)
 static void
 client_route(struct dm_client *c, struct dm_req *req)
 {
-    req->pool = dm_route_match(c->rt->conf, req->info.host.p, req->info.host.len, req->info.path.p,
-                               req->info.path.len);
+    req->pool = dm_routes_match(c->rt->routes, c->rt->conf, req->info.host.p, req->info.host.len,
+                                req->info.path.p, req->info.path.len);
     client_key(c, req);
 }
 

@@ -167,6 +167,7 @@ struct dm_runtime {
     uint32_t tried_bytes;       /* bitmap bytes for the largest pool */
     unsigned nlimited;          /* pools with a server that has max_conns */
     struct dm_catalog *catalog; /* borrowed: the process's object catalog */
+    struct dm_routes *routes;   /* conf's routes indexed by host */
 };
 
 /*

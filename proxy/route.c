@@ -1,6 +1,8 @@
 #include "proxy/route.h"
 
 #include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
@@ -68,4 +70,268 @@ dm_route_match(const struct dm_conf *c, const char *host, size_t host_len, const
         }
     }
     return c->default_pool;
+}
+
+/*
+ * The index. A name's hash is read from its end, case folded (FNV-1a), so
+ * that one pass over a request's host gives the hash of every suffix: the
+ * wildcards' keys are their suffixes (".x.com" of "*.x.com").
+ */
+#define ROUTE_HASH_INIT  1469598103934665603ull
+#define ROUTE_HASH_PRIME 1099511628211ull
+
+static unsigned char
+fold(unsigned char ch)
+{
+    return ch >= 'A' && ch <= 'Z' ? (unsigned char)(ch + ('a' - 'A')) : ch;
+}
+
+static uint64_t
+hash_step(uint64_t h, unsigned char ch)
+{
+    return (h ^ fold(ch)) * ROUTE_HASH_PRIME;
+}
+
+static uint64_t
+hash_name(const char *name, size_t len)
+{
+    uint64_t h = ROUTE_HASH_INIT;
+    for (size_t i = len; i > 0; i--) {
+        h = hash_step(h, (unsigned char)name[i - 1]);
+    }
+    return h;
+}
+
+/* Compares two names case folded: <0, 0, >0. */
+static int
+fold_cmp(const char *a, size_t alen, const char *b, size_t blen)
+{
+    if (alen != blen) {
+        return alen < blen ? -1 : 1;
+    }
+    for (size_t i = 0; i < alen; i++) {
+        unsigned char x = fold((unsigned char)a[i]), y = fold((unsigned char)b[i]);
+        if (x != y) {
+            return x < y ? -1 : 1;
+        }
+    }
+    return 0;
+}
+
+/* A host (or a wildcard's suffix) and its routes, rs->lists[start .. start + count). */
+struct route_key {
+    const char *name; /* NULL: an empty slot */
+    uint64_t hash;
+    uint32_t len;
+    uint32_t start, count;
+};
+
+struct route_table {
+    struct route_key *slots;
+    size_t mask; /* slots - 1; no slots: nothing in it */
+};
+
+struct dm_routes {
+    struct route_table exact, wild;
+    uint32_t *lists; /* route indices, ascending for each key */
+    uint32_t *any;   /* the routes of every host (no host), ascending */
+    size_t nany;
+};
+
+/* A route of the config while the index is made. */
+struct route_entry {
+    const char *name;
+    uint64_t hash;
+    uint32_t len;
+    uint32_t index;
+    bool wild;
+};
+
+static bool
+same_key(const struct route_entry *a, const struct route_entry *b)
+{
+    return a->wild == b->wild && a->hash == b->hash &&
+           fold_cmp(a->name, a->len, b->name, b->len) == 0;
+}
+
+static int
+entry_cmp(const void *pa, const void *pb)
+{
+    const struct route_entry *a = pa, *b = pb;
+    if (a->wild != b->wild) {
+        return a->wild ? 1 : -1;
+    }
+    if (a->hash != b->hash) {
+        return a->hash < b->hash ? -1 : 1;
+    }
+    int r = fold_cmp(a->name, a->len, b->name, b->len);
+    if (r != 0) {
+        return r;
+    }
+    return a->index < b->index ? -1 : a->index > b->index;
+}
+
+static const struct route_key *
+table_find(const struct route_table *t, uint64_t hash, const char *name, size_t len)
+{
+    if (t->slots == NULL) {
+        return NULL;
+    }
+    for (size_t i = (size_t)hash & t->mask;; i = (i + 1) & t->mask) {
+        const struct route_key *k = &t->slots[i];
+        if (k->name == NULL) {
+            return NULL;
+        }
+        if (k->hash == hash && fold_cmp(k->name, k->len, name, len) == 0) {
+            return k;
+        }
+    }
+}
+
+/* Makes t for n keys (at most half full); false when out of memory. */
+static bool
+table_init(struct route_table *t, size_t n)
+{
+    if (n == 0) {
+        return true;
+    }
+    size_t cap = 8;
+    while (cap < 2 * n) {
+        cap *= 2;
+    }
+    t->slots = calloc(cap, sizeof(*t->slots));
+    t->mask = cap - 1;
+    return t->slots != NULL;
+}
+
+static void
+table_put(struct route_table *t, const struct route_entry *e, uint32_t start, uint32_t count)
+{
+    size_t i = (size_t)e->hash & t->mask;
+    while (t->slots[i].name != NULL) {
+        i = (i + 1) & t->mask;
+    }
+    t->slots[i] = (struct route_key){
+        .name = e->name, .hash = e->hash, .len = e->len, .start = start, .count = count
+    };
+}
+
+void
+dm_routes_free(struct dm_routes *rs)
+{
+    if (rs != NULL) {
+        free(rs->exact.slots);
+        free(rs->wild.slots);
+        free(rs->lists);
+        free(rs->any);
+        free(rs);
+    }
+}
+
+struct dm_routes *
+dm_routes_build(const struct dm_conf *c)
+{
+    size_t n = c->nroutes;
+    if (n > UINT32_MAX) {
+        return NULL;
+    }
+    struct dm_routes *rs = calloc(1, sizeof(*rs));
+    struct route_entry *e = calloc(n > 0 ? n : 1, sizeof(*e));
+    if (rs == NULL || e == NULL ||
+        (rs->lists = calloc(n > 0 ? n : 1, sizeof(*rs->lists))) == NULL ||
+        (rs->any = calloc(n > 0 ? n : 1, sizeof(*rs->any))) == NULL) {
+        free(e);
+        dm_routes_free(rs);
+        return NULL;
+    }
+    size_t ne = 0;
+    for (size_t i = 0; i < n; i++) {
+        const char *h = c->routes[i].host;
+        if (h == NULL) {
+            rs->any[rs->nany++] = (uint32_t)i;
+            continue;
+        }
+        size_t len = strlen(h);
+        bool wild = len >= 2 && h[0] == '*' && h[1] == '.';
+        const char *name = wild ? h + 1 : h;
+        size_t name_len = wild ? len - 1 : len;
+        if (name_len > UINT32_MAX) {
+            free(e);
+            dm_routes_free(rs);
+            return NULL;
+        }
+        e[ne++] = (struct route_entry){ .name = name,
+                                        .hash = hash_name(name, name_len),
+                                        .len = (uint32_t)name_len,
+                                        .index = (uint32_t)i,
+                                        .wild = wild };
+    }
+    /* Equal keys side by side, each key's routes in the config's order. */
+    qsort(e, ne, sizeof(*e), entry_cmp);
+    size_t keys[2] = { 0, 0 };
+    for (size_t i = 0; i < ne; i++) {
+        keys[e[i].wild] += i == 0 || !same_key(&e[i - 1], &e[i]);
+    }
+    if (!table_init(&rs->exact, keys[0]) || !table_init(&rs->wild, keys[1])) {
+        free(e);
+        dm_routes_free(rs);
+        return NULL;
+    }
+    for (size_t i = 0; i < ne;) {
+        size_t j = i + 1;
+        while (j < ne && same_key(&e[i], &e[j])) {
+            j++;
+        }
+        for (size_t k = i; k < j; k++) {
+            rs->lists[k] = e[k].index;
+        }
+        table_put(e[i].wild ? &rs->wild : &rs->exact, &e[i], (uint32_t)i, (uint32_t)(j - i));
+        i = j;
+    }
+    free(e);
+    return rs;
+}
+
+/* The first of routes (ascending, their hosts matching) whose path matches and that comes
+ * before *best: it becomes *best. */
+static void
+first_of(const struct dm_conf *c, const uint32_t *routes, size_t n, const char *path,
+         size_t path_len, size_t *best)
+{
+    for (size_t i = 0; i < n && routes[i] < *best; i++) {
+        if (route_path_matches(c->routes[routes[i]].path_prefix, path, path_len)) {
+            *best = routes[i];
+            return;
+        }
+    }
+}
+
+size_t
+dm_routes_match(const struct dm_routes *rs, const struct dm_conf *c, const char *host,
+                size_t host_len, const char *path, size_t path_len)
+{
+    if (rs == NULL) {
+        return dm_route_match(c, host, host_len, path, path_len);
+    }
+    size_t len = host != NULL ? host_name_len(host, host_len) : 0;
+    const char *name = host != NULL ? host : "";
+    size_t best = SIZE_MAX;
+    first_of(c, rs->any, rs->nany, path, path_len, &best);
+    /* Every suffix that starts with a dot after the first byte: "*.x.com"
+     * covers some non-empty name, then ".x.com". */
+    uint64_t h = ROUTE_HASH_INIT;
+    for (size_t i = len; i > 0; i--) {
+        h = hash_step(h, (unsigned char)name[i - 1]);
+        if (i > 1 && name[i - 1] == '.' && rs->wild.slots != NULL) {
+            const struct route_key *k = table_find(&rs->wild, h, name + i - 1, len - (i - 1));
+            if (k != NULL) {
+                first_of(c, rs->lists + k->start, k->count, path, path_len, &best);
+            }
+        }
+    }
+    const struct route_key *k = table_find(&rs->exact, h, name, len);
+    if (k != NULL) {
+        first_of(c, rs->lists + k->start, k->count, path, path_len, &best);
+    }
+    return best != SIZE_MAX ? c->routes[best].pool : c->default_pool;
 }

@@ -19,4 +19,19 @@ struct dm_conf;
 size_t dm_route_match(const struct dm_conf *c, const char *host, size_t host_len, const char *path,
                       size_t path_len);
 
+/*
+ * The routes of a config indexed by host: a request's candidates are the
+ * routes of its exact host, of each wildcard suffix of it and of every host,
+ * so thousands of virtual hosts cost a few hash lookups, not a scan (as
+ * nginx's server_name hash). Built from c, which must outlive it; NULL when
+ * out of memory.
+ */
+struct dm_routes;
+struct dm_routes *dm_routes_build(const struct dm_conf *c);
+void dm_routes_free(struct dm_routes *rs);
+
+/* dm_route_match() through rs (NULL: the scan), with the same answer. */
+size_t dm_routes_match(const struct dm_routes *rs, const struct dm_conf *c, const char *host,
+                       size_t host_len, const char *path, size_t path_len);
+
 #endif

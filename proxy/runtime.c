@@ -13,6 +13,7 @@
 #include "balancers/hosts.h"
 #include "conf/tls.h"
 #include "proxy/internal.h"
+#include "proxy/route.h"
 #include "proxy/session.h"
 #include "proxy/tls.h"
 
@@ -37,7 +38,7 @@ dm_runtime_create(struct dm_conf *conf, unsigned nworkers, struct dm_hosts *host
     uint32_t cap = (uint32_t)conf->limits.header_bytes + 8192;
     rt->buf_cap = cap < DM_BUF_MIN ? DM_BUF_MIN : cap;
     rt->pools = calloc(conf->npools, sizeof(*rt->pools));
-    if (rt->pools == NULL) {
+    if (rt->pools == NULL || (rt->routes = dm_routes_build(conf)) == NULL) {
         goto fail;
     }
     rt->npools = conf->npools;
@@ -145,6 +146,7 @@ dm_runtime_unref(struct dm_runtime *rt)
         free(rt->pools[i].stats);
     }
     free(rt->pools);
+    dm_routes_free(rt->routes);
     dm_conf_destroy(rt->conf);
     free(rt);
 }

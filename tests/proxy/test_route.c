@@ -1,9 +1,14 @@
-/* Tests for proxy/route.c: first matching route wins, else the default pool. */
+/*
+ * Tests for proxy/route.c: first matching route wins, else the default pool;
+ * the index by host (dm_routes_match) answers as the scan does.
+ */
 #include "dm_test.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "balancers/rng.h"
 #include "conf/conf.h"
 #include "proxy/route.h"
 
@@ -26,6 +31,10 @@ route(const struct dm_conf *c, const char *host, const char *path)
     memcpy(h, host, hl);
     memcpy(p, path, pl);
     size_t pool = dm_route_match(c, h, hl, p, pl);
+    struct dm_routes *rs = dm_routes_build(c);
+    assert_non_null(rs);
+    assert_int_equal(dm_routes_match(rs, c, h, hl, p, pl), pool);
+    dm_routes_free(rs);
     free(h);
     free(p);
     return pool;
@@ -165,6 +174,74 @@ test_default_pool_when_nothing_matches(void **state)
     assert_int_equal(route(&none, "a.com", "/"), 2);
 }
 
+/* Random routes and requests over a few names: the index answers as the scan, every time. */
+static void
+test_index_agrees_with_the_scan(void **state)
+{
+    (void)state;
+    static const char *const hosts[] = { NULL,    "a",     "A",  "b.a", "*.a",     "*.b.a",
+                                         "*.B.A", "c.b.a", "*.", "*",   "x.c.b.a", "*.c.b.a" };
+    static const char *const paths[] = { NULL, "/", "/x", "/x/y", "/y" };
+    static const char *const asked[] = { "a",       "A",      "b.a",   "B.a:80", "c.b.a",
+                                         "x.c.b.a", ".a",     "a.",    "a..",    "",
+                                         "z",       "c.B.a.", "[::1]", "*",      "q.x.c.b.a" };
+    static const char *const asked_paths[] = { "/", "/x", "/x/y/z", "/y", "", "*" };
+    struct dm_rng rng;
+    dm_rng_init(&rng, 7);
+    struct dm_conf_route r[24];
+    for (int round = 0; round < 400; round++) {
+        size_t n = (size_t)dm_rng_below(&rng, 24) + 1;
+        for (size_t i = 0; i < n; i++) {
+            r[i] = (struct dm_conf_route){
+                .host = (char *)hosts[dm_rng_below(&rng, sizeof(hosts) / sizeof(hosts[0]))],
+                .path_prefix = (char *)paths[dm_rng_below(&rng, sizeof(paths) / sizeof(paths[0]))],
+                .pool = i + 1,
+            };
+        }
+        struct dm_conf c = { .routes = r, .nroutes = n, .default_pool = 0 };
+        for (size_t h = 0; h < sizeof(asked) / sizeof(asked[0]); h++) {
+            for (size_t p = 0; p < sizeof(asked_paths) / sizeof(asked_paths[0]); p++) {
+                (void)route(&c, asked[h], asked_paths[p]); /* asserts the two agree */
+            }
+        }
+        struct dm_routes *rs = dm_routes_build(&c);
+        assert_non_null(rs);
+        assert_int_equal(dm_routes_match(rs, &c, NULL, 0, NULL, 0),
+                         dm_route_match(&c, NULL, 0, NULL, 0));
+        dm_routes_free(rs);
+    }
+}
+
+/* Thousands of virtual hosts: each request finds its own. */
+static void
+test_many_hosts(void **state)
+{
+    (void)state;
+    enum { N = 5000 };
+    struct dm_conf_route *r = calloc(N + 1, sizeof(*r));
+    char(*names)[32] = calloc(N, sizeof(*names));
+    assert_non_null(r);
+    assert_non_null(names);
+    for (size_t i = 0; i < N; i++) {
+        snprintf(names[i], sizeof(names[i]), i % 2 ? "h%zu.example" : "*.w%zu.example", i);
+        r[i] = (struct dm_conf_route){ .host = names[i], .pool = i + 1 };
+    }
+    r[N] = (struct dm_conf_route){ .path_prefix = (char *)"/any", .pool = N + 1 };
+    struct dm_conf c = { .routes = r, .nroutes = N + 1, .default_pool = 0 };
+    struct dm_routes *rs = dm_routes_build(&c);
+    assert_non_null(rs);
+    char host[64];
+    for (size_t i = 0; i < N; i++) {
+        int len = snprintf(host, sizeof(host), i % 2 ? "H%zu.Example:80" : "a.w%zu.example", i);
+        assert_int_equal(dm_routes_match(rs, &c, host, (size_t)len, "/any", 4), i + 1);
+    }
+    assert_int_equal(dm_routes_match(rs, &c, "w2.example", 10, "/any", 4), N + 1);
+    assert_int_equal(dm_routes_match(rs, &c, "w2.example", 10, "/", 1), 0);
+    dm_routes_free(rs);
+    free(names);
+    free(r);
+}
+
 int
 main(void)
 {
@@ -178,6 +255,8 @@ main(void)
         cmocka_unit_test(test_host_and_prefix_must_both_match),
         cmocka_unit_test(test_first_matching_route_wins),
         cmocka_unit_test(test_default_pool_when_nothing_matches),
+        cmocka_unit_test(test_index_agrees_with_the_scan),
+        cmocka_unit_test(test_many_hosts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
