@@ -753,23 +753,23 @@ dm_sessions_configure(struct dm_sessions *t, const struct dm_sessions_conf *cf,
     if (!conf_is_valid(cf) || !servers_are_valid(sv, n) || row == NULL) {
         return -EINVAL;
     }
-    size_t live = 0;
+    size_t live = 0, listed = 0;
     for (struct sgroup *g = t->list; g != NULL; g = g->next) {
         live += in_allocation(g, sv, n);
+        listed++;
     }
     size_t nslots = cf->max_groups > live ? cf->max_groups : live;
     struct parts x;
     if (parts_make(&x, sv, n, nslots) < 0) {
         return -ENOMEM;
     }
-    /* Every new delay row first: past this loop nothing can fail. */
-    double **rows = zalloc(live, sizeof(*rows));
+    /* Every new delay row first, of every group (one detached still has
+     * members that join and leave, rows n wide): past this loop nothing can
+     * fail. */
+    double **rows = zalloc(listed, sizeof(*rows));
     int rc = rows != NULL ? 0 : -ENOMEM;
     size_t k = 0;
     for (struct sgroup *g = t->list; g != NULL && rc == 0; g = g->next) {
-        if (!in_allocation(g, sv, n)) {
-            continue;
-        }
         double *r = zalloc(g->cap * n, sizeof(*r));
         if (r == NULL) {
             rc = -ENOMEM;
@@ -803,11 +803,11 @@ dm_sessions_configure(struct dm_sessions *t, const struct dm_sessions_conf *cf,
     k = 0;
     size_t slot = 0;
     for (struct sgroup *g = t->list; g != NULL; g = g->next) {
+        free(g->rows);
+        g->rows = rows[k++];
         if (!in_allocation(g, sv, n)) {
             continue;
         }
-        free(g->rows);
-        g->rows = rows[k++];
         g->slot = slot++;
         if (g->state == G_DETACHED) {
             /* Its server is back: the group, still running there, counts on it again. */

@@ -457,6 +457,46 @@ test_configure_reattaches_a_detached_group(void **state)
     dm_sessions_destroy(t);
 }
 
+/* A group detached by one reload and still detached after a second that grows the pool: its
+ * members leave over delay rows as wide as the new pool (they were as the old: a heap overflow). */
+static void
+test_a_group_detached_across_two_reloads_leaves_cleanly(void **state)
+{
+    (void)state;
+    int k[6];
+    struct dm_sessions_conf cf = conf(false);
+    struct dm_sessions_member *m[5];
+    struct dm_sessions *t = three_groups(k, &cf, m);
+    double cd = 10, d[3] = { 10, 10, 10 };
+    struct dm_sessions_place pl;
+    for (int i = 3; i < 5; i++) {
+        struct dm_sessions_ask a = with_client(ask("b", 10, d), &cd);
+        assert_int_equal(dm_sessions_join(t, &a, &m[i], &pl), DM_SESSIONS_PLACED);
+        assert_int_equal(pl.server, 1);
+    }
+    struct rowctx rc = { 0 };
+    struct dm_sessions_server two[2] = { { 1000, &k[0] }, { 1000, &k[2] } };
+    assert_int_equal(dm_sessions_configure(t, &cf, two, 2, row_of, &rc), 0);
+    struct dm_sessions_server five[5] = {
+        { 1000, &k[0] }, { 1000, &k[2] }, { 1000, &k[3] }, { 1000, &k[4] }, { 1000, &k[5] }
+    };
+    assert_int_equal(dm_sessions_configure(t, &cf, five, 5, row_of, &rc), 0);
+    struct dm_sessions_stats st;
+    struct dm_sessions_server_stats per[5];
+    dm_sessions_stats(t, &st, per, 5);
+    assert_int_equal(st.detached, 1);
+    /* Its first members leave: the last one's row moves into their places. */
+    dm_sessions_leave(t, m[1]);
+    dm_sessions_leave(t, m[3]);
+    dm_sessions_leave(t, m[4]);
+    dm_sessions_leave(t, m[0]);
+    dm_sessions_leave(t, m[2]);
+    dm_sessions_stats(t, &st, per, 5);
+    assert_int_equal(st.groups, 0);
+    assert_int_equal(st.detached, 0);
+    dm_sessions_destroy(t);
+}
+
 /* A reload keeps running groups on their servers, by key; a group whose server left is detached. */
 static void
 test_configure_keeps_running_groups(void **state)
@@ -668,6 +708,7 @@ main(void)
         cmocka_unit_test(test_batch_places_waiting_groups_together),
         cmocka_unit_test(test_configure_keeps_running_groups),
         cmocka_unit_test(test_configure_reattaches_a_detached_group),
+        cmocka_unit_test(test_a_group_detached_across_two_reloads_leaves_cleanly),
         cmocka_unit_test(test_configure_keeps_waiting_groups),
         cmocka_unit_test(test_random_traffic_keeps_the_constraints),
     };
