@@ -827,13 +827,14 @@ dm_http_write_request(char *out, size_t cap, const struct dm_http_msg *msg,
     bool host = false;
     for (unsigned i = 0; i < msg->nfields; i++) {
         const struct dm_http_field *f = &msg->fields[i];
-        if (dropped(msg, info, i)) {
-            continue;
-        }
+        /* Upgrade goes with an upgrade, even named in Connection (as it must be). */
         if (is_hop_by_hop(f->name)) {
             if (info->upgrade && dm_span_ieq(f->name, "upgrade")) {
                 put_field(&o, f->name, f->value);
             }
+            continue;
+        }
+        if (dropped(msg, info, i)) {
             continue;
         }
         if (dm_span_ieq(f->name, "x-forwarded-proto")) {
@@ -930,13 +931,13 @@ dm_http_write_response(char *out, size_t cap, const char *head, size_t head_len,
     bool is101 = eol - sp >= 4 && memcmp(sp, " 101", 4) == 0;
     for (unsigned i = 0; i < msg->nfields; i++) {
         const struct dm_http_field *f = &msg->fields[i];
-        if (dropped(msg, info, i)) {
-            continue;
-        }
         if (is_hop_by_hop(f->name)) {
             if (is101 && dm_span_ieq(f->name, "upgrade")) {
                 put_field(&o, f->name, f->value);
             }
+            continue;
+        }
+        if (dropped(msg, info, i)) {
             continue;
         }
         put_field(&o, f->name, f->value);

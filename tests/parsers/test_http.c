@@ -1600,6 +1600,19 @@ test_rewrite_upgrade_request_keeps_upgrade(void **state)
                      "Via: 1.1 dimmer\r\n"
                      "Connection: upgrade\r\n"
                      "\r\n");
+    /* Connection naming another field too: that one goes, Upgrade stays
+     * (it went, and the server answered 426). */
+    assert_rewritten(LIT("GET /ws HTTP/1.1\r\nHost: a\r\nConnection: Upgrade, X-Foo\r\n"
+                         "X-Foo: 1\r\nUpgrade: websocket\r\n\r\n"),
+                     &o,
+                     "GET /ws HTTP/1.1\r\n"
+                     "Host: a\r\n"
+                     "Upgrade: websocket\r\n"
+                     "X-Forwarded-For: 10.0.0.9\r\n"
+                     "X-Forwarded-Proto: http\r\n"
+                     "Via: 1.1 dimmer\r\n"
+                     "Connection: upgrade\r\n"
+                     "\r\n");
 }
 
 static void
@@ -1732,6 +1745,11 @@ test_rewrite_101_keeps_upgrade(void **state)
     /* Even when the client connection is to close after it. */
     const struct opts close = { .response = true, .close = true };
     assert_rewritten(LIT(resp), &close, expected);
+    assert_rewritten(LIT("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+                         "Connection: X-Bar, Upgrade\r\nX-Bar: 1\r\n\r\n"),
+                     &o,
+                     "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+                     "Connection: upgrade\r\n\r\n");
 }
 
 static void
