@@ -298,6 +298,14 @@ long dm_conf_find_pool(struct dm_conf_loader *ld, const yaml_node_t *n);
 /* A token of RFC 9110 section 5.6.2: what a header or cookie name may be made of. */
 bool dm_conf_is_token(const char *s);
 
+/* Whether a header that dimmer sets on a request would be one it frames the
+ * message by, or writes itself (Host, Content-Length, hop-by-hop fields,
+ * X-Forwarded-*, Via): a configured one would replace it (smuggling). */
+bool dm_conf_header_is_ours(const char *name);
+#define DM_CONF_OURS_TEXT                                                                          \
+    "Host, Content-Length, Transfer-Encoding, Connection, Keep-Alive, Proxy-Connection, TE, "      \
+    "Trailer, Upgrade, Expect, X-Forwarded-For, X-Forwarded-Proto, Via"
+
 /* ---- session.c: the session block of balance: session ---- */
 
 /* The defaults of a pool's session block (s zeroed before); false when out of memory. */

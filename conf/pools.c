@@ -7,10 +7,27 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "balancers/balancer.h"
 #include "balancers/hash.h"
 #include "conf/conf.h"
+
+bool
+dm_conf_header_is_ours(const char *name)
+{
+    static const char *const ours[] = { "host",       "content-length",  "transfer-encoding",
+                                        "connection", "keep-alive",      "proxy-connection",
+                                        "te",         "trailer",         "upgrade",
+                                        "expect",     "x-forwarded-for", "x-forwarded-proto",
+                                        "via" };
+    for (size_t i = 0; i < sizeof(ours) / sizeof(ours[0]); i++) {
+        if (strcasecmp(name, ours[i]) == 0) {
+            return true;
+        }
+    }
+    return false;
+}
 
 bool
 dm_conf_is_token(const char *s)

@@ -11,6 +11,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "balancers/balancer.h"
 #include "conf/conf.h"
@@ -426,8 +427,26 @@ dm_conf_load_pool_session(struct dm_conf_loader *ld, struct dm_conf_pool *p, con
     if (v[SS_RATE_HEADER] != NULL) {
         (void)get_name(ld, v[SS_RATE_HEADER], "header", &s->rate_header);
     }
-    if (v[SS_TIER_HEADER] != NULL) {
-        (void)get_name(ld, v[SS_TIER_HEADER], "header", &s->tier_header);
+    if (v[SS_TIER_HEADER] != NULL && get_name(ld, v[SS_TIER_HEADER], "header", &s->tier_header)) {
+        /* dimmer writes it: never a field the request is framed by, nor one it reads. */
+        const char *t = s->tier_header;
+        if (dm_conf_header_is_ours(t)) {
+            dm_conf_fail_at(ld, v[SS_TIER_HEADER],
+                            "tier_header \"%s\" is a field dimmer frames requests by or writes "
+                            "itself (" DM_CONF_OURS_TEXT ")",
+                            t);
+        }
+    }
+    const char *t = s->tier_header;
+    const yaml_node_t *at = v[SS_TIER_HEADER] != NULL ? v[SS_TIER_HEADER] : n;
+    if (t != NULL && ((s->game_header != NULL && strcasecmp(t, s->game_header) == 0) ||
+                      (s->rate_header != NULL && strcasecmp(t, s->rate_header) == 0) ||
+                      (s->group_key == DM_HASH_HEADER && s->group_name != NULL &&
+                       strcasecmp(t, s->group_name) == 0))) {
+        dm_conf_fail_at(ld, at,
+                        "tier_header \"%s\" is also a header the session is read from (group, "
+                        "game_header or rate_header): dimmer replaces it",
+                        t);
     }
     if (v[SS_GAMES] != NULL) {
         load_games(ld, s, v[SS_GAMES]);

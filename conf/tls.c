@@ -908,6 +908,11 @@ dm_conf_load_listener_tls(struct dm_conf_loader *ld, const yaml_node_t *n, const
                             "client_subject_header \"%s\" is not a "
                             "header name",
                             h);
+        } else if (h != NULL && dm_conf_header_is_ours(h)) {
+            dm_conf_fail_at(ld, v[TL_SUBJECT_HEADER],
+                            "client_subject_header \"%s\" is a field dimmer frames requests by "
+                            "or writes itself (" DM_CONF_OURS_TEXT ")",
+                            h);
         } else if (h != NULL) {
             t->subject_header = dm_conf_dup_str(ld, h);
         }

@@ -1872,6 +1872,18 @@ test_session_errors(void **state)
     expect_error(
         LISTEN POOL_G "    session:\n" GAMES "      tier_header: 'X Tier'\n",
         "t.yaml:11:20: bad header name \"X Tier\" (letters, digits and !#$%&'*+-.^_`|~ only)");
+    /* dimmer writes the tier header: never a framing field, nor one the session is read from. */
+    static const char *const tiers[][2] = {
+        { LISTEN POOL_G "    session:\n" GAMES "      tier_header: content-length\n",
+          "t.yaml:11:20: tier_header \"content-length\" is a field dimmer frames requests by or "
+          "writes itself (" DM_CONF_OURS_TEXT ")" },
+        { LISTEN POOL_G "    session:\n" GAMES "      tier_header: X-GAME\n",
+          "t.yaml:11:20: tier_header \"X-GAME\" is also a header the session is read from "
+          "(group, game_header or rate_header): dimmer replaces it" },
+    };
+    for (size_t i = 0; i < sizeof(tiers) / sizeof(tiers[0]); i++) {
+        expect_error(tiers[i][0], tiers[i][1]);
+    }
     expect_error(LISTEN POOL_G "    session:\n" GAMES "      dvmax: 1.5s\n",
                  "t.yaml:11:14: bad duration \"1.5s\" (use ms, s, m, h)");
     expect_error(LISTEN POOL_G "    session:\n" GAMES "      window: soon\n",

@@ -470,6 +470,10 @@ class TlsTest(H.DimmerTest):
             ("{certificates: }", r"check\.yaml:3:\d+: certificates: expected at least one"),
             ("{cert: \"%s\", key: \"%s\", verify_client: required}" % self.site,
              r"check\.yaml:3:\d+: verify_client required needs client_ca"),
+            # dimmer writes it: a framing field would let a client's body be a second request.
+            ("{cert: \"%s\", key: \"%s\", client_subject_header: Content-Length}" % self.site,
+             r"check\.yaml:3:\d+: client_subject_header \"Content-Length\" is a field dimmer "
+             r"frames requests by or writes itself"),
         )
         for tls, want in cases:
             with self.subTest(want):
