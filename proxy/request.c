@@ -153,12 +153,15 @@ span_trim(const char *p, const char *e)
  * The value of cookie name in the request's Cookie fields (a=1; b=2); p NULL
  * when none. As RFC 6265 reads a cookie: the spaces around its name and
  * value are not theirs, nor the double quotes around a quoted value.
+ * count not NULL: how many times it is given, in *count (the first is returned).
  */
 static struct dm_span
-req_cookie(const struct dm_req *req, const char *name)
+req_cookie(const struct dm_req *req, const char *name, unsigned *count)
 {
     const struct dm_http_msg *m = &req->msg;
     size_t nlen = strlen(name);
+    struct dm_span first = { NULL, 0 };
+    unsigned n = 0;
     for (unsigned i = 0; i < m->nfields; i++) {
         if (!dm_span_ieq(m->fields[i].name, "cookie")) {
             continue;
@@ -171,20 +174,28 @@ req_cookie(const struct dm_req *req, const char *name)
             const char *e = semi != NULL ? semi : end;
             const char *eq = memchr(p, '=', (size_t)(e - p));
             if (eq != NULL) {
-                struct dm_span n = span_trim(p, eq);
+                struct dm_span nm = span_trim(p, eq);
                 struct dm_span val = span_trim(eq + 1, e);
                 if (val.len >= 2 && val.p[0] == '"' && val.p[val.len - 1] == '"') {
                     val.p++;
                     val.len -= 2;
                 }
-                if (n.len == nlen && memcmp(n.p, name, nlen) == 0) {
-                    return val;
+                if (nm.len == nlen && memcmp(nm.p, name, nlen) == 0) {
+                    if (n++ == 0) {
+                        first = val;
+                    }
+                    if (count == NULL) {
+                        return first;
+                    }
                 }
             }
             p = semi != NULL ? semi + 1 : end;
         }
     }
-    return (struct dm_span){ NULL, 0 };
+    if (count != NULL) {
+        *count = n;
+    }
+    return first;
 }
 
 /* How many fields of the request are called name (any case). */
@@ -211,7 +222,7 @@ req_hash_key(struct dm_req *req)
     }
     if (h->key == DM_HASH_HEADER || h->key == DM_HASH_COOKIE) {
         struct dm_span v =
-            h->key == DM_HASH_HEADER ? req_field(req, h->name) : req_cookie(req, h->name);
+            h->key == DM_HASH_HEADER ? req_field(req, h->name) : req_cookie(req, h->name, NULL);
         if (v.p != NULL) {
             return dm_hash_bytes(v.p, v.len);
         }
@@ -270,8 +281,14 @@ req_session_place(struct dm_req *req, struct dm_rpool *p, uint64_t now_us)
             dm_client_respond_error(c, 400, "a session header given more than once");
             return -1;
         }
-        struct dm_span group = sc->group_key == DM_HASH_COOKIE ? req_cookie(req, sc->group_name)
-                                                               : req_field(req, sc->group_name);
+        unsigned cookies = 0;
+        struct dm_span group = sc->group_key == DM_HASH_COOKIE
+                                   ? req_cookie(req, sc->group_name, &cookies)
+                                   : req_field(req, sc->group_name);
+        if (cookies > 1) {
+            dm_client_respond_error(c, 400, "the session's group cookie given more than once");
+            return -1;
+        }
         struct dm_span game = req_field(req, sc->game_header);
         struct dm_span rate = req_field(req, sc->rate_header);
         double asked = rate.p != NULL ? req_parse_rate(rate) : -1;

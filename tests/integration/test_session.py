@@ -204,6 +204,13 @@ class SessionTest(H.DimmerTest):
         # No cookie of that name: a session of its own (a group of one).
         self.placed("g1", extra=[("Cookie", "theme=dark; roomx=r1")])
         self.assertEqual(self.sstats()["groups"], 4)
+        # Twice, in one field or two: dimmer would place by the first, the
+        # server might read the last (another room, on another server).
+        for extra in ([("Cookie", "room=r1; room=r2")],
+                      [("Cookie", "room=r1"), ("Cookie", "room=r2")]):
+            r, _ = self.session(extra=extra)
+            self.assertEqual(r.status, 400, (extra, r))
+        self.assertEqual(self.sstats()["groups"], 4)
 
     def test_a_session_header_given_twice_is_refused(self):
         # dimmer would place by one value, the server might read the other.
