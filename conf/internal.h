@@ -302,6 +302,12 @@ bool dm_conf_is_token(const char *s);
  * message by, or writes itself (Host, Content-Length, hop-by-hop fields,
  * X-Forwarded-*, Via): a configured one would replace it (smuggling). */
 bool dm_conf_header_is_ours(const char *name);
+
+/* Sessions' numbers, bounded so that their sums and squares stay finite (an
+ * LBF of inf made /stats invalid JSON). */
+#define DM_CONF_RATE_MAX             1e4  /* frames a second */
+#define DM_CONF_FRAME_LOAD_MAX       1e6  /* load of a frame */
+#define DM_CONF_SESSION_CAPACITY_MAX 1e12 /* a server's */
 #define DM_CONF_OURS_TEXT                                                                          \
     "Host, Content-Length, Transfer-Encoding, Connection, Keep-Alive, Proxy-Connection, TE, "      \
     "Trailer, Upgrade, Expect, X-Forwarded-For, X-Forwarded-Proto, Via"

@@ -194,8 +194,8 @@ load_server(struct dm_conf_loader *ld, struct dm_conf_pool *p, yaml_node_item_t 
         (void)dm_conf_get_unsigned(ld, v[SRV_CAPACITY], "capacity", 1, 1000000, &s->capacity);
     }
     if (v[SRV_SESSION_CAPACITY] != NULL) {
-        (void)dm_conf_get_double(ld, v[SRV_SESSION_CAPACITY], "session_capacity", 0.0,
-                                 &s->session_capacity);
+        (void)dm_conf_get_double_in(ld, v[SRV_SESSION_CAPACITY], "session_capacity", 0.0,
+                                    DM_CONF_SESSION_CAPACITY_MAX, &s->session_capacity);
     }
     if (v[SRV_MAX_CONNS] != NULL) {
         (void)dm_conf_get_unsigned(ld, v[SRV_MAX_CONNS], "max_conns", 0, 1000000, &s->max_conns);

@@ -126,7 +126,7 @@ load_rates(struct dm_conf_loader *ld, struct dm_conf_game *g, const yaml_node_t 
     }
     for (size_t i = 0; i < count; i++) {
         const yaml_node_t *item = dm_conf_node(ld, items[i]);
-        if (!dm_conf_get_double(ld, item, "a rate", 0.0, &r[i])) {
+        if (!dm_conf_get_double_in(ld, item, "a rate", 0.0, DM_CONF_RATE_MAX, &r[i])) {
             free(r);
             return;
         }
@@ -160,7 +160,8 @@ load_game(struct dm_conf_loader *ld, struct dm_conf_game *g, const yaml_node_t *
         }
     }
     if (v[GM_FRAME_LOAD] != NULL) {
-        (void)dm_conf_get_double(ld, v[GM_FRAME_LOAD], "frame_load", 0.0, &g->frame_load);
+        (void)dm_conf_get_double_in(ld, v[GM_FRAME_LOAD], "frame_load", 0.0, DM_CONF_FRAME_LOAD_MAX,
+                                    &g->frame_load);
     }
     if (v[GM_RATES] != NULL) {
         load_rates(ld, g, v[GM_RATES]);

@@ -1872,7 +1872,8 @@ test_session_errors(void **state)
     expect_error(
         LISTEN POOL_G "    session:\n" GAMES "      tier_header: 'X Tier'\n",
         "t.yaml:11:20: bad header name \"X Tier\" (letters, digits and !#$%&'*+-.^_`|~ only)");
-    /* dimmer writes the tier header: never a framing field, nor one the session is read from. */
+    /* dimmer writes the tier header: never a framing field, nor one the session is read from;
+     * the numbers are bounded (an LBF of inf made /stats invalid JSON). */
     static const char *const tiers[][2] = {
         { LISTEN POOL_G "    session:\n" GAMES "      tier_header: content-length\n",
           "t.yaml:11:20: tier_header \"content-length\" is a field dimmer frames requests by or "
@@ -1880,6 +1881,8 @@ test_session_errors(void **state)
         { LISTEN POOL_G "    session:\n" GAMES "      tier_header: X-GAME\n",
           "t.yaml:11:20: tier_header \"X-GAME\" is also a header the session is read from "
           "(group, game_header or rate_header): dimmer replaces it" },
+        { LISTEN POOL_G "    session:\n      games:\n        go: {frame_load: 1e290, rates: [1]}\n",
+          "t.yaml:10:26: frame_load must be at most 1e+06, got 1e290" },
     };
     for (size_t i = 0; i < sizeof(tiers) / sizeof(tiers[0]); i++) {
         expect_error(tiers[i][0], tiers[i][1]);
