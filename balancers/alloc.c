@@ -423,7 +423,15 @@ dm_alloc_regroup(struct dm_alloc *a, size_t gi)
     }
     compute_ok(a, gi);
     int s = a->server[gi];
-    return s == DM_ALLOC_NONE || ok_on(a, gi, s) ? 0 : -ERANGE;
+    if (s != DM_ALLOC_NONE) {
+        return ok_on(a, gi, s) ? 0 : -ERANGE;
+    }
+    for (s = 0; s < (int)p->nservers; s++) {
+        if (ok_on(a, gi, s)) {
+            return 0;
+        }
+    }
+    return -ERANGE;
 }
 
 int

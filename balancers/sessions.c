@@ -497,10 +497,8 @@ join_group(struct dm_sessions *t, struct sgroup *g, const struct dm_sessions_ask
     }
     group_push(t, g, m, ask->delay_ms);
     slot_sync(t, g);
-    if (g->state == G_WAITING) {
-        *out = m;
-        return DM_SESSIONS_WAITING;
-    }
+    /* Placed: C3 and C4 on its server. Waiting: on some server, or the one
+     * out of reach would have the whole group refused at the batch pass. */
     if (dm_alloc_regroup(&t->a, g->slot) != 0) {
         group_drop(t, g, m);
         slot_sync(t, g);
@@ -509,8 +507,11 @@ join_group(struct dm_sessions *t, struct sgroup *g, const struct dm_sessions_ask
         fill_place(g, pl);
         return -ERANGE;
     }
-    fill_place(g, pl);
     *out = m;
+    if (g->state == G_WAITING) {
+        return DM_SESSIONS_WAITING;
+    }
+    fill_place(g, pl);
     return DM_SESSIONS_PLACED;
 }
 

@@ -780,9 +780,11 @@ test_regroup_checks_new_clients_on_the_groups_server(void **state)
     g.nclients = 2;
     assert_int_equal(dm_alloc_regroup(&a, 0), 0);
     assert_true(fabs(a.load[1] - 10) < TOL); /* the load did not change */
-    /* Unplaced and bad slots. */
+    /* Unplaced: whether some server holds C3 and C4 for it; bad slots. */
     dm_alloc_remove(&a, 0);
-    assert_int_equal(dm_alloc_regroup(&a, 0), 0);
+    assert_int_equal(dm_alloc_regroup(&a, 0), 0); /* server 1 */
+    delay[3] = 200; /* dmax 100: client 1 out of reach of server 1 too */
+    assert_int_equal(dm_alloc_regroup(&a, 0), -ERANGE);
     assert_int_equal(dm_alloc_regroup(&a, 1), -EINVAL);
     dm_alloc_fini(&a);
 }

@@ -314,6 +314,14 @@ test_batch_places_waiting_groups_together(void **state)
     /* A second client of "a" arrives in the same window: "a" must go to server 2. */
     struct dm_sessions_ask a = ask("a", 20, near2);
     assert_int_equal(dm_sessions_join(t, &a, &m[n++], &pl), DM_SESSIONS_WAITING);
+    /* A third, 200 from every server but 80 from server 2 (the spread with
+     * 10 is 70 > dvmax there): out of reach, refused at once, and "a" is
+     * still placed by the pass (it made the whole group unplaceable). */
+    static const double far[3] = { 200, 200, 80 };
+    struct dm_sessions_member *gone = NULL;
+    a = ask("a", 20, far);
+    assert_int_equal(dm_sessions_join(t, &a, &gone, &pl), -ERANGE);
+    assert_null(gone);
     assert_int_equal(dm_sessions_waiting(t), 6);
     assert_int_equal(dm_sessions_status(t, m[0], &pl), DM_SESSIONS_WAITING);
     assert_int_equal(dm_sessions_batch(t, &rng), 6);
