@@ -110,6 +110,7 @@ struct dm_alloc {
     size_t *_best_tier;
     size_t *_saved_tier; /* tiers of two servers' groups before a move (scratch) */
     void *_order;        /* greedy order (scratch) */
+    size_t *_heap;       /* one server's groups by raise gain (scratch) */
 };
 
 /*

@@ -247,7 +247,7 @@ load_anneal(struct dm_conf_loader *ld, struct dm_conf_session *s, const yaml_nod
         return;
     }
     if (v[AN_ITERATIONS] != NULL) {
-        (void)dm_conf_get_uint(ld, v[AN_ITERATIONS], "iterations", 0, 10000000,
+        (void)dm_conf_get_uint(ld, v[AN_ITERATIONS], "iterations", 0, 1000000,
                                &s->anneal_iterations);
     }
     if (v[AN_T0] != NULL) {

@@ -1894,7 +1894,7 @@ test_session_errors(void **state)
     expect_error(LISTEN POOL_G "    session:\n" GAMES "      max_members: 0\n",
                  "t.yaml:11:20: max_members must be between 1 and 65535, got 0");
     expect_error(LISTEN POOL_G "    session:\n" GAMES "      anneal: {iterations: -1}\n",
-                 "t.yaml:11:28: iterations must be between 0 and 10000000, got -1");
+                 "t.yaml:11:28: iterations must be between 0 and 1000000, got -1");
     expect_error(LISTEN POOL_G "    session:\n" GAMES "      dmaxx: 1\n",
                  "t.yaml:11:7: unknown key \"dmaxx\" (did you mean \"dmax\"?)");
     expect_error(LISTEN POOL_G "    session:\n" GAMES
