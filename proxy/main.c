@@ -302,6 +302,11 @@ stop(struct control *ctl)
     sd_notify(0, "STOPPING=1");
     dm_log_info("stopping: draining connections (at most %llu ms)",
                 (unsigned long long)ctl->rt->conf->timeouts.shutdown_ms);
+    /* Sessions waiting for a batch pass get it now: the control loop ends
+     * here, and no pass would come (they waited for their timeout, then 503). */
+    if (dm_placers_run(ctl->placers, UINT64_MAX) && ctl->workers != NULL) {
+        dm_workers_sessions_decided(ctl->workers, ctl->nworkers);
+    }
     control_close(ctl);
 }
 

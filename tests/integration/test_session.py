@@ -346,6 +346,23 @@ class SessionTest(H.DimmerTest):
                      in self.d.proc.stderr(), 10, "the abort logged")
         self.assertEqual(c.sock.recv(100), b"")  # closed, unanswered
 
+    def test_a_stop_places_the_waiting_sessions(self):
+        # A window far longer than the test, and a graceful stop: the control
+        # loop ends, so no pass would come (they waited out window + connect,
+        # then 503). The stop runs the pass: they are placed and served.
+        self.start(window="60s")
+        conns = []
+        for group in ("s1", "s1", "s2"):
+            c = SrcConn(self.d.port, "127.0.0.2")
+            self.open.append(c)
+            c.send(ws_request(group))
+            conns.append(c)
+        H.wait_until(lambda: self.sstats()["waiting"] == 2, 10, "two waiting groups")
+        self.d.proc.signal(signal.SIGTERM)
+        for c in conns:
+            r = c.read_response(timeout=20)
+            self.assertEqual(r.status, 101, r)
+
     def test_reload_keeps_running_sessions(self):
         self.start()
         homes = {g: self.placed(g)[0] for g in ("r1", "r2", "r3")}
