@@ -35,7 +35,7 @@
 
 struct control {
     uv_loop_t *loop;
-    uv_signal_t signals[4];  /* handled_signals[] */
+    uv_signal_t signals[5];  /* handled_signals[] */
     unsigned nsignals;       /* initialized and not closed */
     struct dm_runtime *rt;   /* live runtime (our reference) */
     struct dm_runtime *prev; /* the one before, kept until the next reload */
@@ -65,10 +65,14 @@ struct control {
     uv_timer_t watchdog; /* systemd's watchdog, fed while every worker ticks */
     bool watchdog_open;
     uint64_t *beats_seen; /* each worker's heartbeat at the last feed */
+    uv_timer_t reload;    /* a SIGHUP's reload, at the next turn: a burst of them is one */
+    bool reload_open;
     bool stopping;
 };
 
-static const int handled_signals[4] = { SIGTERM, SIGINT, SIGHUP, SIGUSR1 };
+/* SIGQUIT stops gracefully too, as nginx's; while dimmer drains, each is
+ * still handled (taken and set aside), never the default action's kill. */
+static const int handled_signals[5] = { SIGTERM, SIGINT, SIGQUIT, SIGHUP, SIGUSR1 };
 
 static void
 usage(FILE *f)
@@ -267,9 +271,14 @@ reload_conf(struct control *ctl)
     }
 }
 
-/* Closes what the control loop has open (admin, health checks, signals), once. */
+/*
+ * Closes what the control loop has open (admin, health checks, timers), once;
+ * the signal handlers only with signals: until the workers have drained, a
+ * signal must not get its default action (SIGHUP, SIGUSR1 and a second
+ * SIGTERM killed dimmer in the middle of its drain).
+ */
 static void
-control_close(struct control *ctl)
+control_close(struct control *ctl, bool signals)
 {
     dm_admin_stop(ctl->admin);
     ctl->admin = NULL;
@@ -282,10 +291,18 @@ control_close(struct control *ctl)
         uv_close((uv_handle_t *)&ctl->sessions, NULL);
         ctl->sessions_open = false;
     }
-    for (unsigned i = 0; i < ctl->nsignals; i++) {
-        uv_close((uv_handle_t *)&ctl->signals[i], NULL);
+    if (ctl->reload_open) {
+        uv_close((uv_handle_t *)&ctl->reload, NULL);
+        ctl->reload_open = false;
     }
-    ctl->nsignals = 0;
+    for (unsigned i = 0; i < ctl->nsignals; i++) {
+        if (signals) {
+            uv_close((uv_handle_t *)&ctl->signals[i], NULL);
+        } else {
+            uv_unref((uv_handle_t *)&ctl->signals[i]); /* the loop may run out */
+        }
+    }
+    ctl->nsignals = signals ? 0 : ctl->nsignals;
     if (ctl->watchdog_open) {
         uv_close((uv_handle_t *)&ctl->watchdog, NULL);
         ctl->watchdog_open = false;
@@ -307,7 +324,7 @@ stop(struct control *ctl)
     if (dm_placers_run(ctl->placers, UINT64_MAX) && ctl->workers != NULL) {
         dm_workers_sessions_decided(ctl->workers, ctl->nworkers);
     }
-    control_close(ctl);
+    control_close(ctl, false);
 }
 
 static void
@@ -457,13 +474,21 @@ reopen_logs(struct control *ctl)
 }
 
 static void
+on_reload(uv_timer_t *t)
+{
+    reload(t->data);
+}
+
+static void
 on_signal(uv_signal_t *h, int signum)
 {
     struct control *ctl = h->data;
-    if (signum == SIGHUP) {
-        reload(ctl);
-    } else if (signum == SIGUSR1) {
+    if (signum == SIGUSR1) {
         reopen_logs(ctl);
+    } else if (ctl->stopping) {
+        dm_log_info("%s while stopping: the drain goes on", strsignal(signum));
+    } else if (signum == SIGHUP) {
+        uv_timer_start(&ctl->reload, on_reload, 0, 0); /* those that came with it, once */
     } else {
         stop(ctl);
     }
@@ -749,9 +774,15 @@ main(int argc, char **argv)
         fprintf(stderr, "dimmer: cannot make the control loop\n");
         goto unpublish_runtime;
     }
+    if ((r = uv_timer_init(ctl.loop, &ctl.reload)) < 0) {
+        fprintf(stderr, "dimmer: cannot make the control loop: %s\n", uv_strerror(r));
+        goto unpublish_runtime;
+    }
+    ctl.reload.data = &ctl;
+    ctl.reload_open = true;
     /* Handlers first: a SIGHUP that arrives once the listeners answer must
      * reload, not kill the process with the default action. */
-    for (unsigned i = 0; i < 4 && r == 0; i++) {
+    for (unsigned i = 0; i < 5 && r == 0; i++) {
         r = uv_signal_init(ctl.loop, &ctl.signals[i]);
         if (r == 0) {
             ctl.nsignals++;
@@ -845,10 +876,10 @@ main(int argc, char **argv)
     rc = 0;
 
 stop_workers:
-    control_close(&ctl); /* the admin first: its commands address the workers */
+    control_close(&ctl, false); /* the admin first: its commands address the workers */
     dm_workers_stop(ctl.workers, ctl.nworkers, shutdown_ms);
 close_control:
-    control_close(&ctl); /* nothing left when the loop ran out */
+    control_close(&ctl, true); /* nothing left when the loop ran out */
     if (ctl.acked_open) {
         dm_workers_set_notify(NULL);
         uv_close((uv_handle_t *)&ctl.acked, NULL);

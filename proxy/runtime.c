@@ -6,6 +6,7 @@
  * health, power state and connection counts are in its host, which outlives
  * every runtime (the process's host table), so a reload keeps them.
  */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,7 +18,12 @@
 #include "proxy/session.h"
 #include "proxy/tls.h"
 
-static _Atomic(struct dm_runtime *) current;
+/* The published runtime. Its load and its reference are taken together under
+ * the lock: a worker descheduled between the two, over two reloads, took a
+ * reference to a runtime already freed. Taken only at a reload's wake-up and
+ * by the admin, so never contended. */
+static struct dm_runtime *current;
+static pthread_mutex_t current_lock = PTHREAD_MUTEX_INITIALIZER;
 static atomic_uint_fast64_t generations;
 
 struct dm_runtime *
@@ -154,12 +160,12 @@ dm_runtime_unref(struct dm_runtime *rt)
 struct dm_runtime *
 dm_runtime_current(void)
 {
-    /* Only the control thread publishes, and it holds a reference to the old
-     * runtime until every worker has moved on, so this load-then-ref is safe. */
-    struct dm_runtime *rt = atomic_load_explicit(&current, memory_order_acquire);
+    pthread_mutex_lock(&current_lock);
+    struct dm_runtime *rt = current;
     if (rt != NULL) {
         dm_runtime_ref(rt);
     }
+    pthread_mutex_unlock(&current_lock);
     return rt;
 }
 
@@ -169,6 +175,9 @@ dm_runtime_publish(struct dm_runtime *rt)
     if (rt != NULL) {
         dm_runtime_ref(rt);
     }
-    struct dm_runtime *old = atomic_exchange_explicit(&current, rt, memory_order_acq_rel);
+    pthread_mutex_lock(&current_lock);
+    struct dm_runtime *old = current;
+    current = rt;
+    pthread_mutex_unlock(&current_lock);
     dm_runtime_unref(old);
 }

@@ -296,6 +296,28 @@ class RunTest(H.DimmerTest):
         self.assertLess(took, 6)
         self.assertFalse(H.port_answers(d.port))
 
+    def test_signals_during_the_drain_do_not_cut_it(self):
+        # SIGQUIT stops gracefully, as nginx's. The signal handlers were closed
+        # when the drain began: a SIGHUP (systemctl reload), a SIGUSR1
+        # (logrotate) or a second SIGTERM then killed dimmer, and the request
+        # being drained got an empty reply.
+        for first, then in ((signal.SIGQUIT, signal.SIGHUP), (signal.SIGTERM, signal.SIGUSR1),
+                            (signal.SIGTERM, signal.SIGTERM)):
+            with self.subTest(first=first, then=then):
+                d = self.start_dimmer({"web": self.pool(self.b1)}, timeouts={"shutdown": "8s"})
+                with H.Conn(d.port, timeout=10) as slow:
+                    slow.send(H.build_request("GET", "/slow/1500"))
+                    H.wait_until(lambda: d.servers()["b1"]["inflight"] == 1, 5,
+                                 "the slow request")
+                    d.proc.signal(first)
+                    H.wait_until(lambda: "stopping: draining" in d.proc.stderr(), 5,
+                                 "the drain to begin")
+                    d.proc.signal(then)
+                    r = slow.read_response(timeout=8)
+                    self.assertEqual((r.status, r.body), (200, b"slept\n"))
+                self.assertEqual(d.proc.wait(8), 0)
+                self.assertIn("info: stopped", d.proc.stderr())
+
     def test_sigterm_closes_idle_connections_at_once(self):
         d = self.start_dimmer({"web": self.pool(self.b1)}, timeouts={"shutdown": "8s"})
         with H.Conn(d.port) as idle:
