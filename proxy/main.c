@@ -187,6 +187,13 @@ reload(struct control *ctl)
     sd_notify(0, ctl->watchdog_open ? "READY=1\nWATCHDOG=1" : "READY=1");
 }
 
+/* Two optional texts alike: both absent, or equal. */
+static bool
+same_text(const char *a, const char *b)
+{
+    return a == NULL || b == NULL ? a == b : strcmp(a, b) == 0;
+}
+
 static void
 reload_conf(struct control *ctl)
 {
@@ -226,16 +233,23 @@ reload_conf(struct control *ctl)
         }
         dm_log_warn("reload: listener changes take effect at the next restart");
     }
-    if (conf->admin.text != NULL && ctl->rt->conf->admin.text != NULL &&
-        strcmp(conf->admin.text, ctl->rt->conf->admin.text) != 0) {
+    if (!same_text(conf->admin.text, ctl->rt->conf->admin.text)) {
         dm_log_warn("reload: admin listener changes take effect at the next restart");
     }
-    if ((conf->metrics.text == NULL) != (ctl->rt->conf->metrics.text == NULL) ||
-        (conf->metrics.text != NULL &&
-         strcmp(conf->metrics.text, ctl->rt->conf->metrics.text) != 0)) {
+    if (!same_text(conf->metrics.text, ctl->rt->conf->metrics.text)) {
         dm_log_warn("reload: power metrics listener changes take effect at the next restart");
     }
     const struct dm_conf *was = ctl->rt->conf;
+    if (conf->workers != was->workers) {
+        dm_log_warn("reload: workers take effect at the next restart (%u running)", ctl->nworkers);
+    }
+    if (conf->catalog.memory != was->catalog.memory) {
+        dm_log_warn("reload: catalog.memory takes effect at the next restart");
+    }
+    if (!same_text(conf->access_log, was->access_log) ||
+        !same_text(conf->error_log, was->error_log)) {
+        dm_log_warn("reload: access_log and error_log take effect at the next restart");
+    }
     if (conf->uid != was->uid || conf->gid != was->gid ||
         (conf->user == NULL) != (was->user == NULL)) {
         dm_log_warn("reload: user and group changes take effect at the next restart");

@@ -147,6 +147,20 @@ class RunTest(H.DimmerTest):
         self.assertNotIn("take effect at the next restart", d.proc.stderr())
         self.assertEqual(d.proc.stderr().count("listening on"), 2, d.proc.stderr())
 
+    def test_sighup_warns_of_what_waits_for_a_restart(self):
+        d = self.start_dimmer({"web": self.pool(self.b1)})
+        text = H.yaml_config(0, {"web": self.pool(self.b1)}, admin=0, workers=2)
+        text += "access_log: \"%s\"\ncatalog: {memory: 64m}\n" % self.path("access.log")
+        with open(d.conf_path, "w") as f:
+            f.write(text)
+        d.proc.signal(signal.SIGHUP)
+        H.wait_until(lambda: d.admin_stats()["generation"] == 2, 5, "the reload")
+        log = d.proc.stderr()
+        for what in ("workers take effect at the next restart (1 running)",
+                     "catalog.memory takes effect at the next restart",
+                     "access_log and error_log take effect at the next restart"):
+            self.assertIn(what, log)
+
     def reload(self, d, pools, generation):
         with open(d.conf_path, "w") as f:
             f.write(H.yaml_config(0, pools, admin=0,
