@@ -137,14 +137,16 @@ health_start(struct control *ctl, struct dm_runtime *rt)
     return 0;
 }
 
+/* Whether c's listeners are those bound at start, as written (the sockets a
+ * reload keeps whatever it says: not the previous config's). */
 static bool
-same_listeners(const struct dm_conf *a, const struct dm_conf *b)
+same_listeners(const struct dm_conf *c, const struct control *ctl)
 {
-    if (a->nlisteners != b->nlisteners) {
+    if (c->nlisteners != ctl->nbound) {
         return false;
     }
-    for (size_t i = 0; i < a->nlisteners; i++) {
-        if (strcmp(a->listeners[i].text, b->listeners[i].text) != 0) {
+    for (size_t i = 0; i < c->nlisteners; i++) {
+        if (ctl->bound_text[i] == NULL || strcmp(c->listeners[i].text, ctl->bound_text[i]) != 0) {
             return false;
         }
     }
@@ -212,7 +214,7 @@ reload_conf(struct control *ctl)
         return;
     }
     dm_conf_errors_fini(&err);
-    if (!same_listeners(conf, ctl->rt->conf)) {
+    if (!same_listeners(conf, ctl)) {
         /* The sockets stay those bound at start, and listener i takes the tls
          * block of the new listener i: one that would speak TLS where it did
          * not, or stop where it did, on a socket other than its own, waits

@@ -160,6 +160,15 @@ class RunTest(H.DimmerTest):
                      "catalog.memory takes effect at the next restart",
                      "access_log and error_log take effect at the next restart"):
             self.assertIn(what, log)
+        # A moved listener is compared with the socket bound at start, not with
+        # the config before: moved twice, two warnings; moved back, none.
+        moved = "reload: listener changes take effect at the next restart"
+        for generation, port, warnings in ((3, 1, 1), (4, 1, 2), (5, 0, 2)):
+            with open(d.conf_path, "w") as f:
+                f.write(H.yaml_config(port, {"web": self.pool(self.b1)}, admin=0))
+            d.proc.signal(signal.SIGHUP)
+            H.wait_until(lambda: d.admin_stats()["generation"] == generation, 5, "the reload")
+            self.assertEqual(d.proc.stderr().count(moved), warnings)
 
     def reload(self, d, pools, generation):
         with open(d.conf_path, "w") as f:
