@@ -310,28 +310,30 @@ size_t
 dm_routes_match(const struct dm_routes *rs, const struct dm_conf *c, const char *host,
                 size_t host_len, const char *path, size_t path_len)
 {
-    if (rs == NULL) {
-        return dm_route_match(c, host, host_len, path, path_len);
+    if (c->nroutes == 0) {
+        return c->default_pool; /* no route: nothing to look up */
     }
-    size_t len = host != NULL ? host_name_len(host, host_len) : 0;
-    const char *name = host != NULL ? host : "";
     size_t best = SIZE_MAX;
     first_of(c, rs->any, rs->nany, path, path_len, &best);
-    /* Every suffix that starts with a dot after the first byte: "*.x.com"
-     * covers some non-empty name, then ".x.com". */
-    uint64_t h = ROUTE_HASH_INIT;
-    for (size_t i = len; i > 0; i--) {
-        h = hash_step(h, (unsigned char)name[i - 1]);
-        if (i > 1 && name[i - 1] == '.' && rs->wild.slots != NULL) {
-            const struct route_key *k = table_find(&rs->wild, h, name + i - 1, len - (i - 1));
-            if (k != NULL) {
-                first_of(c, rs->lists + k->start, k->count, path, path_len, &best);
+    if (rs->exact.slots != NULL || rs->wild.slots != NULL) {
+        size_t len = host != NULL ? host_name_len(host, host_len) : 0;
+        const char *name = host != NULL ? host : "";
+        /* Every suffix that starts with a dot after the first byte: "*.x.com"
+         * covers some non-empty name, then ".x.com". */
+        uint64_t h = ROUTE_HASH_INIT;
+        for (size_t i = len; i > 0; i--) {
+            h = hash_step(h, (unsigned char)name[i - 1]);
+            if (i > 1 && name[i - 1] == '.' && rs->wild.slots != NULL) {
+                const struct route_key *k = table_find(&rs->wild, h, name + i - 1, len - (i - 1));
+                if (k != NULL) {
+                    first_of(c, rs->lists + k->start, k->count, path, path_len, &best);
+                }
             }
         }
-    }
-    const struct route_key *k = table_find(&rs->exact, h, name, len);
-    if (k != NULL) {
-        first_of(c, rs->lists + k->start, k->count, path, path_len, &best);
+        const struct route_key *k = table_find(&rs->exact, h, name, len);
+        if (k != NULL) {
+            first_of(c, rs->lists + k->start, k->count, path, path_len, &best);
+        }
     }
     return best != SIZE_MAX ? c->routes[best].pool : c->default_pool;
 }

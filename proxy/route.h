@@ -30,7 +30,7 @@ struct dm_routes;
 struct dm_routes *dm_routes_build(const struct dm_conf *c);
 void dm_routes_free(struct dm_routes *rs);
 
-/* dm_route_match() through rs (NULL: the scan), with the same answer. */
+/* dm_route_match() through rs (built from c), with the same answer. */
 size_t dm_routes_match(const struct dm_routes *rs, const struct dm_conf *c, const char *host,
                        size_t host_len, const char *path, size_t path_len);
 

@@ -420,6 +420,18 @@ three_groups(int *k, const struct dm_sessions_conf *cf, struct dm_sessions_membe
     return t;
 }
 
+/* A reload that takes k1 away: "b", which runs there, is detached. */
+static void
+reload_without_k1(struct dm_sessions *t, const struct dm_sessions_conf *cf, int *k,
+                  struct rowctx *rc)
+{
+    struct dm_sessions_server without[2] = { { 1000, &k[0] }, { 1000, &k[2] } };
+    assert_int_equal(dm_sessions_configure(t, cf, without, 2, row_of, rc), 0);
+    struct dm_sessions_stats st;
+    dm_sessions_stats(t, &st, NULL, 0);
+    assert_int_equal(st.detached, 1);
+}
+
 /* A detached group whose server comes back (a later reload) counts on it again and takes clients.
  */
 static void
@@ -433,12 +445,9 @@ test_configure_reattaches_a_detached_group(void **state)
     double cd = 10, d[3] = { 10, 10, 10 };
     struct dm_sessions_place pl;
     struct rowctx rc = { 0 };
-    struct dm_sessions_server without[2] = { { 1000, &k[0] }, { 1000, &k[2] } };
-    assert_int_equal(dm_sessions_configure(t, &cf, without, 2, row_of, &rc), 0);
+    reload_without_k1(t, &cf, k, &rc);
     struct dm_sessions_stats st;
     struct dm_sessions_server_stats per[3];
-    dm_sessions_stats(t, &st, per, 2);
-    assert_int_equal(st.detached, 1);
     /* k1 back, last, at capacity 500: "b" runs there, 300 of it taken. */
     struct dm_sessions_server back[3] = { { 1000, &k[0] }, { 1000, &k[2] }, { 500, &k[1] } };
     assert_int_equal(dm_sessions_configure(t, &cf, back, 3, row_of, &rc), 0);
@@ -483,8 +492,7 @@ test_a_group_detached_across_two_reloads_leaves_cleanly(void **state)
         assert_int_equal(pl.server, 1);
     }
     struct rowctx rc = { 0 };
-    struct dm_sessions_server two[2] = { { 1000, &k[0] }, { 1000, &k[2] } };
-    assert_int_equal(dm_sessions_configure(t, &cf, two, 2, row_of, &rc), 0);
+    reload_without_k1(t, &cf, k, &rc);
     struct dm_sessions_server five[5] = {
         { 1000, &k[0] }, { 1000, &k[2] }, { 1000, &k[3] }, { 1000, &k[4] }, { 1000, &k[5] }
     };
