@@ -46,9 +46,11 @@ struct sgroup {
     int state; /* enum group_state */
     int refused;
     size_t slot;
-    int server;       /* placed: its server */
-    const void *home; /* detached: the key of the server it runs on */
-    size_t tier;      /* placed or detached: its rate */
+    bool in_pass;      /* waiting, and taken by the batch pass that is out */
+    size_t pass_index; /* then: its index in that pass */
+    int server;        /* placed: its server */
+    const void *home;  /* detached: the key of the server it runs on */
+    size_t tier;       /* placed or detached: its rate */
     double frame_load;
     double rates[DM_SESSIONS_RATES_MAX];
     size_t nrates, want;
@@ -80,7 +82,10 @@ struct dm_sessions {
     struct sgroup **buckets;
     size_t nbuckets; /* a power of two */
     struct sgroup *list;
-    size_t waiting;
+    size_t waiting; /* groups waiting, in a pass or not */
+    size_t untaken; /* of them, those no pass has taken */
+    bool pass_out;  /* a pass taken and not yet committed */
+    uint64_t gen;   /* configurations taken: a pass of an older one is stale */
     uint64_t placed, lowered, refused;
 };
 
@@ -562,6 +567,7 @@ dm_sessions_join(struct dm_sessions *t, const struct dm_sessions_ask *ask,
     if (t->cf.batch) {
         g->state = G_WAITING;
         t->waiting++;
+        t->untaken++;
     } else {
         int s = place_now(t, g);
         if (s < 0) {
@@ -625,6 +631,7 @@ dm_sessions_leave(struct dm_sessions *t, struct dm_sessions_member *m)
         dm_alloc_remove(&t->a, g->slot); /* its load leaves the server */
     } else if (g->state == G_WAITING) {
         t->waiting--;
+        t->untaken -= !g->in_pass;
     }
     if (in_alloc) {
         slot_release(t, g);
@@ -646,77 +653,193 @@ refuse(struct dm_sessions *t, struct sgroup *g, int why)
     t->refused++;
 }
 
-int
-dm_sessions_batch(struct dm_sessions *t, struct dm_rng *rng)
+/* A batch pass: copies of everything its solve reads, so that it runs without the table. */
+struct dm_sessions_pass {
+    uint64_t gen;
+    size_t nservers, ngroups;
+    struct dm_alloc_server *sv;
+    struct dm_alloc_group *gr;
+    double *rates; /* ngroups x DM_SESSIONS_RATES_MAX */
+    double *rows;  /* every group's delay rows, back to back */
+    struct dm_alloc_problem p;
+    struct dm_alloc_conf solve;
+    struct dm_alloc sa;
+    bool solved;
+};
+
+void
+dm_sessions_pass_free(struct dm_sessions_pass *p)
 {
-    size_t w = t->waiting, m = t->nservers;
+    if (p == NULL) {
+        return;
+    }
+    dm_alloc_fini(&p->sa);
+    free(p->sv);
+    free(p->gr);
+    free(p->rates);
+    free(p->rows);
+    free(p);
+}
+
+int
+dm_sessions_pass_take(struct dm_sessions *t, struct dm_sessions_pass **out)
+{
+    *out = NULL;
+    if (t->pass_out) {
+        return -EBUSY;
+    }
+    size_t w = t->waiting, m = t->nservers, nrows = 0;
     if (w == 0) {
         return 0;
     }
-    struct dm_alloc_server *sv = zalloc(m, sizeof(*sv));
-    struct dm_alloc_group *gr = zalloc(w, sizeof(*gr));
-    struct sgroup **gs = zalloc(w, sizeof(*gs));
-    struct dm_alloc sa = { 0 };
-    int rc = sv != NULL && gr != NULL && gs != NULL ? 0 : -ENOMEM;
+    for (struct sgroup *g = t->list; g != NULL; g = g->next) {
+        nrows += g->state == G_WAITING ? g->nmembers : 0;
+    }
+    struct dm_sessions_pass *p = calloc(1, sizeof(*p));
+    if (p == NULL) {
+        return -ENOMEM;
+    }
+    p->sv = zalloc(m, sizeof(*p->sv));
+    p->gr = zalloc(w, sizeof(*p->gr));
+    p->rates = zalloc(w * DM_SESSIONS_RATES_MAX, sizeof(double));
+    p->rows = zalloc(nrows * m, sizeof(double));
+    if (p->sv == NULL || p->gr == NULL || p->rates == NULL || p->rows == NULL) {
+        dm_sessions_pass_free(p);
+        return -ENOMEM;
+    }
+    /* What the running groups leave of each server is the pass's room. */
+    for (size_t s = 0; s < m; s++) {
+        p->sv[s] =
+            (struct dm_alloc_server){ .capacity = t->asv[s].capacity, .base_load = t->a.load[s] };
+    }
+    size_t k = 0;
+    double *row = p->rows;
+    for (struct sgroup *g = t->list; g != NULL; g = g->next) {
+        if (g->state != G_WAITING) {
+            continue;
+        }
+        const struct dm_alloc_group *src = &t->groups[g->slot];
+        double *rates = &p->rates[k * DM_SESSIONS_RATES_MAX];
+        memcpy(rates, src->rates, src->nrates * sizeof(double));
+        if (src->nclients * m > 0) {
+            memcpy(row, src->delay_ms, src->nclients * m * sizeof(double));
+        }
+        p->gr[k] = *src;
+        p->gr[k].rates = rates;
+        p->gr[k].delay_ms = row;
+        row += src->nclients * m;
+        g->in_pass = true;
+        g->pass_index = k++;
+    }
+    p->p = (struct dm_alloc_problem){
+        .servers = p->sv,
+        .nservers = m,
+        .groups = p->gr,
+        .ngroups = w,
+        .dmax_ms = t->cf.dmax_ms,
+        .dvmax_ms = t->cf.dvmax_ms,
+    };
+    p->gen = t->gen;
+    p->nservers = m;
+    p->ngroups = w;
+    p->solve = t->cf.solve;
+    t->untaken = 0;
+    t->pass_out = true;
+    *out = p;
+    return (int)w;
+}
+
+int
+dm_sessions_pass_solve(struct dm_sessions_pass *p, struct dm_rng *rng)
+{
+    int rc = dm_alloc_init(&p->sa, &p->p, p->ngroups);
     if (rc == 0) {
-        /* What the running groups leave of each server is the pass's room. */
-        for (size_t s = 0; s < m; s++) {
-            sv[s] = (struct dm_alloc_server){ .capacity = t->asv[s].capacity,
-                                              .base_load = t->a.load[s] };
+        rc = dm_alloc_solve(&p->sa, &p->solve, rng);
+    }
+    p->solved = rc >= 0;
+    return rc >= 0         ? 0
+           : rc == -EINVAL ? -ENOMEM
+                           : rc; /* the groups were checked at their arrival */
+}
+
+int
+dm_sessions_pass_commit(struct dm_sessions *t, struct dm_sessions_pass *p)
+{
+    bool apply = p->solved && p->gen == t->gen;
+    struct sgroup **gs = apply ? zalloc(p->ngroups, sizeof(*gs)) : NULL;
+    apply = apply && gs != NULL;
+    /* The pass's groups that still wait, by their index in it; the others
+     * left (their last client went) while it was solved. */
+    for (struct sgroup *g = t->list; g != NULL; g = g->next) {
+        if (g->state != G_WAITING || !g->in_pass) {
+            continue;
         }
-        size_t k = 0;
-        for (struct sgroup *g = t->list; g != NULL; g = g->next) {
-            if (g->state == G_WAITING) {
-                gr[k] = t->groups[g->slot];
-                gs[k++] = g;
-            }
-        }
-        struct dm_alloc_problem p = {
-            .servers = sv,
-            .nservers = m,
-            .groups = gr,
-            .ngroups = w,
-            .dmax_ms = t->cf.dmax_ms,
-            .dvmax_ms = t->cf.dvmax_ms,
-        };
-        rc = dm_alloc_init(&sa, &p, w);
-        if (rc == 0) {
-            rc = dm_alloc_solve(&sa, &t->cf.solve, rng);
+        g->in_pass = false;
+        if (apply) {
+            gs[g->pass_index] = g;
+        } else {
+            t->untaken++; /* they wait for the next pass */
         }
     }
-    if (rc >= 0) {
-        for (size_t k = 0; k < w; k++) {
-            struct sgroup *g = gs[k];
-            int s = sa.server[k];
-            int got =
-                s != DM_ALLOC_NONE ? dm_alloc_place_on(&t->a, g->slot, sa.tier[k], s) : -ENOSPC;
-            if (got >= 0) {
-                g->server = got;
-                g->tier = sa.tier[k];
-            } else if (s != DM_ALLOC_NONE) {
-                got = place_now(t, g);
-            }
-            t->waiting--;
-            if (got < 0) {
-                refuse(t, g, -ENOSPC);
-                continue;
-            }
-            g->state = G_PLACED;
-            count_placed(t, g);
-        }
-        rc = (int)w;
+    t->pass_out = false;
+    if (!apply) {
+        return p->solved && p->gen != t->gen ? -ESTALE : -ENOMEM;
     }
-    dm_alloc_fini(&sa);
-    free(sv);
-    free(gr);
+    int decided = 0;
+    for (size_t k = 0; k < p->ngroups; k++) {
+        struct sgroup *g = gs[k];
+        if (g == NULL) {
+            continue;
+        }
+        /* The table moved on while the pass was solved (clients joined its
+         * groups, groups left their servers): its answer is checked again
+         * against the table, and the greedy rule has the last word. */
+        int s = p->sa.server[k];
+        int got =
+            s != DM_ALLOC_NONE ? dm_alloc_place_on(&t->a, g->slot, p->sa.tier[k], s) : -ENOSPC;
+        if (got >= 0) {
+            g->server = got;
+            g->tier = p->sa.tier[k];
+        } else if (s != DM_ALLOC_NONE) {
+            got = place_now(t, g);
+        }
+        t->waiting--;
+        decided++;
+        if (got < 0) {
+            refuse(t, g, -ENOSPC);
+            continue;
+        }
+        g->state = G_PLACED;
+        count_placed(t, g);
+    }
     free(gs);
-    return rc == -EINVAL ? -ENOMEM : rc; /* the groups were checked at their arrival */
+    return decided;
+}
+
+int
+dm_sessions_batch(struct dm_sessions *t, struct dm_rng *rng)
+{
+    struct dm_sessions_pass *p;
+    int rc = dm_sessions_pass_take(t, &p);
+    if (rc <= 0) {
+        return rc;
+    }
+    rc = dm_sessions_pass_solve(p, rng);
+    int decided = dm_sessions_pass_commit(t, p);
+    dm_sessions_pass_free(p);
+    return rc < 0 ? rc : decided;
 }
 
 size_t
 dm_sessions_waiting(const struct dm_sessions *t)
 {
     return t->waiting;
+}
+
+size_t
+dm_sessions_untaken(const struct dm_sessions *t)
+{
+    return t->untaken;
 }
 
 size_t
@@ -853,6 +976,7 @@ dm_sessions_configure(struct dm_sessions *t, const struct dm_sessions_conf *cf,
     free(old.groups);
     free(old.free_slots);
     free(old.buckets);
+    t->gen++;
     return 0;
 }
 
@@ -862,6 +986,7 @@ dm_sessions_stats(const struct dm_sessions *t, struct dm_sessions_stats *st,
 {
     *st = (struct dm_sessions_stats){
         .waiting = t->waiting,
+        .solving = t->waiting - t->untaken,
         .lbf = dm_alloc_lbf(&t->a),
         .placed = t->placed,
         .lowered = t->lowered,

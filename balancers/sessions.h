@@ -43,7 +43,8 @@
  * rates per game, DM_SESSIONS_CLIENT_MAX bytes of client.
  *
  * Pure (dm_balancers): no lock, no clock, no globals; one thread at a time
- * (the caller's lock), randomness from the caller's generator.
+ * on the table (the caller's lock), randomness from the caller's
+ * generator. dm_sessions_pass_solve() touches only its pass.
  */
 #ifndef DM_BALANCERS_SESSIONS_H
 #define DM_BALANCERS_SESSIONS_H
@@ -146,13 +147,46 @@ void dm_sessions_leave(struct dm_sessions *t, struct dm_sessions_member *m);
 
 /*
  * The batch pass over every waiting group (the rules at the top), with
- * cf.solve and rng. Returns the number of groups it decided (placed or
- * refused), 0 when none waits, or -ENOMEM (they keep waiting).
+ * cf.solve and rng: dm_sessions_pass_take(), _solve(), _commit() and
+ * _free() in a row. Returns the number of groups it decided (placed or
+ * refused), 0 when none waits, -EBUSY while a pass taken apart is out, or
+ * -ENOMEM (they keep waiting).
  */
 int dm_sessions_batch(struct dm_sessions *t, struct dm_rng *rng);
 
+/*
+ * The batch pass taken apart, so that its solve, the long part (bounded by
+ * cf.solve's iterations and the number of waiting groups), runs without
+ * the caller's lock on the table:
+ *
+ *   dm_sessions_pass_take(t, &p)   (table locked) copies the waiting groups,
+ *       their delays and the room the placed groups leave; returns how many
+ *       (0: none waits, *p NULL), -EBUSY when a pass is out, or -ENOMEM;
+ *   dm_sessions_pass_solve(p, rng) (no table) solves the copy: 0 or -ENOMEM;
+ *   dm_sessions_pass_commit(t, p)  (table locked) applies the answer to the
+ *       groups that still wait: each placement is checked again against the
+ *       table as it is now (clients may have joined a group, groups may
+ *       have left their servers) and falls back to the greedy rule; groups
+ *       that left meanwhile are skipped. Returns the number of groups it
+ *       decided; -ESTALE when the table was configured again since the
+ *       take, -ENOMEM when the solve failed: then the groups wait for the
+ *       next pass;
+ *   dm_sessions_pass_free(p).
+ *
+ * Groups that start waiting while a pass is out are not in it: they wait
+ * for the next (dm_sessions_untaken). One pass is out at a time.
+ */
+struct dm_sessions_pass;
+int dm_sessions_pass_take(struct dm_sessions *t, struct dm_sessions_pass **p);
+int dm_sessions_pass_solve(struct dm_sessions_pass *p, struct dm_rng *rng);
+int dm_sessions_pass_commit(struct dm_sessions *t, struct dm_sessions_pass *p);
+void dm_sessions_pass_free(struct dm_sessions_pass *p);
+
 /* Groups waiting for the batch pass. */
 size_t dm_sessions_waiting(const struct dm_sessions *t);
+
+/* Of them, those that no pass out has taken: those the next pass is for. */
+size_t dm_sessions_untaken(const struct dm_sessions *t);
 
 /*
  * Fills row (one delay per server of the new configuration) for the client
@@ -174,6 +208,7 @@ struct dm_sessions_stats {
     size_t groups;    /* groups on a server */
     size_t members;   /* their clients */
     size_t waiting;   /* groups waiting for the batch pass */
+    size_t solving;   /* of them, those a pass out is solving */
     size_t detached;  /* groups whose server left the pool, still running */
     double lbf;       /* standard deviation of the servers' loads */
     uint64_t placed;  /* groups placed, since the table was made */

@@ -325,6 +325,16 @@ control_close(struct control *ctl, bool signals)
     }
 }
 
+/* A batch pass decided sessions: the workers look at their waiting requests again. */
+static void
+on_sessions_decided(void *arg)
+{
+    struct control *ctl = arg;
+    if (ctl->workers != NULL) {
+        dm_workers_sessions_decided(ctl->workers, ctl->nworkers);
+    }
+}
+
 static void
 stop(struct control *ctl)
 {
@@ -337,8 +347,8 @@ stop(struct control *ctl)
                 (unsigned long long)ctl->rt->conf->timeouts.shutdown_ms);
     /* Sessions waiting for a batch pass get it now: the control loop ends
      * here, and no pass would come (they waited for their timeout, then 503). */
-    if (dm_placers_run(ctl->placers, UINT64_MAX) && ctl->workers != NULL) {
-        dm_workers_sessions_decided(ctl->workers, ctl->nworkers);
+    if (dm_placers_run(ctl->placers, UINT64_MAX)) {
+        on_sessions_decided(ctl);
     }
     control_close(ctl, false);
 }
@@ -355,8 +365,8 @@ static void
 on_sessions_tick(uv_timer_t *t)
 {
     struct control *ctl = t->data;
-    if (dm_placers_run(ctl->placers, dm_mono_us()) && ctl->workers != NULL) {
-        dm_workers_sessions_decided(ctl->workers, ctl->nworkers);
+    if (dm_placers_run(ctl->placers, dm_mono_us())) {
+        on_sessions_decided(ctl);
     }
 }
 
@@ -869,6 +879,7 @@ main(int argc, char **argv)
     ctl.sessions_open = true;
     uv_timer_start(&ctl.sessions, on_sessions_tick, DM_SESSIONS_TICK_MS, DM_SESSIONS_TICK_MS);
     uv_unref((uv_handle_t *)&ctl.sessions);
+    dm_placers_set_loop(ctl.placers, ctl.loop, on_sessions_decided, &ctl);
     /* Last, so that whoever waits for the file finds everything listening. */
     if (ports_file != NULL &&
         (r = write_ports_file(ports_file, cf, bound, &admin_bound, &metrics_bound)) < 0) {

@@ -34,6 +34,7 @@
 #include "balancers/servers.h"
 #include "balancers/sessions.h"
 #include "conf/conf.h"
+#include "proxy/internal.h"
 #include "proxy/sbuf.h"
 
 _Static_assert(DM_CONF_RATES_MAX <= DM_SESSIONS_RATES_MAX, "a game's rates fit a group");
@@ -73,11 +74,19 @@ struct dm_placer {
     struct pconf *cf;
     struct dm_rng rng;
     uint64_t next_pass_us;
-    atomic_size_t waiting; /* dm_sessions_waiting(t), for the control timer without the lock */
+    atomic_size_t waiting; /* dm_sessions_untaken(t), for the control timer without the lock */
+    /* The control thread's, without the lock: */
+    struct dm_placers *r;
+    uv_work_t work;                /* the pass out on the thread pool */
+    struct dm_sessions_pass *pass; /* NULL: none is out */
+    bool flush;                    /* when it is back, run the groups it left waiting */
 };
 
 struct dm_placers {
     struct dm_placer *list;
+    uv_loop_t *loop; /* NULL: passes run in dm_placers_run() */
+    void (*decided)(void *arg);
+    void *arg;
 };
 
 /* ---- configurations ---- */
@@ -299,7 +308,7 @@ dm_placers_configure(struct dm_placers *r, const struct dm_conf_pool *pc,
             struct pconf *old = pl->cf;
             pl->cf = cf;
             cf = old;
-            atomic_store(&pl->waiting, dm_sessions_waiting(pl->t));
+            atomic_store(&pl->waiting, dm_sessions_untaken(pl->t));
         }
         uv_mutex_unlock(&pl->lock);
         pconf_free(cf); /* the old one, or the new one that did not take */
@@ -333,21 +342,115 @@ fail:
     return NULL;
 }
 
+void
+dm_placers_set_loop(struct dm_placers *r, uv_loop_t *loop, void (*decided)(void *arg), void *arg)
+{
+    r->loop = loop;
+    r->decided = decided;
+    r->arg = arg;
+}
+
+/* Takes pl's pass when its window has ended (or at once with now_us
+ * UINT64_MAX), under the lock; NULL when there is none to run. */
+static struct dm_sessions_pass *
+pass_take(struct dm_placer *pl, uint64_t now_us)
+{
+    struct dm_sessions_pass *pass = NULL;
+    uv_mutex_lock(&pl->lock);
+    if (now_us >= pl->next_pass_us) {
+        (void)dm_sessions_pass_take(pl->t, &pass); /* no memory: the next tick tries again */
+        atomic_store(&pl->waiting, dm_sessions_untaken(pl->t));
+    }
+    uv_mutex_unlock(&pl->lock);
+    return pass;
+}
+
+/* Applies pl's solved pass under the lock; true when it decided groups. */
+static bool
+pass_commit(struct dm_placer *pl, struct dm_sessions_pass *pass, uint64_t now_us)
+{
+    uv_mutex_lock(&pl->lock);
+    bool none_new = dm_sessions_untaken(pl->t) == 0;
+    int n = dm_sessions_pass_commit(pl->t, pass);
+    if (n < 0 && none_new) {
+        pl->next_pass_us = now_us; /* a reload came meanwhile: its groups waited their window */
+    }
+    atomic_store(&pl->waiting, dm_sessions_untaken(pl->t));
+    uv_mutex_unlock(&pl->lock);
+    dm_sessions_pass_free(pass);
+    return n > 0;
+}
+
+/* A pass from take to commit on this thread. */
+static bool
+pass_here(struct dm_placer *pl, uint64_t now_us)
+{
+    struct dm_sessions_pass *pass = pass_take(pl, now_us);
+    if (pass == NULL) {
+        return false;
+    }
+    (void)dm_sessions_pass_solve(pass, &pl->rng);
+    return pass_commit(pl, pass, now_us);
+}
+
+/* The thread pool's: the solve, on the pass's own copy (and pl's generator,
+ * which only passes use, one at a time). */
+static void
+on_pass_work(uv_work_t *w)
+{
+    struct dm_placer *pl = w->data;
+    (void)dm_sessions_pass_solve(pl->pass, &pl->rng);
+}
+
+static void
+on_pass_done(uv_work_t *w, int status)
+{
+    (void)status; /* never cancelled */
+    struct dm_placer *pl = w->data;
+    struct dm_sessions_pass *pass = pl->pass;
+    pl->pass = NULL;
+    bool decided = pass_commit(pl, pass, dm_mono_us());
+    if (pl->flush) {
+        /* A stop came while it was out: the groups that arrived since go now. */
+        pl->flush = false;
+        decided = pass_here(pl, UINT64_MAX) || decided;
+    }
+    if (decided && pl->r->decided != NULL) {
+        pl->r->decided(pl->r->arg);
+    }
+}
+
 bool
 dm_placers_run(struct dm_placers *r, uint64_t now_us)
 {
     bool decided = false;
     for (struct dm_placer *pl = r != NULL ? r->list : NULL; pl != NULL; pl = pl->next) {
+        if (pl->pass != NULL) {
+            /* One pass at a time: the next waits for this one to come back. */
+            pl->flush = pl->flush || now_us == UINT64_MAX;
+            continue;
+        }
         if (atomic_load(&pl->waiting) == 0) {
             continue;
         }
-        uv_mutex_lock(&pl->lock);
-        if (now_us >= pl->next_pass_us) {
-            int n = dm_sessions_batch(pl->t, &pl->rng);
-            decided = decided || n > 0;
-            atomic_store(&pl->waiting, dm_sessions_waiting(pl->t));
+        if (r->loop == NULL || now_us == UINT64_MAX) {
+            decided = pass_here(pl, now_us) || decided;
+            continue;
         }
-        uv_mutex_unlock(&pl->lock);
+        /* The solve, bounded by the iterations but long enough to matter
+         * (seconds at the most), runs on the thread pool: arrivals and
+         * departures go on meanwhile, and so does this thread. */
+        pl->pass = pass_take(pl, now_us);
+        if (pl->pass == NULL) {
+            continue;
+        }
+        pl->r = r;
+        pl->work.data = pl;
+        if (uv_queue_work(r->loop, &pl->work, on_pass_work, on_pass_done) < 0) {
+            (void)dm_sessions_pass_solve(pl->pass, &pl->rng);
+            decided = pass_commit(pl, pl->pass, now_us) || decided;
+            pl->pass = NULL;
+        }
     }
     return decided;
 }
@@ -464,13 +567,13 @@ dm_placer_join(struct dm_placer *pl, const struct dm_placer_ask *ask,
             .client = ask->client,
             .client_len = clen,
         };
-        size_t before = dm_sessions_waiting(pl->t);
+        size_t before = dm_sessions_untaken(pl->t);
         rc = dm_sessions_join(pl->t, &sa, ticket, &place);
-        if (rc == DM_SESSIONS_WAITING && before == 0) {
-            /* The first to wait since the last pass opens the window. */
+        if (before == 0 && dm_sessions_untaken(pl->t) > 0) {
+            /* The first group to wait since the last pass opens the window. */
             pl->next_pass_us = ask->now_us + cf->window_us;
         }
-        atomic_store(&pl->waiting, dm_sessions_waiting(pl->t));
+        atomic_store(&pl->waiting, dm_sessions_untaken(pl->t));
     }
     rc = answer(pl, rc, &place, row, ans);
     uv_mutex_unlock(&pl->lock);
@@ -501,7 +604,7 @@ dm_placer_leave(struct dm_placer *pl, struct dm_sessions_member *ticket)
     }
     uv_mutex_lock(&pl->lock);
     dm_sessions_leave(pl->t, ticket);
-    atomic_store(&pl->waiting, dm_sessions_waiting(pl->t));
+    atomic_store(&pl->waiting, dm_sessions_untaken(pl->t));
     uv_mutex_unlock(&pl->lock);
 }
 
@@ -513,13 +616,14 @@ dm_placer_stats_json(struct dm_placer *pl, struct dm_sbuf *b)
     struct dm_sessions_server_stats *per = calloc(cf->n > 0 ? cf->n : 1, sizeof(*per));
     struct dm_sessions_stats st;
     dm_sessions_stats(pl->t, &st, per, per != NULL ? cf->n : 0);
-    dm_sb_printf(b,
-                 "{\"window_ms\":%llu,\"lbf\":%.3f,\"groups\":%zu,\"sessions\":%zu,\"waiting\":%zu,"
-                 "\"detached\":%zu,\"placed\":%llu,\"lowered\":%llu,\"refused\":%llu,"
-                 "\"servers\":[",
-                 (unsigned long long)(cf->window_us / 1000), st.lbf, st.groups, st.members,
-                 st.waiting, st.detached, (unsigned long long)st.placed,
-                 (unsigned long long)st.lowered, (unsigned long long)st.refused);
+    dm_sb_printf(
+        b,
+        "{\"window_ms\":%llu,\"lbf\":%.3f,\"groups\":%zu,\"sessions\":%zu,\"waiting\":%zu,"
+        "\"solving\":%zu,\"detached\":%zu,\"placed\":%llu,\"lowered\":%llu,\"refused\":%llu,"
+        "\"servers\":[",
+        (unsigned long long)(cf->window_us / 1000), st.lbf, st.groups, st.members, st.waiting,
+        st.solving, st.detached, (unsigned long long)st.placed, (unsigned long long)st.lowered,
+        (unsigned long long)st.refused);
     char name[DM_JSON_TEXT];
     for (size_t s = 0; per != NULL && s < cf->n; s++) {
         dm_sb_printf(b,

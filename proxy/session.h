@@ -25,10 +25,11 @@
  * next to requests (one lock per session start and one per end, against
  * thousands of requests and tunnelled frames in between), and a placement
  * is short: a greedy pass over the servers, and for a group member a check
- * of its delays against its group's. The batch pass holds the lock for its
- * whole solve, bounded by session.anneal.iterations (and the number of
- * waiting groups); arrivals of that pool wait for it meanwhile, the pool's
- * other traffic does not.
+ * of its delays against its group's. The batch pass takes the lock twice,
+ * briefly: to copy the waiting groups, then to apply its answer (checked
+ * again against the table, balancers/sessions.h); its solve, bounded by
+ * session.anneal.iterations and the number of waiting groups, runs on the
+ * copy without the lock, so arrivals and departures never wait for it.
  */
 #ifndef DM_PROXY_SESSION_H
 #define DM_PROXY_SESSION_H
@@ -37,6 +38,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
+#include <uv.h>
 
 struct dm_conf_pool;
 struct dm_host;
@@ -66,9 +68,20 @@ struct dm_placer *dm_placers_configure(struct dm_placers *r, const struct dm_con
                                        const struct dm_servers *sv);
 
 /*
- * The batch pass of every placer whose window has ended at now_us and that
- * has sessions waiting (each under its lock). Returns true when a pass
- * decided any: the workers then look at their waiting requests again.
+ * Where the batch passes run: each solve on loop's thread pool, then
+ * decided(arg) on loop's thread when a pass decided groups (the workers
+ * then look at their waiting requests again). Without it, passes run in
+ * dm_placers_run() itself. Control thread, once.
+ */
+void dm_placers_set_loop(struct dm_placers *r, uv_loop_t *loop, void (*decided)(void *arg),
+                         void *arg);
+
+/*
+ * Starts the batch pass of every placer whose window has ended at now_us
+ * and that has sessions waiting, one pass at a time per placer. With
+ * now_us UINT64_MAX (a stop), every placer's waiting groups are solved at
+ * once, here, and a placer whose pass is out runs its later groups when
+ * that pass is back. Returns true when a pass run here decided any.
  * Control thread, from a timer.
  */
 bool dm_placers_run(struct dm_placers *r, uint64_t now_us);

@@ -614,6 +614,127 @@ test_configure_keeps_waiting_groups(void **state)
 }
 
 /*
+ * The batch pass taken apart (its solve runs without the caller's lock):
+ * what happens to the table between the take and the commit is met, not
+ * overwritten. A client that joins a taken group and rules out the server
+ * the solve chose sends the group where the greedy rule finds room; a
+ * group whose clients all left is skipped; a group that arrives meanwhile
+ * waits for the next pass; a reconfiguration makes the pass stale, and its
+ * groups wait for the next.
+ */
+/* Client bytes are the client's row to two servers. */
+static void
+row_of_two(void *arg, const void *client, size_t len, double *row)
+{
+    (void)arg;
+    assert_int_equal(len, 2 * sizeof(double));
+    memcpy(row, client, len);
+}
+
+/* ask(group, fl, d) for two servers, with d as its client bytes. */
+static struct dm_sessions_ask
+ask2(const char *group, double fl, const double *d)
+{
+    struct dm_sessions_ask a = ask(group, fl, d);
+    a.client = d;
+    a.client_len = 2 * sizeof(double);
+    return a;
+}
+
+static void
+test_a_pass_taken_apart_meets_the_table_as_it_is(void **state)
+{
+    (void)state;
+    int k[2];
+    struct dm_sessions_server sv[2] = { { 1000, &k[0] }, { 1000, &k[1] } };
+    struct dm_sessions_conf cf = conf(true);
+    cf.dvmax_ms = 50;
+    struct dm_sessions *t = dm_sessions_create(&cf, sv, 2);
+    assert_non_null(t);
+    struct dm_rng rng;
+    dm_rng_init(&rng, 7);
+    static const double d[2] = { 10, 10 };
+    struct dm_sessions_member *z, *p1, *p2, *q, *r, *s;
+    struct dm_sessions_place pl;
+    /* z (600) on a server of its own first. */
+    struct dm_sessions_ask a = ask2("z", 20, d);
+    assert_int_equal(dm_sessions_join(t, &a, &z, &pl), DM_SESSIONS_WAITING);
+    assert_int_equal(dm_sessions_batch(t, &rng), 1);
+    assert_int_equal(dm_sessions_status(t, z, &pl), DM_SESSIONS_PLACED);
+    int zs = pl.server, os = 1 - zs;
+    /* p, q and r (300 each) wait, and a pass takes them. */
+    a = ask2("p", 10, d);
+    assert_int_equal(dm_sessions_join(t, &a, &p1, &pl), DM_SESSIONS_WAITING);
+    a = ask2("q", 10, d);
+    assert_int_equal(dm_sessions_join(t, &a, &q, &pl), DM_SESSIONS_WAITING);
+    a = ask2("r", 10, d);
+    assert_int_equal(dm_sessions_join(t, &a, &r, &pl), DM_SESSIONS_WAITING);
+    assert_int_equal(dm_sessions_untaken(t), 3);
+    struct dm_sessions_pass *pass, *other;
+    assert_int_equal(dm_sessions_pass_take(t, &pass), 3);
+    assert_non_null(pass);
+    assert_int_equal(dm_sessions_untaken(t), 0);
+    assert_int_equal(dm_sessions_waiting(t), 3);
+    /* One pass at a time. */
+    assert_int_equal(dm_sessions_pass_take(t, &other), -EBUSY);
+    assert_null(other);
+    assert_int_equal(dm_sessions_batch(t, &rng), -EBUSY);
+    /* Meanwhile: r leaves, s arrives, and a second client of p is 100 ms
+     * from the server z does not use (a spread of 90 there: only z's holds p). */
+    dm_sessions_leave(t, r);
+    a = ask2("s", 10, d);
+    assert_int_equal(dm_sessions_join(t, &a, &s, &pl), DM_SESSIONS_WAITING);
+    double far[2];
+    far[zs] = 10;
+    far[os] = 100;
+    a = ask2("p", 10, far);
+    assert_int_equal(dm_sessions_join(t, &a, &p2, &pl), DM_SESSIONS_WAITING);
+    assert_int_equal(dm_sessions_untaken(t), 1);
+    assert_int_equal(dm_sessions_pass_solve(pass, &rng), 0);
+    assert_int_equal(dm_sessions_pass_commit(t, pass), 2);
+    dm_sessions_pass_free(pass);
+    assert_int_equal(dm_sessions_status(t, p1, &pl), DM_SESSIONS_PLACED);
+    assert_int_equal(pl.server, zs); /* the solve saw one client and chose os (600 | 300) */
+    assert_int_equal(dm_sessions_status(t, p2, &pl), DM_SESSIONS_PLACED);
+    assert_int_equal(pl.server, zs);
+    assert_int_equal(dm_sessions_status(t, q, &pl), DM_SESSIONS_PLACED);
+    assert_int_equal(pl.server, os);
+    assert_true(fabs(server_load(t, zs) - 900) < TOL && fabs(server_load(t, os) - 300) < TOL);
+    /* s waits for the next pass. */
+    assert_int_equal(dm_sessions_status(t, s, &pl), DM_SESSIONS_WAITING);
+    assert_int_equal(dm_sessions_waiting(t), 1);
+    assert_int_equal(dm_sessions_untaken(t), 1);
+    /* A reconfiguration while a pass is out: the pass is stale, s still waits. */
+    assert_int_equal(dm_sessions_pass_take(t, &pass), 1);
+    assert_int_equal(dm_sessions_configure(t, &cf, sv, 2, row_of_two, NULL), 0);
+    assert_int_equal(dm_sessions_pass_solve(pass, &rng), 0);
+    assert_int_equal(dm_sessions_pass_commit(t, pass), -ESTALE);
+    dm_sessions_pass_free(pass);
+    assert_int_equal(dm_sessions_status(t, s, &pl), DM_SESSIONS_WAITING);
+    assert_int_equal(dm_sessions_untaken(t), 1);
+    assert_int_equal(dm_sessions_batch(t, &rng), 1);
+    assert_int_equal(dm_sessions_status(t, s, &pl), DM_SESSIONS_PLACED);
+    assert_int_equal(pl.server, os); /* 900 | 300: only os has room for 300 */
+    assert_int_equal(dm_sessions_untaken(t), 0);
+    dm_sessions_leave(t, z);
+    dm_sessions_leave(t, p1);
+    dm_sessions_leave(t, p2);
+    dm_sessions_leave(t, q);
+    dm_sessions_leave(t, s);
+    dm_sessions_destroy(t);
+}
+
+/* The id of group g < 100: "g00" to "g99". */
+static void
+group_id(char *id, int g)
+{
+    id[0] = 'g';
+    id[1] = (char)('0' + g / 10);
+    id[2] = (char)('0' + g % 10);
+    id[3] = '\0';
+}
+
+/*
  * Random joins and leaves, placed at once: every placed group within C2
  * (as placed), C3 and C4 over the clients the test knows it has, and each
  * server's load the sum of its groups' loads.
@@ -652,10 +773,7 @@ test_random_traffic_keeps_the_constraints(void **state)
         } else {
             int g = (int)dm_rng_below(&r, 50);
             char id[8];
-            id[0] = 'g';
-            id[1] = (char)('0' + g / 10);
-            id[2] = (char)('0' + g % 10);
-            id[3] = '\0';
+            group_id(id, g);
             double d[S];
             for (int s = 0; s < S; s++) {
                 d[s] = (double)dm_rng_below(&r, 200);
@@ -713,6 +831,126 @@ test_random_traffic_keeps_the_constraints(void **state)
     dm_sessions_destroy(t);
 }
 
+/*
+ * Random joins, leaves and batch passes taken apart, the table changing
+ * between each pass's take and its commit: every placed group within C2,
+ * C3 and C4 over all of its clients (those that joined while its pass was
+ * solved too), and each server's load the sum of its groups' loads.
+ */
+static void
+test_random_traffic_with_passes_out_keeps_the_constraints(void **state)
+{
+    (void)state;
+    enum { S = 4, N = 300, STEPS = 3000, G = 40 };
+    struct dm_sessions_server sv[S];
+    for (int s = 0; s < S; s++) {
+        sv[s] = (struct dm_sessions_server){ 1500, &sv[s] };
+    }
+    struct dm_sessions_conf cf = conf(true);
+    cf.dmax_ms = 150;
+    cf.dvmax_ms = 60;
+    cf.max_groups = 30;
+    cf.solve.balance.iterations = 200;
+    cf.solve.rates.iterations = 200;
+    struct dm_sessions *t = dm_sessions_create(&cf, sv, S);
+    assert_non_null(t);
+    struct {
+        struct dm_sessions_member *m;
+        int group;
+        double d[S];
+    } live[N];
+    size_t nlive = 0;
+    unsigned placed = 0, refused = 0, commits = 0, changed = 0;
+    struct dm_sessions_pass *pass = NULL;
+    struct dm_rng r, solve;
+    dm_rng_init(&r, 11);
+    dm_rng_init(&solve, 12);
+    for (int step = 0; step < STEPS; step++) {
+        unsigned what = dm_rng_below(&r, 10);
+        if (what == 0 && pass == NULL) {
+            int n = dm_sessions_pass_take(t, &pass);
+            assert_true(n >= 0);
+            assert_true((n == 0) == (pass == NULL));
+        } else if (what == 1 && pass != NULL) {
+            assert_int_equal(dm_sessions_pass_solve(pass, &solve), 0);
+            int n = dm_sessions_pass_commit(t, pass);
+            assert_true(n >= 0);
+            dm_sessions_pass_free(pass);
+            pass = NULL;
+            commits++;
+        } else if (nlive > 0 && (nlive == N || what < 5)) {
+            size_t i = (size_t)dm_rng_below(&r, nlive);
+            dm_sessions_leave(t, live[i].m);
+            live[i] = live[--nlive];
+            changed += pass != NULL;
+        } else {
+            int g = (int)dm_rng_below(&r, G);
+            char id[8];
+            group_id(id, g);
+            for (int s = 0; s < S; s++) {
+                live[nlive].d[s] = (double)dm_rng_below(&r, 200);
+            }
+            struct dm_sessions_ask a = ask(id, 5 + g % 20, live[nlive].d);
+            struct dm_sessions_place pl;
+            int rc = dm_sessions_join(t, &a, &live[nlive].m, &pl);
+            if (rc == DM_SESSIONS_PLACED || rc == DM_SESSIONS_WAITING) {
+                live[nlive++].group = g;
+                changed += pass != NULL;
+            } else {
+                assert_true(rc == -ERANGE || rc == -EUSERS || rc == -EMLINK);
+            }
+        }
+        /* Check from scratch; clients whose group was refused leave, as the proxy's do. */
+        double load[S] = { 0 }, lo[G], hi[G], rate[G];
+        int server[G];
+        for (int g = 0; g < G; g++) {
+            server[g] = -1;
+            lo[g] = HUGE_VAL;
+            hi[g] = -HUGE_VAL;
+        }
+        for (size_t i = 0; i < nlive;) {
+            struct dm_sessions_place pl;
+            int st = dm_sessions_status(t, live[i].m, &pl);
+            if (st == -ENOSPC) {
+                dm_sessions_leave(t, live[i].m);
+                live[i] = live[--nlive];
+                refused++;
+                continue;
+            }
+            int g = live[i].group;
+            if (st == DM_SESSIONS_PLACED) {
+                placed++;
+                if (server[g] < 0) {
+                    server[g] = pl.server;
+                    rate[g] = pl.rate;
+                    load[pl.server] += (5 + g % 20) * pl.rate;
+                }
+                assert_int_equal(pl.server, server[g]);
+                assert_true(pl.rate == rate[g]);
+                lo[g] = fmin(lo[g], live[i].d[server[g]]);
+                hi[g] = fmax(hi[g], live[i].d[server[g]]);
+            } else {
+                assert_int_equal(st, DM_SESSIONS_WAITING);
+            }
+            i++;
+        }
+        for (int g = 0; g < G; g++) {
+            assert_true(server[g] < 0 || (hi[g] <= cf.dmax_ms && hi[g] - lo[g] <= cf.dvmax_ms));
+        }
+        for (int s = 0; s < S; s++) {
+            assert_true(load[s] <= 1500 + TOL);
+            assert_true(fabs(server_load(t, s) - load[s]) < 1e-6);
+        }
+    }
+    /* The run went through passes that met a changed table, and refusals. */
+    assert_true(commits > 100 && changed > 500 && placed > 1000 && refused > 20);
+    dm_sessions_pass_free(pass);
+    for (size_t i = 0; i < nlive; i++) {
+        dm_sessions_leave(t, live[i].m);
+    }
+    dm_sessions_destroy(t);
+}
+
 int
 main(void)
 {
@@ -726,7 +964,9 @@ main(void)
         cmocka_unit_test(test_configure_reattaches_a_detached_group),
         cmocka_unit_test(test_a_group_detached_across_two_reloads_leaves_cleanly),
         cmocka_unit_test(test_configure_keeps_waiting_groups),
+        cmocka_unit_test(test_a_pass_taken_apart_meets_the_table_as_it_is),
         cmocka_unit_test(test_random_traffic_keeps_the_constraints),
+        cmocka_unit_test(test_random_traffic_with_passes_out_keeps_the_constraints),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

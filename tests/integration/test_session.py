@@ -10,10 +10,10 @@ out the rate tier header the backend received (it echoes X-Rate-Tier in its
 101) is the highest rate that fits, then sessions are refused; closing
 sessions frees their load; /stats shows per server groups, sessions, load and
 capacity, and the LBF; a batch window holds arrivals and places them
-together; a reload keeps running sessions, and a session request begun
-before it that the placer puts on a server it added reaches that server;
-plain requests of a session pool
-are balanced as usual.
+together, and its pass holds up neither /stats nor the pool's arrivals; a
+reload keeps running sessions, and a session request begun before it that
+the placer puts on a server it added reaches that server; plain requests of
+a session pool are balanced as usual.
 """
 import base64
 import os
@@ -345,6 +345,48 @@ class SessionTest(H.DimmerTest):
         H.wait_until(lambda: "while its session waited for the batch pass"
                      in self.d.proc.stderr(), 10, "the abort logged")
         self.assertEqual(c.sock.recv(100), b"")  # closed, unanswered
+
+    def test_a_long_batch_pass_holds_nothing_up(self):
+        # A pass as long as the limits allow (a million iterations over 120
+        # groups asking twice the capacity: seconds): its solve runs on a
+        # copy, away from the control thread and the placer's lock. While it
+        # runs, /stats answers (and says it solves), a new session is taken
+        # in (it waits for the next pass), and plain requests are served.
+        a, b, c = (x.port for x in self.backends)
+        text = CONFIG.format(a=a, b=b, c=c, window="1s", cap=6000, group="")
+        text = text.replace("      window: 1s\n",
+                            "      window: 1s\n      anneal: {iterations: 1000000}\n")
+        text += "timeouts: {connect: 120s}\n"
+        self.d = self.start_dimmer_conf(self.write_config(text))
+        n = 120
+        conns = []
+        for i in range(n):
+            c = SrcConn(self.d.port, "127.0.0.2")
+            self.open.append(c)
+            c.send(ws_request("g%d" % i))
+            conns.append(c)
+        H.wait_until(lambda: self.sstats()["waiting"] == n, 20, "every group waiting")
+        H.wait_until(lambda: self.sstats()["solving"] == n, 20, "the pass solving them")
+        late = SrcConn(self.d.port, "127.0.0.2")
+        self.open.append(late)
+        late.send(ws_request("late"))
+        st = H.wait_until(lambda: (lambda st: st if st["waiting"] == n + 1 else None)(
+            self.sstats()), 20, "the late session waiting")
+        # Taken in while the pass was out: one snapshot shows both.
+        self.assertEqual(st["solving"], n, st)
+        r = H.get(self.d.port, "/")  # a plain request of the session pool
+        self.assertEqual(r.status, 200)
+        got = {101: 0, 503: 0}
+        for c in conns + [late]:
+            c.timeout = 120
+            r = c.read_response(timeout=120)
+            self.assertIn(r.status, got, r)
+            got[r.status] += 1
+        # 36,000 asked of 18,000: rates lowered, every group placed or refused.
+        self.assertGreater(got[101], 0)
+        st = self.sstats()
+        self.assertEqual((st["waiting"], st["solving"]), (0, 0))
+        self.assertEqual(st["placed"] + st["refused"], n + 1, st)
 
     def test_a_stop_places_the_waiting_sessions(self):
         # A window far longer than the test, and a graceful stop: the control

@@ -4,8 +4,9 @@
  * time, servers that are down or tried left out, asked rates rounded to the
  * game's list, refusals with their status and reason, the batch window on
  * the control thread's clock, a reload through the same placer (by pool
- * name) keeping the running sessions, and the /stats JSON. No loop runs:
- * the placer only takes its mutex.
+ * name) keeping the running sessions, and the /stats JSON. No loop runs
+ * (the placer only takes its mutex) but for the batch pass on a loop's
+ * thread pool.
  */
 #include "dm_test.h"
 
@@ -15,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <uv.h>
 
 #include "balancers/hosts.h"
 #include "balancers/servers.h"
@@ -320,8 +322,9 @@ test_batch_window_and_reload(void **state)
     struct dm_sbuf b = { 0 };
     dm_placer_stats_json(pl, &b);
     assert_non_null(strstr(b.p, "\"window_ms\":0,"));
-    assert_non_null(strstr(b.p, "\"groups\":1,\"sessions\":2,\"waiting\":0,\"detached\":0,"
-                                "\"placed\":2,\"lowered\":0,\"refused\":0,"));
+    assert_non_null(strstr(b.p,
+                           "\"groups\":1,\"sessions\":2,\"waiting\":0,\"solving\":0,\"detached\":0,"
+                           "\"placed\":2,\"lowered\":0,\"refused\":0,"));
     snprintf(want, sizeof(want),
              "{\"name\":\"%s\",\"groups\":1,\"sessions\":2,\"load\":300.000,"
              "\"capacity\":1000.000}",
@@ -332,6 +335,89 @@ test_batch_window_and_reload(void **state)
     dm_placer_leave(pl, t[3]);
 }
 
+static void
+count_decided(void *arg)
+{
+    (*(unsigned *)arg)++;
+}
+
+/* The waiting / solving counts of the placer's /stats object. */
+static void
+assert_waiting(struct dm_placer *pl, const char *want)
+{
+    struct dm_sbuf b = { 0 };
+    dm_placer_stats_json(pl, &b);
+    if (strstr(b.p, want) == NULL) {
+        print_error("%s\nwants %s\n", b.p, want);
+        fail();
+    }
+    free(b.p);
+}
+
+/*
+ * With a loop, the pass's solve runs on its thread pool and comes back to
+ * the loop's thread: while it is out, arrivals are answered (they wait for
+ * the next pass, whose window opens with them), no second pass starts, and
+ * /stats says how many groups it solves; a stop while it is out has the
+ * groups that came since placed when it is back.
+ */
+static void
+test_batch_pass_on_the_thread_pool(void **state)
+{
+    struct fx *f = *state;
+    dm_runtime_unref(f->rt);
+    f->rt = runtime(f, CONF("      window: 500ms\n"));
+    struct dm_placer *pl = placer(f);
+    uv_loop_t loop;
+    assert_int_equal(uv_loop_init(&loop), 0);
+    unsigned decided = 0;
+    dm_placers_set_loop(f->placers, &loop, count_decided, &decided);
+    struct sockaddr_in near_a = addr4("10.9.0.1");
+    struct dm_sessions_member *t[4];
+    struct dm_placer_answer ans;
+    struct dm_placer_ask q = ask("g", &near_a);
+    assert_int_equal(dm_placer_join(pl, &q, &t[0], &ans), 1);
+    assert_false(dm_placers_run(f->placers, 1500000)); /* out, not decided here */
+    assert_waiting(pl, "\"waiting\":1,\"solving\":1,");
+    q = ask("h", &near_a);
+    q.now_us = 1600000;
+    assert_int_equal(dm_placer_join(pl, &q, &t[1], &ans), 1);
+    assert_waiting(pl, "\"waiting\":2,\"solving\":1,");
+    assert_false(dm_placers_run(f->placers, 9000000)); /* one pass at a time */
+    assert_int_equal(uv_run(&loop, UV_RUN_DEFAULT), 0);
+    assert_int_equal(decided, 1);
+    assert_int_equal(dm_placer_status(pl, t[0], &ans), 0);
+    assert_string_equal(server_of(f, &ans), "a");
+    assert_int_equal(dm_placer_status(pl, t[1], &ans), 1);
+    assert_waiting(pl, "\"waiting\":1,\"solving\":0,");
+    /* h's window opened at its arrival: 2.1 s. */
+    assert_false(dm_placers_run(f->placers, 2000000));
+    assert_waiting(pl, "\"waiting\":1,\"solving\":0,");
+    assert_false(dm_placers_run(f->placers, 2100000));
+    assert_int_equal(uv_run(&loop, UV_RUN_DEFAULT), 0);
+    assert_int_equal(decided, 2);
+    assert_int_equal(dm_placer_status(pl, t[1], &ans), 0);
+    /* A stop while a pass is out: k is in it, m came after; both are placed. */
+    q = ask("k", &near_a);
+    q.now_us = 3000000;
+    assert_int_equal(dm_placer_join(pl, &q, &t[2], &ans), 1);
+    assert_false(dm_placers_run(f->placers, 3500000));
+    q = ask("m", &near_a);
+    q.now_us = 3600000;
+    assert_int_equal(dm_placer_join(pl, &q, &t[3], &ans), 1);
+    assert_false(dm_placers_run(f->placers, UINT64_MAX));
+    assert_int_equal(dm_placer_status(pl, t[3], &ans), 1);
+    assert_int_equal(uv_run(&loop, UV_RUN_DEFAULT), 0);
+    assert_int_equal(decided, 3);
+    assert_int_equal(dm_placer_status(pl, t[2], &ans), 0);
+    assert_int_equal(dm_placer_status(pl, t[3], &ans), 0);
+    assert_waiting(pl, "\"groups\":4,\"sessions\":4,\"waiting\":0,\"solving\":0,");
+    for (int i = 0; i < 4; i++) {
+        dm_placer_leave(pl, t[i]);
+    }
+    assert_int_equal(uv_loop_close(&loop), 0);
+}
+
 int
 main(void)
 {
@@ -340,6 +426,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_down_and_tried_servers_are_left_out, setup, teardown),
         cmocka_unit_test_setup_teardown(test_games_and_rates, setup, teardown),
         cmocka_unit_test_setup_teardown(test_batch_window_and_reload, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_batch_pass_on_the_thread_pool, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
