@@ -50,6 +50,10 @@ struct dm_conf_loader {
         size_t i;
     } * pool_index;
     size_t pool_index_n;
+    /* The system's CAs, read once per load for every TLS context of it
+     * (tls.c): each read takes tens of milliseconds. */
+    struct x509_store_st *system_cas;
+    bool system_cas_read;
 };
 
 /* c, or when it is 0 (equal keys) the order of x and y: qsort made stable. */
@@ -59,8 +63,11 @@ dm_conf_cmp_then(int c, size_t x, size_t y)
     return c != 0 ? c : (x > y) - (x < y);
 }
 
-/* Frees what a load kept on the side (the duplicate-key and pool indices). */
+/* Frees what a load kept on the side (the duplicate-key and pool indices, the system's CAs). */
 void dm_conf_loader_fini(struct dm_conf_loader *ld);
+
+/* Frees the system's CAs a load read (tls.c). */
+void dm_conf_tls_loader_fini(struct dm_conf_loader *ld);
 
 /* The most messages one load keeps (and reports: the rest are counted). */
 #define DM_CONF_MSGS_MAX 100

@@ -353,6 +353,7 @@ dm_conf_loader_fini(struct dm_conf_loader *ld)
     free(ld->pool_index);
     ld->pool_index = NULL;
     ld->pool_index_n = 0;
+    dm_conf_tls_loader_fini(ld);
 }
 
 static const yaml_node_t *

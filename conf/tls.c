@@ -255,6 +255,39 @@ ssl_why(char *buf, size_t size, const char *none)
 /* The key into ctx and checked against its certificate; false after
  * reporting. OpenSSL refuses a key of the certificate's own type that does
  * not match as it loads it; one of another type only at the pair check. */
+
+/*
+ * The system's CAs (OpenSSL's default file and directory), read on the
+ * first call of a load and shared by every context the load makes: each
+ * read parses the whole bundle (30 ms for Debian's), once per pool before.
+ * A reload reads them again, so that it picks up a CA update. NULL when
+ * they cannot be read.
+ */
+static X509_STORE *
+system_cas(struct dm_conf_loader *ld)
+{
+    if (!ld->system_cas_read) {
+        ld->system_cas_read = true;
+        X509_STORE *s = X509_STORE_new();
+        if (s != NULL && X509_STORE_set_default_paths(s) != 1) {
+            X509_STORE_free(s);
+            s = NULL; /* the error stays queued for the caller's message */
+        } else {
+            ERR_clear_error();
+        }
+        ld->system_cas = s;
+    }
+    return ld->system_cas;
+}
+
+void
+dm_conf_tls_loader_fini(struct dm_conf_loader *ld)
+{
+    X509_STORE_free(ld->system_cas);
+    ld->system_cas = NULL;
+    ld->system_cas_read = false;
+}
+
 static bool
 use_key(struct dm_conf_loader *ld, SSL_CTX *ctx, const yaml_node_t *key_n, const char *key,
         const char *cert)
@@ -941,15 +974,12 @@ dm_conf_load_listener_tls(struct dm_conf_loader *ld, const yaml_node_t *n, const
         return;
     }
     t->certs = calloc(k, sizeof(*t->certs));
-    X509_STORE *trusted = X509_STORE_new();
-    if (t->certs == NULL || trusted == NULL) {
-        X509_STORE_free(trusted);
+    if (t->certs == NULL) {
         sk_X509_NAME_pop_free(cm.ca_names, X509_NAME_free);
         ld->oom = true;
         return;
     }
-    X509_STORE_set_default_paths(trusted);
-    ERR_clear_error();
+    X509_STORE *trusted = system_cas(ld); /* NULL: issuers only from the chains */
     for (size_t j = 0; j < k; j++) {
         struct dm_tls_cert *c = &t->certs[t->ncerts];
         if (items == NULL) {
@@ -967,7 +997,6 @@ dm_conf_load_listener_tls(struct dm_conf_loader *ld, const yaml_node_t *n, const
             t->ncerts++;
         }
     }
-    X509_STORE_free(trusted);
     sk_X509_NAME_pop_free(cm.ca_names, X509_NAME_free);
     t->ticket_rotate_ms = cm.tickets ? cm.rotate_ms : 0;
     if (t->ncerts == 0 && !ld->oom) {
@@ -1088,11 +1117,13 @@ dm_conf_load_pool_tls(struct dm_conf_loader *ld, const yaml_node_t *n,
                         ssl_why(why, sizeof(why), "no usable cipher"));
     }
     if (ca == NULL || strcmp(ca, "system") == 0) {
-        if (SSL_CTX_set_default_verify_paths(ctx) != 1) {
+        X509_STORE *cas = system_cas(ld);
+        if (cas == NULL) {
             dm_conf_fail_at(ld, v[TP_CA] != NULL ? v[TP_CA] : n, "ca: %s",
                             ssl_why(why, sizeof(why), "cannot load the system's CAs"));
             return;
         }
+        SSL_CTX_set1_cert_store(ctx, cas);
     } else if (!readable(ld, v[TP_CA], "ca", ca)) {
         /* reported */
     } else if (SSL_CTX_load_verify_locations(ctx, ca, NULL) != 1) {

@@ -567,6 +567,29 @@ class TlsTest(H.DimmerTest):
         self.assertNotIn("web/back is DOWN", self.front_log())
         self.assertEqual(d.servers("web")["back"]["state"], "up")
 
+    def test_the_systems_cas_verify_every_pool_that_asks_for_them(self):
+        # "The system's CAs" are OpenSSL's default file, which SSL_CERT_FILE
+        # names: here the test CA. Read once per load and shared by every
+        # pool that asks for them; a pool with a CA file of its own keeps it.
+        back = self.tls_dimmer(self.site_tls())
+        env = dict(os.environ, SSL_CERT_FILE=self.ca[0], SSL_CERT_DIR=self.path("no-such-dir"))
+        d = self.front(
+            "  web:\n    tls: {sni: localhost}\n"
+            "    servers: [{name: s1, address: \"127.0.0.1:%d\"}]\n"
+            "  sys:\n    tls: {ca: system, sni: localhost}\n"
+            "    servers: [{name: s2, address: \"127.0.0.1:%d\"}]\n"
+            "  own:\n    tls: {ca: \"%s\", sni: localhost}\n"
+            "    servers: [{name: s3, address: \"127.0.0.1:%d\"}]\n"
+            % (back.port, back.port, self.client_ca[0], back.port),
+            "routes:\n  - {path: /sys/, pool: sys}\n  - {path: /own/, pool: own}\n", env=env)
+        self.assertEqual(H.get(d.port, "/bytes/3").body, H.pattern(3))
+        self.assertEqual(H.get(d.port, "/sys/x").status, 404)  # b1's answer, through TLS
+        self.assertEqual(H.get(d.port, "/own/x").status, 502)
+        self.assertIn("server own/s3: TLS handshake failed: certificate verify failed",
+                      self.front_log())
+        self.assertNotIn("server web/s1: TLS handshake failed", self.front_log())
+        self.assertNotIn("server sys/s2: TLS handshake failed", self.front_log())
+
     def test_a_close_notify_after_the_response_is_no_bytes_past_it(self):
         # A server that answers, then closes in order at once: its response
         # and its close_notify in one write. dimmer does not reuse the
