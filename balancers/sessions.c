@@ -37,6 +37,19 @@ enum group_state {
     G_DETACHED, /* no slot, its id kept: its server left the pool */
 };
 
+/*
+ * A group's delays to one server, kept as clients join and leave, so that
+ * C3 and C4 are checked in O(servers) (a scan of every client was
+ * quadratic over a large group's life): the extremes of its clients within
+ * dmax, how many are at each (a leave scans again only when the last at an
+ * extreme goes), and how many are beyond dmax (or have no delay: NaN).
+ */
+struct span {
+    double lo, hi;
+    size_t nlo, nhi; /* 0: no client within dmax */
+    size_t far;
+};
+
 struct sgroup {
     struct sgroup *prev, *next; /* the table's groups with an id or a slot */
     struct sgroup *hnext;       /* its hash chain */
@@ -56,7 +69,8 @@ struct sgroup {
     size_t nrates, want;
     struct dm_sessions_member **members;
     size_t nmembers, cap;
-    double *rows; /* cap x nservers delays */
+    double *rows;       /* cap x nservers delays */
+    struct span *spans; /* nservers: its clients' delays to each server */
     size_t id_len;
     char id[DM_SESSIONS_ID_MAX];
 };
@@ -300,6 +314,7 @@ group_free(struct sgroup *g)
 {
     free(g->members);
     free(g->rows);
+    free(g->spans);
     free(g);
 }
 
@@ -339,21 +354,104 @@ group_push(struct dm_sessions *t, struct sgroup *g, struct dm_sessions_member *m
     g->nmembers++;
 }
 
-/* Takes m out of g, the last member and its row moving into its place. */
+/*
+ * Takes m out of g, the last member moving into its place; with rows, its
+ * row and m's trade places, so m's is at g->nmembers after. A refused
+ * group's rows are left alone: it is on no list, so a reconfiguration did
+ * not rebuild them, and nobody reads them again.
+ */
 static void
-group_drop(struct dm_sessions *t, struct sgroup *g, struct dm_sessions_member *m)
+group_drop(struct dm_sessions *t, struct sgroup *g, struct dm_sessions_member *m, bool rows)
 {
-    size_t i = m->index, last = g->nmembers - 1;
+    size_t i = m->index, last = g->nmembers - 1, n = t->nservers;
     if (i != last) {
         g->members[i] = g->members[last];
         g->members[i]->index = i;
-        if (t->nservers > 0) {
-            memcpy(&g->rows[i * t->nservers], &g->rows[last * t->nservers],
-                   t->nservers * sizeof(double));
+        for (size_t s = 0; rows && s < n; s++) {
+            double d = g->rows[i * n + s];
+            g->rows[i * n + s] = g->rows[last * n + s];
+            g->rows[last * n + s] = d;
         }
     }
     g->nmembers--;
     m->g = NULL;
+}
+
+/* ---- spans ---- */
+
+static bool
+within_dmax(const struct dm_sessions *t, double d)
+{
+    return d <= t->cf.dmax_ms; /* false for NaN */
+}
+
+static void
+span_add(const struct dm_sessions *t, struct span *sp, double d)
+{
+    if (!within_dmax(t, d)) {
+        sp->far++;
+        return;
+    }
+    if (sp->nlo == 0 || d < sp->lo) {
+        sp->lo = d;
+        sp->nlo = 1;
+    } else if (d == sp->lo) {
+        sp->nlo++;
+    }
+    if (sp->nhi == 0 || d > sp->hi) {
+        sp->hi = d;
+        sp->nhi = 1;
+    } else if (d == sp->hi) {
+        sp->nhi++;
+    }
+}
+
+/* g's span to server s from its clients' rows. */
+static void
+span_scan(const struct dm_sessions *t, struct sgroup *g, size_t s)
+{
+    struct span *sp = &g->spans[s];
+    *sp = (struct span){ 0 };
+    for (size_t i = 0; i < g->nmembers; i++) {
+        span_add(t, sp, g->rows[i * t->nservers + s]);
+    }
+}
+
+static void
+spans_scan(const struct dm_sessions *t, struct sgroup *g)
+{
+    for (size_t s = 0; s < t->nservers; s++) {
+        span_scan(t, g, s);
+    }
+}
+
+/* A client at d left g (its row is gone from the first nmembers). */
+static void
+span_remove(const struct dm_sessions *t, struct sgroup *g, size_t s, double d)
+{
+    struct span *sp = &g->spans[s];
+    if (!within_dmax(t, d)) {
+        sp->far--;
+        return;
+    }
+    bool lost_lo = d == sp->lo && --sp->nlo == 0;
+    bool lost_hi = d == sp->hi && --sp->nhi == 0; /* both when lo == hi == d */
+    if (lost_lo || lost_hi) {
+        span_scan(t, g, s);
+    }
+}
+
+/* Whether C3 and C4 hold on server s for g with one more client at d. */
+static bool
+span_takes(const struct dm_sessions *t, const struct sgroup *g, size_t s, double d)
+{
+    const struct span *sp = &g->spans[s];
+    if (sp->far > 0 || !within_dmax(t, d)) {
+        return false;
+    }
+    double lo = sp->nlo > 0 && sp->lo < d ? sp->lo : d;
+    double hi = sp->nhi > 0 && sp->hi > d ? sp->hi : d;
+    return hi - lo <= t->cf.dvmax_ms;
 }
 
 static void
@@ -495,23 +593,30 @@ join_group(struct dm_sessions *t, struct sgroup *g, const struct dm_sessions_ask
     if (g->nmembers >= t->cf.max_members) {
         return -EMLINK;
     }
+    /* Placed: C3 and C4 on its server. Waiting: on some server, or the one
+     * out of reach would have the whole group refused at the batch pass. */
+    const double *d = ask->delay_ms;
+    bool takes = false;
+    if (g->state == G_PLACED) {
+        takes = span_takes(t, g, (size_t)g->server, d[g->server]);
+    }
+    for (size_t s = 0; g->state == G_WAITING && !takes && s < t->nservers; s++) {
+        takes = span_takes(t, g, s, d[s]);
+    }
+    if (!takes) {
+        fill_place(g, pl);
+        return -ERANGE;
+    }
     struct dm_sessions_member *m = member_new(ask);
     if (m == NULL || group_reserve(g, t->nservers) < 0) {
         free(m);
         return -ENOMEM;
     }
-    group_push(t, g, m, ask->delay_ms);
-    slot_sync(t, g);
-    /* Placed: C3 and C4 on its server. Waiting: on some server, or the one
-     * out of reach would have the whole group refused at the batch pass. */
-    if (dm_alloc_regroup(&t->a, g->slot) != 0) {
-        group_drop(t, g, m);
-        slot_sync(t, g);
-        (void)dm_alloc_regroup(&t->a, g->slot); /* the old clients fit, as before */
-        free(m);
-        fill_place(g, pl);
-        return -ERANGE;
+    group_push(t, g, m, d);
+    for (size_t s = 0; s < t->nservers; s++) {
+        span_add(t, &g->spans[s], d[s]);
     }
+    slot_sync(t, g);
     *out = m;
     if (g->state == G_WAITING) {
         return DM_SESSIONS_WAITING;
@@ -543,7 +648,8 @@ dm_sessions_join(struct dm_sessions *t, const struct dm_sessions_ask *ask,
     }
     struct sgroup *g = calloc(1, sizeof(*g));
     struct dm_sessions_member *m = member_new(ask);
-    if (g == NULL || m == NULL || group_reserve(g, t->nservers) < 0) {
+    if (g == NULL || m == NULL || group_reserve(g, t->nservers) < 0 ||
+        (g->spans = zalloc(t->nservers, sizeof(*g->spans))) == NULL) {
         if (g != NULL) {
             group_free(g);
         }
@@ -562,6 +668,7 @@ dm_sessions_join(struct dm_sessions *t, const struct dm_sessions_ask *ask,
     g->server = DM_ALLOC_NONE;
     g->tier = ask->want;
     group_push(t, g, m, ask->delay_ms);
+    spans_scan(t, g);
     g->slot = t->free_slots[--t->nfree];
     slot_sync(t, g);
     if (t->cf.batch) {
@@ -617,13 +724,19 @@ dm_sessions_leave(struct dm_sessions *t, struct dm_sessions_member *m)
         return;
     }
     struct sgroup *g = m->g;
-    group_drop(t, g, m);
+    bool rows = g->state != G_REFUSED;
+    group_drop(t, g, m, rows);
     free(m);
+    if (rows && g->nmembers > 0) {
+        const double *gone = &g->rows[g->nmembers * t->nservers];
+        for (size_t s = 0; s < t->nservers; s++) {
+            span_remove(t, g, s, gone[s]);
+        }
+    }
     bool in_alloc = g->state == G_WAITING || g->state == G_PLACED;
     if (g->nmembers > 0) {
         if (in_alloc) {
-            slot_sync(t, g);
-            (void)dm_alloc_regroup(&t->a, g->slot); /* fewer clients: the limits hold */
+            slot_sync(t, g); /* fewer clients: the limits hold */
         }
         return;
     }
@@ -891,14 +1004,19 @@ dm_sessions_configure(struct dm_sessions *t, const struct dm_sessions_conf *cf,
      * members that join and leave, rows n wide): past this loop nothing can
      * fail. */
     double **rows = zalloc(listed, sizeof(*rows));
-    int rc = rows != NULL ? 0 : -ENOMEM;
+    struct span **spans = zalloc(listed, sizeof(*spans));
+    int rc = rows != NULL && spans != NULL ? 0 : -ENOMEM;
     size_t k = 0;
     for (struct sgroup *g = t->list; g != NULL && rc == 0; g = g->next) {
         double *r = zalloc(g->cap * n, sizeof(*r));
-        if (r == NULL) {
+        struct span *sp = zalloc(n, sizeof(*sp));
+        if (r == NULL || sp == NULL) {
+            free(r);
+            free(sp);
             rc = -ENOMEM;
             break;
         }
+        spans[k] = sp;
         for (size_t i = 0; i < g->nmembers; i++) {
             const struct dm_sessions_member *m = g->members[i];
             row(arg, m->client, m->client_len, &r[i * n]);
@@ -917,8 +1035,10 @@ dm_sessions_configure(struct dm_sessions *t, const struct dm_sessions_conf *cf,
     if (rc < 0) {
         for (size_t i = 0; i < k; i++) {
             free(rows[i]);
+            free(spans[i]);
         }
         free(rows);
+        free(spans);
         parts_free(&x);
         return rc;
     }
@@ -928,7 +1048,10 @@ dm_sessions_configure(struct dm_sessions *t, const struct dm_sessions_conf *cf,
     size_t slot = 0;
     for (struct sgroup *g = t->list; g != NULL; g = g->next) {
         free(g->rows);
-        g->rows = rows[k++];
+        free(g->spans);
+        g->rows = rows[k];
+        g->spans = spans[k++];
+        spans_scan(t, g); /* new delays, dmax and dvmax */
         if (!in_allocation(g, sv, n)) {
             continue;
         }
@@ -970,6 +1093,7 @@ dm_sessions_configure(struct dm_sessions *t, const struct dm_sessions_conf *cf,
         hash_link(t, g);
     }
     free(rows);
+    free(spans);
     dm_alloc_fini(&old.a);
     free(old.servers);
     free(old.asv);

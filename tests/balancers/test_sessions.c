@@ -724,6 +724,47 @@ test_a_pass_taken_apart_meets_the_table_as_it_is(void **state)
     dm_sessions_destroy(t);
 }
 
+/*
+ * A group the pass refused is on no list, so a reconfiguration does not
+ * rebuild its rows: its clients, answered, leave after a reload that
+ * widened every row. (Their leaving moved rows as wide as the new pool in
+ * a buffer as wide as the old one: a heap overflow under ASan.)
+ */
+static void
+test_a_refused_group_leaves_cleanly_after_a_reload(void **state)
+{
+    (void)state;
+    int k[4];
+    struct dm_sessions_server sv[4] = {
+        { 100, &k[0] }, { 100, &k[1] }, { 100, &k[2] }, { 100, &k[3] }
+    };
+    struct dm_sessions_conf cf = conf(true);
+    struct dm_sessions *t = dm_sessions_create(&cf, sv, 2);
+    assert_non_null(t);
+    static const double d[4] = { 10, 10, 10, 10 };
+    struct dm_sessions_member *m[3];
+    struct dm_sessions_place pl;
+    /* 10 x 15 = 150 at the lowest rate: no server holds it. */
+    for (int i = 0; i < 3; i++) {
+        struct dm_sessions_ask a = ask2("big", 10, d);
+        assert_int_equal(dm_sessions_join(t, &a, &m[i], &pl), DM_SESSIONS_WAITING);
+    }
+    struct dm_rng rng;
+    dm_rng_init(&rng, 3);
+    assert_int_equal(dm_sessions_batch(t, &rng), 1);
+    assert_int_equal(dm_sessions_status(t, m[0], &pl), -ENOSPC);
+    assert_int_equal(dm_sessions_configure(t, &cf, sv, 4, row_of_two, NULL), 0);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(dm_sessions_status(t, m[i], &pl), -ENOSPC);
+        dm_sessions_leave(t, m[i]);
+    }
+    struct dm_sessions_stats st;
+    dm_sessions_stats(t, &st, NULL, 0);
+    assert_int_equal(st.groups + st.members + st.waiting, 0);
+    assert_int_equal(st.refused, 1);
+    dm_sessions_destroy(t);
+}
+
 /* The id of group g < 100: "g00" to "g99". */
 static void
 group_id(char *id, int g)
@@ -793,6 +834,25 @@ test_random_traffic_keeps_the_constraints(void **state)
             } else {
                 assert_true(rc == -ENOSPC || rc == -ERANGE || rc == -EUSERS || rc == -EMLINK);
                 refused[rc == -ENOSPC ? 0 : rc == -ERANGE ? 1 : rc == -EUSERS ? 2 : 3]++;
+                if (rc == -ERANGE) {
+                    /* Out of reach for a reason: with it, C3 or C4 fails on its group's server. */
+                    double lo, hi;
+                    int home = -1;
+                    for (size_t i = 0; i < nlive; i++) {
+                        if (live[i].group == g) {
+                            home = live[i].server;
+                        }
+                    }
+                    assert_true(home >= 0);
+                    lo = hi = d[home];
+                    for (size_t i = 0; i < nlive; i++) {
+                        if (live[i].group == g) {
+                            lo = fmin(lo, live[i].d[home]);
+                            hi = fmax(hi, live[i].d[home]);
+                        }
+                    }
+                    assert_true(hi > cf.dmax_ms || hi - lo > cf.dvmax_ms);
+                }
             }
         }
         /* Check from scratch. */
@@ -898,6 +958,25 @@ test_random_traffic_with_passes_out_keeps_the_constraints(void **state)
                 changed += pass != NULL;
             } else {
                 assert_true(rc == -ERANGE || rc == -EUSERS || rc == -EMLINK);
+                if (rc == -ERANGE) {
+                    /* Out of reach for a reason: with it, C3 or C4 fails on its
+                     * group's server, or on every server while the group waits. */
+                    const double *d = live[nlive].d;
+                    for (int s = 0; s < S; s++) {
+                        double lo = d[s], hi = d[s];
+                        int st = -1;
+                        for (size_t i = 0; i < nlive; i++) {
+                            if (live[i].group == g) {
+                                lo = fmin(lo, live[i].d[s]);
+                                hi = fmax(hi, live[i].d[s]);
+                                struct dm_sessions_place at;
+                                st = dm_sessions_status(t, live[i].m, &at);
+                                st = st == DM_SESSIONS_PLACED && at.server != s ? -1 : st;
+                            }
+                        }
+                        assert_true(st < 0 || hi > cf.dmax_ms || hi - lo > cf.dvmax_ms);
+                    }
+                }
             }
         }
         /* Check from scratch; clients whose group was refused leave, as the proxy's do. */
@@ -965,6 +1044,7 @@ main(void)
         cmocka_unit_test(test_a_group_detached_across_two_reloads_leaves_cleanly),
         cmocka_unit_test(test_configure_keeps_waiting_groups),
         cmocka_unit_test(test_a_pass_taken_apart_meets_the_table_as_it_is),
+        cmocka_unit_test(test_a_refused_group_leaves_cleanly_after_a_reload),
         cmocka_unit_test(test_random_traffic_keeps_the_constraints),
         cmocka_unit_test(test_random_traffic_with_passes_out_keeps_the_constraints),
     };
