@@ -118,6 +118,46 @@ dm_hash_bytes(const void *p, size_t len)
     return dm_hash_mix(h);
 }
 
+#define SIP_ROUND(v0, v1, v2, v3)                                                                  \
+    do {                                                                                           \
+        v0 += v1;                                                                                  \
+        v1 = hash_rotl(v1, 13) ^ v0;                                                               \
+        v0 = hash_rotl(v0, 32);                                                                    \
+        v2 += v3;                                                                                  \
+        v3 = hash_rotl(v3, 16) ^ v2;                                                               \
+        v0 += v3;                                                                                  \
+        v3 = hash_rotl(v3, 21) ^ v0;                                                               \
+        v2 += v1;                                                                                  \
+        v1 = hash_rotl(v1, 17) ^ v2;                                                               \
+        v2 = hash_rotl(v2, 32);                                                                    \
+    } while (0)
+
+uint64_t
+dm_hash_keyed(const struct dm_hash_secret *k, const void *p, size_t len)
+{
+    const unsigned char *b = p;
+    uint64_t v0 = k->k0 ^ 0x736f6d6570736575ULL, v1 = k->k1 ^ 0x646f72616e646f6dULL;
+    uint64_t v2 = k->k0 ^ 0x6c7967656e657261ULL, v3 = k->k1 ^ 0x7465646279746573ULL;
+    size_t left = len;
+    for (; left >= 8; b += 8, left -= 8) {
+        uint64_t m = hash_load_le(b, 8);
+        v3 ^= m;
+        SIP_ROUND(v0, v1, v2, v3);
+        SIP_ROUND(v0, v1, v2, v3);
+        v0 ^= m;
+    }
+    uint64_t m = ((uint64_t)len << 56) | (left > 0 ? hash_load_le(b, left) : 0);
+    v3 ^= m;
+    SIP_ROUND(v0, v1, v2, v3);
+    SIP_ROUND(v0, v1, v2, v3);
+    v0 ^= m;
+    v2 ^= 0xff;
+    for (int i = 0; i < 4; i++) {
+        SIP_ROUND(v0, v1, v2, v3);
+    }
+    return v0 ^ v1 ^ v2 ^ v3;
+}
+
 struct hash_point {
     uint64_t at;
     unsigned server;

@@ -19,6 +19,18 @@
  */
 uint64_t dm_hash_bytes(const void *p, size_t len);
 
+/* A secret key for dm_hash_keyed(). */
+struct dm_hash_secret {
+    uint64_t k0, k1;
+};
+
+/*
+ * SipHash-2-4 (Aumasson and Bernstein) of len bytes at p under key k: for
+ * tables whose keys a client chooses (its address, a group id), which with
+ * a key the client cannot know it cannot fill one chain of. Pure; any thread.
+ */
+uint64_t dm_hash_keyed(const struct dm_hash_secret *k, const void *p, size_t len);
+
 /*
  * MurmurHash3's 64-bit finalizer: a bijection in which every input bit flips
  * each output bit with probability about 1/2. Pure; any thread.

@@ -96,10 +96,11 @@ struct dm_sessions {
     struct sgroup **buckets;
     size_t nbuckets; /* a power of two */
     struct sgroup *list;
-    size_t waiting; /* groups waiting, in a pass or not */
-    size_t untaken; /* of them, those no pass has taken */
-    bool pass_out;  /* a pass taken and not yet committed */
-    uint64_t gen;   /* configurations taken: a pass of an older one is stale */
+    size_t waiting;            /* groups waiting, in a pass or not */
+    size_t untaken;            /* of them, those no pass has taken */
+    bool pass_out;             /* a pass taken and not yet committed */
+    uint64_t gen;              /* configurations taken: a pass of an older one is stale */
+    struct dm_hash_secret key; /* of group ids: the first configuration's, for the table's life */
     uint64_t placed, lowered, refused;
 };
 
@@ -508,6 +509,7 @@ dm_sessions_create(const struct dm_sessions_conf *cf, const struct dm_sessions_s
         return NULL;
     }
     t->cf = *cf;
+    t->key = cf->key;
     struct parts x;
     if (parts_make(&x, sv, n, cf->max_groups) < 0) {
         free(t);
@@ -633,7 +635,7 @@ dm_sessions_join(struct dm_sessions *t, const struct dm_sessions_ask *ask,
         return -EINVAL;
     }
     size_t len = ask->group != NULL ? ask->group_len : 0;
-    uint64_t h = dm_hash_bytes(ask->group, len);
+    uint64_t h = dm_hash_keyed(&t->key, ask->group, len);
     if (len > 0) {
         struct sgroup *g = hash_find(t, ask->group, len, h);
         if (g != NULL) {

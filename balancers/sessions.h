@@ -54,6 +54,7 @@
 #include <stdint.h>
 
 #include "balancers/alloc.h"
+#include "balancers/hash.h"
 #include "balancers/rng.h"
 
 #define DM_SESSIONS_ID_MAX     128 /* bytes of a group id */
@@ -71,6 +72,7 @@ struct dm_sessions_conf {
     size_t max_groups;          /* groups at once, >= 1 */
     size_t max_members;         /* clients of one group, >= 1 */
     struct dm_alloc_conf solve; /* the batch pass: alpha and the annealing schedules */
+    struct dm_hash_secret key;  /* group ids are hashed under it: dm_sessions_create()'s counts */
 };
 
 struct dm_sessions_server {

@@ -27,6 +27,7 @@
 #include "proxy/health.h"
 #include "proxy/internal.h"
 #include "proxy/log.h"
+#include "proxy/peers.h"
 #include "proxy/power.h"
 #include "proxy/session.h"
 #include "proxy/worker.h"
@@ -653,6 +654,7 @@ main(int argc, char **argv)
     sigaddset(&early, SIGHUP);
     sigaddset(&early, SIGUSR1);
     pthread_sigmask(SIG_BLOCK, &early, NULL);
+    dm_hash_key_init(); /* before any table a client fills */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         bool has_next = i + 1 < argc;

@@ -5,6 +5,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <uv.h>
 
@@ -59,10 +62,32 @@ dm_peer_key(const struct sockaddr *sa, uint8_t key[DM_PEER_KEY_LEN])
     return false;
 }
 
+struct dm_hash_secret dm_client_hash_key;
+
+void
+dm_hash_key_init(void)
+{
+    struct dm_hash_secret k;
+    if (getrandom(&k, sizeof(k), GRND_NONBLOCK) != (ssize_t)sizeof(k)) {
+        /* No entropy yet (early boot): what varies from run to run. */
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        k.k0 = dm_hash_mix((uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 32));
+        k.k1 = dm_hash_mix((uint64_t)ts.tv_sec ^ (uint64_t)(uintptr_t)&k);
+    }
+    dm_client_hash_key = k;
+}
+
+uint64_t
+dm_peer_hash(const uint8_t key[DM_PEER_KEY_LEN])
+{
+    return dm_hash_keyed(&dm_client_hash_key, key, DM_PEER_KEY_LEN);
+}
+
 static size_t
 peer_chain(const uint8_t key[DM_PEER_KEY_LEN])
 {
-    return (size_t)(dm_hash_bytes(key, DM_PEER_KEY_LEN) % NCHAINS);
+    return (size_t)(dm_peer_hash(key) % NCHAINS);
 }
 
 /* The link that points at key's entry, or at the chain's end. Under lock. */

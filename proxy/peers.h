@@ -13,6 +13,8 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
+#include "balancers/hash.h"
+
 /* A client address as a table key: a family byte, then 4 or 16 address bytes, zero padded. */
 #define DM_PEER_KEY_LEN 17
 
@@ -20,9 +22,23 @@
  * Fills key from sa's address (the port left out; an IPv4-mapped IPv6
  * address as the IPv4 one, so both ways in count together); false for a
  * family that is neither IPv4 nor IPv6. The per-client tables (this one,
- * proxy/rate.h's) key by it and hash it with dm_hash_bytes().
+ * proxy/rate.h's) key by it and hash it with dm_peer_hash().
  */
 bool dm_peer_key(const struct sockaddr *sa, uint8_t key[DM_PEER_KEY_LEN]);
+
+/*
+ * The secret key of the tables whose keys clients choose (their addresses
+ * here and in proxy/rate.h, session group ids): random for each process,
+ * so that no client can aim its keys at one hash chain (with a known hash,
+ * 65,536 addresses of one IPv6 /64 made one chain of the rate table, and
+ * every lookup walked it). dm_hash_key_init() draws it, once, before any
+ * table is used; until then it is zero (tests).
+ */
+extern struct dm_hash_secret dm_client_hash_key;
+void dm_hash_key_init(void);
+
+/* The hash of a table key under dm_client_hash_key. Any thread. */
+uint64_t dm_peer_hash(const uint8_t key[DM_PEER_KEY_LEN]);
 
 /*
  * Counts one more connection from sa's address (the port is ignored) and

@@ -114,7 +114,7 @@ dm_ratetab_destroy(struct dm_ratetab *t)
 static struct rate_entry **
 rate_find(const struct dm_ratetab *t, const uint8_t key[DM_PEER_KEY_LEN])
 {
-    struct rate_entry **pp = &t->chains[dm_hash_bytes(key, DM_PEER_KEY_LEN) & (t->nchains - 1)];
+    struct rate_entry **pp = &t->chains[dm_peer_hash(key) & (t->nchains - 1)];
     while (*pp != NULL && memcmp((*pp)->key, key, DM_PEER_KEY_LEN) != 0) {
         pp = &(*pp)->chain;
     }

@@ -35,6 +35,7 @@
 #include "balancers/sessions.h"
 #include "conf/conf.h"
 #include "proxy/internal.h"
+#include "proxy/peers.h"
 #include "proxy/sbuf.h"
 
 _Static_assert(DM_CONF_RATES_MAX <= DM_SESSIONS_RATES_MAX, "a game's rates fit a group");
@@ -184,6 +185,7 @@ pconf_make(const struct dm_conf_pool *pc, const struct dm_servers *sv)
         .solve = { .alpha = s->alpha,
                    .balance = schedule(s->anneal_iterations, s->anneal_t0),
                    .rates = schedule(s->anneal_iterations, s->anneal_t0) },
+        .key = dm_client_hash_key, /* group ids are the client's choice */
     };
     return cf;
 fail:

@@ -596,6 +596,27 @@ test_concurrent_picks_add_up(void **state)
     dm_fixture_destroy(f);
 }
 
+/* SipHash-2-4's published test vectors (key 00..0f, message 00..len-1), and the key's effect. */
+static void
+test_hash_keyed_is_siphash(void **state)
+{
+    (void)state;
+    const struct dm_hash_secret k = { 0x0706050403020100ULL, 0x0f0e0d0c0b0a0908ULL };
+    unsigned char msg[64];
+    for (int i = 0; i < 64; i++) {
+        msg[i] = (unsigned char)i;
+    }
+    assert_true(dm_hash_keyed(&k, NULL, 0) == 0x726fdb47dd0e0e31ULL);
+    assert_true(dm_hash_keyed(&k, msg, 8) == 0x93f5f5799a932462ULL);
+    assert_true(dm_hash_keyed(&k, msg, 15) == 0xa129ca6149be45e5ULL);
+    assert_true(dm_hash_keyed(&k, msg, 63) == 0x958a324ceb064572ULL);
+    /* Another key, another value, for every length. */
+    const struct dm_hash_secret other = { k.k0 ^ 1, k.k1 };
+    for (size_t len = 0; len <= 64; len++) {
+        assert_true(dm_hash_keyed(&k, msg, len) != dm_hash_keyed(&other, msg, len));
+    }
+}
+
 int
 main(void)
 {
@@ -603,6 +624,7 @@ main(void)
         cmocka_unit_test(test_hash_bytes_ignores_alignment),
         cmocka_unit_test(test_hash_bytes_tells_lengths_and_bytes_apart),
         cmocka_unit_test(test_hash_bytes_avalanches),
+        cmocka_unit_test(test_hash_keyed_is_siphash),
         cmocka_unit_test(test_hash_bytes_spreads_sequential_keys),
         cmocka_unit_test(test_create_sets_ops_and_table),
         cmocka_unit_test(test_unusable_and_tried_servers_are_never_picked),

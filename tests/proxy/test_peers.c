@@ -3,6 +3,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -116,6 +117,46 @@ test_other_families_pass_uncounted(void **state)
     assert_int_equal(dm_peers_count(SA(ss)), 0);
 }
 
+/*
+ * The tables' hash is keyed, per process: addresses one IPv6 /64 holds
+ * that all fall in one chain under the unkeyed hash (found here by trying,
+ * as a client would) spread under the drawn key; and two draws differ.
+ */
+static void
+test_the_table_hash_is_keyed(void **state)
+{
+    (void)state;
+    enum { WANT = 64, CHAINS = 4096 };
+    struct sockaddr_in6 a = { .sin6_family = AF_INET6 };
+    assert_int_equal(inet_pton(AF_INET6, "2001:db8::", &a.sin6_addr), 1);
+    uint8_t keys[WANT][DM_PEER_KEY_LEN];
+    size_t found = 0;
+    uint64_t aim = 0;
+    for (uint32_t i = 0; found < WANT && i < 4000000; i++) {
+        memcpy(&a.sin6_addr.s6_addr[12], &i, sizeof(i));
+        uint8_t k[DM_PEER_KEY_LEN];
+        assert_true(dm_peer_key((const struct sockaddr *)&a, k));
+        uint64_t chain = dm_hash_bytes(k, DM_PEER_KEY_LEN) % CHAINS;
+        if (found == 0) {
+            aim = chain;
+        }
+        if (chain == aim) {
+            memcpy(keys[found++], k, DM_PEER_KEY_LEN);
+        }
+    }
+    assert_int_equal(found, WANT);
+    dm_hash_key_init();
+    struct dm_hash_secret first = dm_client_hash_key;
+    unsigned hits[CHAINS] = { 0 }, most = 0;
+    for (size_t i = 0; i < WANT; i++) {
+        unsigned n = ++hits[dm_peer_hash(keys[i]) % CHAINS];
+        most = n > most ? n : most;
+    }
+    assert_true(most <= 4); /* 64 in 4096 chains: five in one has odds of 3e-8 */
+    dm_hash_key_init();
+    assert_true(dm_client_hash_key.k0 != first.k0 || dm_client_hash_key.k1 != first.k1);
+}
+
 int
 main(void)
 {
@@ -124,6 +165,7 @@ main(void)
         cmocka_unit_test(test_addresses_count_apart),
         cmocka_unit_test(test_many_addresses_share_chains),
         cmocka_unit_test(test_other_families_pass_uncounted),
+        cmocka_unit_test(test_the_table_hash_is_keyed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
