@@ -487,7 +487,14 @@ dm_conf_check_pool_session(struct dm_conf_loader *ld, const struct dm_conf_pool 
                            const yaml_node_t *pool)
 {
     const struct dm_balancer_ops *ops = dm_balancer_find(p->balance);
-    if (ops != NULL && (ops->needs & DM_BAL_NEEDS_SESSIONS) && p->session.ngames == 0 && !ld->oom) {
+    /* Games that were given but refused were reported each: not again as none. */
+    const yaml_node_t *sn = dm_conf_lookup(ld, pool, "session");
+    const yaml_node_t *gn =
+        sn != NULL && sn->type == YAML_MAPPING_NODE ? dm_conf_lookup(ld, sn, "games") : NULL;
+    bool given = gn != NULL && gn->type == YAML_MAPPING_NODE &&
+                 gn->data.mapping.pairs.top > gn->data.mapping.pairs.start;
+    if (ops != NULL && (ops->needs & DM_BAL_NEEDS_SESSIONS) && p->session.ngames == 0 && !given &&
+        !ld->oom) {
         dm_conf_fail_at(ld, pool, "pool \"%s\": balance %s needs session.games (at least one game)",
                         p->name, p->balance);
     }

@@ -1842,6 +1842,11 @@ test_session_errors(void **state)
                  "t.yaml:4:5: pool \"g\": balance session needs session.games (at least one game)");
     expect_error(LISTEN POOL_G "    session: {}\n",
                  "t.yaml:4:5: pool \"g\": balance session needs session.games (at least one game)");
+    expect_error(LISTEN POOL_G "    session: {games: {}}\n",
+                 "t.yaml:4:5: pool \"g\": balance session needs session.games (at least one game)");
+    /* Games given and each refused: each said once, not again as "no game". */
+    expect_error(LISTEN POOL_G "    session: {games: {\"\": {frame_load: 1, rates: [1]}}}\n",
+                 "t.yaml:8:23: expected a name, got \"\"");
     expect_error(LISTEN POOL_G "    session:\n" GAMES "      default_game: go\n",
                  "t.yaml:11:21: unknown game \"go\" (games: chess)");
     expect_error(LISTEN POOL_G "    session:\n      games:\n        go: {rates: [1]}\n",
