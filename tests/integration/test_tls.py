@@ -434,6 +434,23 @@ class TlsTest(H.DimmerTest):
                    "https://localhost:%d/bytes/4" % secure)
         self.assertEqual(r.stdout, H.pattern(4), r.stderr)
 
+    def test_reload_turns_tls_on_and_off_for_a_listener_that_stays(self):
+        # The same listener (same address text) with and without a tls
+        # block: a reload applies it at once, on the socket bound at start.
+        def conf(listener):
+            return ("workers: 1\nadmin: 127.0.0.1:0\nerror_log: \"%s\"\nlisten:\n  - %s\n"
+                    "pools:\n  web:\n    servers:\n      - {name: b1, address: \"127.0.0.1:%d\"}\n"
+                    % (self.path("error.log"), listener, self.b.port))
+        self.extra_logs = [self.path("error.log")]
+        self.d = d = self.start_dimmer_conf(self.write_config(conf("127.0.0.1:0")))
+        self.assertEqual(H.get(d.port, "/bytes/3").body, H.pattern(3))
+        self.reload_config(conf("{address: 127.0.0.1:0, tls: %s}" % self.site_tls()))
+        r = self.curl(d, "https://localhost:%d/bytes/4" % d.port)
+        self.assertEqual(r.stdout, H.pattern(4), r.stderr)
+        self.assertNotIn("reload failed", self.log())
+        self.reload_config(conf("127.0.0.1:0"))
+        self.assertEqual(H.get(d.port, "/bytes/5").body, H.pattern(5))
+
     def check(self, tls):
         """dimmer -t on a config with this tls: block; (exit status, stderr)."""
         conf = self.write_config("listen:\n  - address: 127.0.0.1:0\n    tls: %s\npools:\n"
