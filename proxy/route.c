@@ -46,11 +46,18 @@ route_host_matches(const char *want, const char *host, size_t len)
     return len == want_len && (len == 0 || strncasecmp(host, want, len) == 0);
 }
 
+/* Whether a route's prefix matches every path: none, empty, or "/", so
+ * that "OPTIONS *" and an empty target still match. */
+static bool
+prefix_is_all(const char *prefix)
+{
+    return prefix == NULL || prefix[0] == '\0' || strcmp(prefix, "/") == 0;
+}
+
 static bool
 route_path_matches(const char *prefix, const char *path, size_t len)
 {
-    /* "/" is any path too, so that "OPTIONS *" and an empty target still match. */
-    if (prefix == NULL || prefix[0] == '\0' || strcmp(prefix, "/") == 0) {
+    if (prefix_is_all(prefix)) {
         return true;
     }
     size_t prefix_len = strlen(prefix);
@@ -118,12 +125,37 @@ fold_cmp(const char *a, size_t alen, const char *b, size_t blen)
     return 0;
 }
 
+/*
+ * A list of routes indexed by path prefix, for a list longer than
+ * PATH_SCAN: a request's candidates are the routes whose prefix is one of
+ * its path's prefixes, and one pass over the path hashes them all, so
+ * thousands of path routes cost a lookup per distinct prefix length, not a
+ * scan (as nginx's tree of prefix locations).
+ */
+#define PATH_SCAN 8
+
+struct path_slot {
+    const char *prefix; /* NULL: an empty slot */
+    uint64_t hash;
+    uint32_t len;
+    uint32_t route; /* the first route of the list with this prefix */
+};
+
+struct path_index {
+    uint32_t *lens; /* the prefixes' lengths, ascending, each once */
+    size_t nlens;
+    struct path_slot *slots;
+    size_t mask;
+    uint32_t all; /* the first route whose prefix matches every path; UINT32_MAX: none */
+};
+
 /* A host (or a wildcard's suffix) and its routes, rs->lists[start .. start + count). */
 struct route_key {
     const char *name; /* NULL: an empty slot */
     uint64_t hash;
     uint32_t len;
     uint32_t start, count;
+    struct path_index *paths; /* NULL: scanned */
 };
 
 struct route_table {
@@ -136,6 +168,7 @@ struct dm_routes {
     uint32_t *lists; /* route indices, ascending for each key */
     uint32_t *any;   /* the routes of every host (no host), ascending */
     size_t nany;
+    struct path_index *any_paths; /* NULL: scanned */
 };
 
 /* A route of the config while the index is made. */
@@ -204,7 +237,7 @@ table_init(struct route_table *t, size_t n)
     return t->slots != NULL;
 }
 
-static void
+static struct route_key *
 table_put(struct route_table *t, const struct route_entry *e, uint32_t start, uint32_t count)
 {
     size_t i = (size_t)e->hash & t->mask;
@@ -214,12 +247,129 @@ table_put(struct route_table *t, const struct route_entry *e, uint32_t start, ui
     t->slots[i] = (struct route_key){
         .name = e->name, .hash = e->hash, .len = e->len, .start = start, .count = count
     };
+    return &t->slots[i];
+}
+
+/* ---- the path index ---- */
+
+static uint64_t
+path_step(uint64_t h, unsigned char ch)
+{
+    return (h ^ ch) * ROUTE_HASH_PRIME;
+}
+
+static void
+path_index_free(struct path_index *x)
+{
+    if (x != NULL) {
+        free(x->lens);
+        free(x->slots);
+        free(x);
+    }
+}
+
+static int
+len_cmp(const void *pa, const void *pb)
+{
+    uint32_t a = *(const uint32_t *)pa, b = *(const uint32_t *)pb;
+    return (a > b) - (a < b);
+}
+
+/*
+ * The index of the n routes at routes (ascending); NULL when n is small
+ * enough to scan. *oom when out of memory.
+ */
+static struct path_index *
+path_index_build(const struct dm_conf *c, const uint32_t *routes, size_t n, bool *oom)
+{
+    if (n <= PATH_SCAN) {
+        return NULL;
+    }
+    struct path_index *x = calloc(1, sizeof(*x));
+    size_t cap = 8;
+    while (cap < 2 * n) {
+        cap *= 2;
+    }
+    if (x == NULL || (x->lens = calloc(n, sizeof(*x->lens))) == NULL ||
+        (x->slots = calloc(cap, sizeof(*x->slots))) == NULL) {
+        path_index_free(x);
+        *oom = true;
+        return NULL;
+    }
+    x->mask = cap - 1;
+    x->all = UINT32_MAX;
+    for (size_t i = 0; i < n; i++) {
+        const char *prefix = c->routes[routes[i]].path_prefix;
+        if (prefix_is_all(prefix)) {
+            x->all = x->all != UINT32_MAX ? x->all : routes[i];
+            continue;
+        }
+        size_t len = strlen(prefix);
+        if (len > UINT32_MAX) {
+            continue; /* never: a config line is not 4 GiB */
+        }
+        uint64_t h = ROUTE_HASH_INIT;
+        for (size_t k = 0; k < len; k++) {
+            h = path_step(h, (unsigned char)prefix[k]);
+        }
+        size_t j = (size_t)h & x->mask;
+        while (x->slots[j].prefix != NULL && !(x->slots[j].hash == h && x->slots[j].len == len &&
+                                               memcmp(x->slots[j].prefix, prefix, len) == 0)) {
+            j = (j + 1) & x->mask;
+        }
+        if (x->slots[j].prefix == NULL) { /* the first route of the list with it */
+            x->slots[j] = (struct path_slot){
+                .prefix = prefix, .hash = h, .len = (uint32_t)len, .route = routes[i]
+            };
+            x->lens[x->nlens++] = (uint32_t)len;
+        }
+    }
+    qsort(x->lens, x->nlens, sizeof(*x->lens), len_cmp);
+    size_t m = 0;
+    for (size_t i = 0; i < x->nlens; i++) {
+        if (m == 0 || x->lens[m - 1] != x->lens[i]) {
+            x->lens[m++] = x->lens[i];
+        }
+    }
+    x->nlens = m;
+    return x;
+}
+
+/* The first route of x's list whose prefix the path has; UINT32_MAX when none. */
+static uint32_t
+path_index_find(const struct path_index *x, const char *path, size_t path_len)
+{
+    uint32_t best = x->all;
+    uint64_t h = ROUTE_HASH_INIT;
+    size_t next = 0; /* the next length of x->lens to look up */
+    for (size_t len = 1; len <= path_len && next < x->nlens; len++) {
+        h = path_step(h, (unsigned char)path[len - 1]);
+        if (x->lens[next] != len) {
+            continue;
+        }
+        next++;
+        for (size_t j = (size_t)h & x->mask; x->slots[j].prefix != NULL; j = (j + 1) & x->mask) {
+            const struct path_slot *sl = &x->slots[j];
+            if (sl->hash == h && sl->len == len && memcmp(sl->prefix, path, len) == 0) {
+                best = sl->route < best ? sl->route : best;
+                break;
+            }
+        }
+    }
+    return best;
 }
 
 void
 dm_routes_free(struct dm_routes *rs)
 {
     if (rs != NULL) {
+        for (size_t i = 0; rs->exact.slots != NULL && i <= rs->exact.mask; i++) {
+            path_index_free(rs->exact.slots[i].paths);
+        }
+        for (size_t i = 0; rs->wild.slots != NULL && i <= rs->wild.mask; i++) {
+            path_index_free(rs->wild.slots[i].paths);
+        }
+        path_index_free(rs->any_paths);
         free(rs->exact.slots);
         free(rs->wild.slots);
         free(rs->lists);
@@ -268,6 +418,7 @@ dm_routes_build(const struct dm_conf *c)
     }
     /* Equal keys side by side, each key's routes in the config's order. */
     qsort(e, ne, sizeof(*e), entry_cmp);
+    bool oom = false;
     size_t keys[2] = { 0, 0 };
     for (size_t i = 0; i < ne; i++) {
         keys[e[i].wild] += i == 0 || !same_key(&e[i - 1], &e[i]);
@@ -285,19 +436,33 @@ dm_routes_build(const struct dm_conf *c)
         for (size_t k = i; k < j; k++) {
             rs->lists[k] = e[k].index;
         }
-        table_put(e[i].wild ? &rs->wild : &rs->exact, &e[i], (uint32_t)i, (uint32_t)(j - i));
+        struct route_key *k =
+            table_put(e[i].wild ? &rs->wild : &rs->exact, &e[i], (uint32_t)i, (uint32_t)(j - i));
+        k->paths = path_index_build(c, rs->lists + i, j - i, &oom);
         i = j;
     }
     free(e);
+    rs->any_paths = path_index_build(c, rs->any, rs->nany, &oom);
+    if (oom) {
+        dm_routes_free(rs);
+        return NULL;
+    }
     return rs;
 }
 
-/* The first of routes (ascending, their hosts matching) whose path matches and that comes
- * before *best: it becomes *best. */
+/* The first of routes (ascending, their hosts matching; indexed by paths, or NULL) whose
+ * path matches and that comes before *best: it becomes *best. */
 static void
-first_of(const struct dm_conf *c, const uint32_t *routes, size_t n, const char *path,
-         size_t path_len, size_t *best)
+first_of(const struct dm_conf *c, const uint32_t *routes, size_t n, const struct path_index *paths,
+         const char *path, size_t path_len, size_t *best)
 {
+    if (paths != NULL) {
+        uint32_t r = path_index_find(paths, path, path_len);
+        if (r != UINT32_MAX && r < *best) {
+            *best = r;
+        }
+        return;
+    }
     for (size_t i = 0; i < n && routes[i] < *best; i++) {
         if (route_path_matches(c->routes[routes[i]].path_prefix, path, path_len)) {
             *best = routes[i];
@@ -314,7 +479,7 @@ dm_routes_match(const struct dm_routes *rs, const struct dm_conf *c, const char 
         return c->default_pool; /* no route: nothing to look up */
     }
     size_t best = SIZE_MAX;
-    first_of(c, rs->any, rs->nany, path, path_len, &best);
+    first_of(c, rs->any, rs->nany, rs->any_paths, path, path_len, &best);
     if (rs->exact.slots != NULL || rs->wild.slots != NULL) {
         size_t len = host != NULL ? host_name_len(host, host_len) : 0;
         const char *name = host != NULL ? host : "";
@@ -326,13 +491,13 @@ dm_routes_match(const struct dm_routes *rs, const struct dm_conf *c, const char 
             if (i > 1 && name[i - 1] == '.' && rs->wild.slots != NULL) {
                 const struct route_key *k = table_find(&rs->wild, h, name + i - 1, len - (i - 1));
                 if (k != NULL) {
-                    first_of(c, rs->lists + k->start, k->count, path, path_len, &best);
+                    first_of(c, rs->lists + k->start, k->count, k->paths, path, path_len, &best);
                 }
             }
         }
         const struct route_key *k = table_find(&rs->exact, h, name, len);
         if (k != NULL) {
-            first_of(c, rs->lists + k->start, k->count, path, path_len, &best);
+            first_of(c, rs->lists + k->start, k->count, k->paths, path, path_len, &best);
         }
     }
     return best != SIZE_MAX ? c->routes[best].pool : c->default_pool;

@@ -181,16 +181,19 @@ test_index_agrees_with_the_scan(void **state)
     (void)state;
     static const char *const hosts[] = { NULL,    "a",     "A",  "b.a", "*.a",     "*.b.a",
                                          "*.B.A", "c.b.a", "*.", "*",   "x.c.b.a", "*.c.b.a" };
-    static const char *const paths[] = { NULL, "/", "/x", "/x/y", "/y" };
+    static const char *const paths[] = { NULL, "/",   "/x",  "/x/y", "/y",
+                                         "",   "/xy", "/x/", "/xyz", "x" };
     static const char *const asked[] = { "a",       "A",      "b.a",   "B.a:80", "c.b.a",
                                          "x.c.b.a", ".a",     "a.",    "a..",    "",
                                          "z",       "c.B.a.", "[::1]", "*",      "q.x.c.b.a" };
-    static const char *const asked_paths[] = { "/", "/x", "/x/y/z", "/y", "", "*" };
+    static const char *const asked_paths[] = { "/", "/x",  "/x/y/z", "/y", "",
+                                               "*", "/xy", "/xyzw",  "x",  "/x/" };
     struct dm_rng rng;
     dm_rng_init(&rng, 7);
-    struct dm_conf_route r[24];
+    /* Up to 48 routes: lists longer than the index's scan bound (8) are indexed by path. */
+    struct dm_conf_route r[48];
     for (int round = 0; round < 400; round++) {
-        size_t n = (size_t)dm_rng_below(&rng, 24) + 1;
+        size_t n = (size_t)dm_rng_below(&rng, 48) + 1;
         for (size_t i = 0; i < n; i++) {
             r[i] = (struct dm_conf_route){
                 .host = (char *)hosts[dm_rng_below(&rng, sizeof(hosts) / sizeof(hosts[0]))],
@@ -242,6 +245,42 @@ test_many_hosts(void **state)
     free(r);
 }
 
+/* Thousands of path routes, of every host and of one: each request finds its own. */
+static void
+test_many_paths(void **state)
+{
+    (void)state;
+    enum { N = 5000 };
+    struct dm_conf_route *r = calloc(2 * N + 1, sizeof(*r));
+    char(*names)[32] = calloc(N, sizeof(*names));
+    assert_non_null(r);
+    assert_non_null(names);
+    for (size_t i = 0; i < N; i++) {
+        snprintf(names[i], sizeof(names[i]), "/p%zu/", i);
+        r[i] = (struct dm_conf_route){ .host = (char *)"h.example",
+                                       .path_prefix = names[i],
+                                       .pool = i + 1 };
+        r[N + i] = (struct dm_conf_route){ .path_prefix = names[i], .pool = N + i + 1 };
+    }
+    r[2 * N] = (struct dm_conf_route){ .path_prefix = (char *)"/", .pool = 2 * N + 1 };
+    struct dm_conf c = { .routes = r, .nroutes = 2 * N + 1, .default_pool = 0 };
+    struct dm_routes *rs = dm_routes_build(&c);
+    assert_non_null(rs);
+    char path[64];
+    for (size_t i = 0; i < N; i++) {
+        int len = snprintf(path, sizeof(path), "/p%zu/x?y", i);
+        assert_int_equal(dm_routes_match(rs, &c, "h.example", 9, path, (size_t)len), i + 1);
+        assert_int_equal(dm_routes_match(rs, &c, "other", 5, path, (size_t)len), N + i + 1);
+        assert_int_equal(dm_route_match(&c, "other", 5, path, (size_t)len), N + i + 1);
+    }
+    /* "/p1" is a prefix of no route's "/p1x/": the catch-all. */
+    assert_int_equal(dm_routes_match(rs, &c, "h.example", 9, "/p1x/", 5), 2 * N + 1);
+    assert_int_equal(dm_routes_match(rs, &c, "h.example", 9, "/p", 2), 2 * N + 1);
+    dm_routes_free(rs);
+    free(names);
+    free(r);
+}
+
 int
 main(void)
 {
@@ -257,6 +296,7 @@ main(void)
         cmocka_unit_test(test_default_pool_when_nothing_matches),
         cmocka_unit_test(test_index_agrees_with_the_scan),
         cmocka_unit_test(test_many_hosts),
+        cmocka_unit_test(test_many_paths),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
