@@ -41,6 +41,8 @@ status_text(unsigned status)
         return "Request Timeout";
     case 413:
         return "Content Too Large";
+    case 414:
+        return "URI Too Long";
     case 429:
         return "Too Many Requests";
     case 431:
@@ -1389,6 +1391,22 @@ client_over_rate(struct dm_client *c)
     return true;
 }
 
+/*
+ * A head past limits.header_bytes (len bytes of it read): 414 when its
+ * request line alone is (RFC 9112 section 3: a target longer than the
+ * server will parse), 431 when its fields are.
+ */
+static void
+client_head_too_large(struct dm_client *c, uint32_t len)
+{
+    size_t limit = c->rt->conf->limits.header_bytes;
+    if (memchr(c->in->data + c->head_start, '\n', len < limit ? len : limit) == NULL) {
+        dm_client_respond_error(c, 414, "request line longer than limits.header_bytes");
+        return;
+    }
+    dm_client_respond_error(c, 431, "request head larger than limits.header_bytes");
+}
+
 /* The head is whole: check it, then route and connect. True when c went back to idle. */
 static bool
 client_head_done(struct dm_client *c)
@@ -1400,7 +1418,7 @@ client_head_done(struct dm_client *c)
     req->head_done = true;
     req->head_len = head_len;
     if (head_len > cf->limits.header_bytes) {
-        dm_client_respond_error(c, 431, "request head larger than limits.header_bytes");
+        client_head_too_large(c, head_len);
         return false;
     }
     int st = dm_http_check_request(c->in->data + c->head_start, head_len, &req->msg,
@@ -1496,7 +1514,7 @@ dm_client_process(struct dm_client *c)
                 return;
             }
             if (in->len - c->head_start > c->rt->conf->limits.header_bytes) {
-                dm_client_respond_error(c, 431, "request head larger than limits.header_bytes");
+                client_head_too_large(c, in->len - c->head_start);
                 return;
             }
             if (c->eof) {

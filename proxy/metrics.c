@@ -425,7 +425,7 @@ listeners_text(struct dm_sbuf *b, const struct dm_metrics_view *v)
                    offsetof(struct dm_lst_stats, tls), "result", tls_results, 3);
     listener_split(b, v, "dimmer_listener_local_responses_total",
                    "Requests answered by the listener before any pool was chosen (a bad "
-                   "head's 400, 408, 413, 431; limits.rate's 429), by status class.",
+                   "head's 400, 408, 413, 414, 431; limits.rate's 429), by status class.",
                    offsetof(struct dm_lst_stats, local), "code", code_names, 6);
     for (size_t f = 0; f < sizeof(fam) / sizeof(fam[0]); f++) {
         dm_metrics_family(b, fam[f].name, fam[f].type, fam[f].help);

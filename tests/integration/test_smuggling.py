@@ -282,6 +282,15 @@ class SmugglingTest(H.DimmerTest):
         # A head that never ends: the proxy must not wait for more.
         self.assert_rejected(b"GET / HTTP/1.1\r\nHost: a\r\nX-Big: " + b"a" * 8000, 431)
 
+    def test_oversized_request_line_gives_414(self):
+        # The request line alone past header_bytes: the target is too long.
+        self.assert_rejected(req(b"Host: a", start=b"GET /" + b"a" * 9000 + b" HTTP/1.1"), 414)
+        # A request line that never ends.
+        self.assert_rejected(b"GET /" + b"a" * 9000, 414)
+        # A long target that fits, with fields that do not: 431.
+        self.assert_rejected(req(b"Host: a", b"X-Big: " + b"a" * 5000,
+                                 start=b"GET /" + b"a" * 3000 + b" HTTP/1.1"), 431)
+
     def test_too_many_fields_gives_431(self):
         self.assert_rejected(req(*([b"Host: a"] + [b"X-%d: v" % i for i in range(25)]),
                                  start=b"GET / HTTP/1.1"), 431)
