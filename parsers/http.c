@@ -614,6 +614,24 @@ dm_http_check_trailers(const char *p, size_t len, const char **reason)
     return *reason != NULL ? 400 : 0;
 }
 
+/* The name part of a host[:port] (a bracketed IPv6 address keeps its brackets). */
+static struct dm_span
+host_name(struct dm_span h)
+{
+    if (h.len > 0 && h.p[0] == '[') {
+        const char *close = memchr(h.p, ']', h.len);
+        return close != NULL ? (struct dm_span){ h.p, (size_t)(close - h.p) + 1 } : h;
+    }
+    const char *colon = memchr(h.p, ':', h.len);
+    return colon != NULL ? (struct dm_span){ h.p, (size_t)(colon - h.p) } : h;
+}
+
+static bool
+same_name(struct dm_span a, struct dm_span b)
+{
+    return a.len == b.len && (a.len == 0 || strncasecmp(a.p, b.p, a.len) == 0);
+}
+
 int
 dm_http_check_request(const char *head, size_t head_len, const struct dm_http_msg *msg,
                       unsigned version, struct dm_http_info *info, const char **reason)
@@ -677,13 +695,36 @@ dm_http_check_request(const char *head, size_t head_len, const struct dm_http_ms
     if (t.p[0] == '/') {
         info->path = t;
     } else if (t.len == 1 && t.p[0] == '*') {
+        /* RFC 9112 section 3.2.4: the asterisk form is OPTIONS's only. */
+        if (!dm_span_ieq(msg->method, "options")) {
+            *reason = "request target * is for OPTIONS only";
+            return 400;
+        }
         info->path = t;
-    } else if (t.len > 7 && strncasecmp(t.p, "http://", 7) == 0) {
-        /* Absolute form: route and forward by its path. */
+    } else if ((t.len > 7 && strncasecmp(t.p, "http://", 7) == 0) ||
+               (t.len > 8 && strncasecmp(t.p, "https://", 8) == 0)) {
+        /* Absolute form: route and forward by its path. Its authority is
+         * the request's host (RFC 9112 section 3.2.2), so it must name the
+         * host Host names, or the proxy would route by one and the client
+         * mean the other; no user information, no empty host (RFC 9110
+         * section 4.2). */
         const char *end = t.p + t.len;
-        const char *p = t.p + 7;
+        const char *a = t.p + (t.p[4] == ':' ? 7 : 8);
+        const char *p = a;
         while (p < end && *p != '/' && *p != '?') {
             p++;
+        }
+        struct dm_span auth = { a, (size_t)(p - a) };
+        if (host_name(auth).len == 0 || memchr(auth.p, '@', auth.len) != NULL) {
+            *reason = "bad authority in the request target";
+            return 400;
+        }
+        if (nhost == 1 && !same_name(host_name(auth), host_name(info->host))) {
+            *reason = "Host does not name the request target's host";
+            return 400;
+        }
+        if (nhost == 0) {
+            info->host = auth; /* HTTP/1.0 without Host: the target's */
         }
         /* "http://host?q" has an empty path: the request line gets "/?q". */
         info->path =

@@ -1366,6 +1366,35 @@ test_absolute_form_target_is_reduced_to_its_path(void **state)
     free(r);
 }
 
+/*
+ * The absolute form's authority is the request's host (RFC 9112 3.2.2):
+ * it must name Host's host (the port aside, as routing reads it), and be a
+ * host without user information (RFC 9110 4.2). https is a scheme too. The
+ * asterisk form is OPTIONS's only (RFC 9112 3.2.4).
+ */
+static void
+test_absolute_and_asterisk_forms_are_checked(void **state)
+{
+    (void)state;
+    static const struct opts o = { 0 };
+    assert_check_answers(LIT("GET http://evil.example/p HTTP/1.1\r\nHost: good.example\r\n\r\n"),
+                         &o, 400);
+    assert_check_answers(LIT("GET http://u:p@a/p HTTP/1.1\r\nHost: a\r\n\r\n"), &o, 400);
+    assert_check_answers(LIT("GET http:///p HTTP/1.1\r\nHost: a\r\n\r\n"), &o, 400);
+    assert_check_answers(LIT("GET http://:80/p HTTP/1.1\r\nHost: a\r\n\r\n"), &o, 400);
+    assert_check_answers(LIT("GET * HTTP/1.1\r\nHost: a\r\n\r\n"), &o, 400);
+    struct run *r =
+        parse_accepted(LIT("GET https://A.example:8443/x HTTP/1.1\r\nHost: a.EXAMPLE\r\n\r\n"));
+    assert_string_equal(r->head[0].path.s, "/x");
+    free(r);
+    r = parse_accepted(LIT("GET http://[::1]:81/y HTTP/1.1\r\nHost: [::1]\r\n\r\n"));
+    assert_string_equal(r->head[0].path.s, "/y");
+    free(r);
+    r = parse_accepted(LIT("OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n"));
+    assert_string_equal(r->head[0].path.s, "*");
+    free(r);
+}
+
 static void
 test_absolute_form_without_path_keeps_its_query(void **state)
 {
@@ -1905,6 +1934,7 @@ main(void)
         cmocka_unit_test(test_too_many_fields_is_431),
         cmocka_unit_test(test_absolute_form_target_is_reduced_to_its_path),
         cmocka_unit_test(test_absolute_form_without_path_keeps_its_query),
+        cmocka_unit_test(test_absolute_and_asterisk_forms_are_checked),
         cmocka_unit_test(test_keep_alive_follows_version_and_connection),
         cmocka_unit_test(test_upgrade_needs_connection_token_and_upgrade_field),
         cmocka_unit_test(test_expect_continue_is_detected),
