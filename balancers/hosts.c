@@ -8,6 +8,8 @@ dm_host_init(struct dm_host *h)
 {
     memset(h, 0, sizeof(*h));
     atomic_init(&h->down, false);
+    atomic_init(&h->down_gen, 0);
+    atomic_init(&h->health_oks, 0);
     atomic_init(&h->down_until_us, 0);
     atomic_init(&h->fails, 0);
     atomic_init(&h->power, DM_POWER_AWAKE);

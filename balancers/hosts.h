@@ -44,6 +44,9 @@ struct dm_host {
     /* Bumped by the power manager when it marks the host down (a sleep, a
      * wake): a health check begun before says nothing of the machine now. */
     atomic_uint down_gen;
+    /* Health checks passed (of the machine as it is: down_gen unchanged while
+     * it ran), for the life of the process: whether it was ever seen up. */
+    atomic_uint health_oks;
     atomic_uint_fast64_t down_until_us; /* passive checks: down until this monotonic time */
     atomic_uint fails;                  /* consecutive failures seen on the request path */
 

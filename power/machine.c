@@ -82,12 +82,32 @@ action_due(const struct dm_pm_rules *r, const struct dm_pm_server *s, uint64_t n
     return s->last_action_us == 0 || now_us - s->last_action_us >= r->action_interval_us;
 }
 
+/* Whether s may be acted on now: not held, no actuator running or waiting, action_interval. */
+static bool
+may_act(const struct dm_pm_rules *r, const struct dm_pm_server *s, uint64_t now_us)
+{
+    return !s->held && !s->busy && action_due(r, s, now_us);
+}
+
 static bool
 may_change(const struct dm_pm_rules *r, const struct dm_pm_server *s, uint64_t now_us)
 {
-    return !s->held && !s->busy &&
-           (s->last_change_us == 0 || now_us - s->last_change_us >= r->min_change_us) &&
-           action_due(r, s, now_us);
+    return may_act(r, s, now_us) &&
+           (s->last_change_us == 0 || now_us - s->last_change_us >= r->min_change_us);
+}
+
+/* The order in which servers are woken: sleeping, unseen active ones, failed ones to try again
+ * (lower first); -1: not one to wake. */
+static int
+wake_rank(const struct dm_pm_rules *r, const struct dm_pm_server *s, uint64_t now_us)
+{
+    if (s->state == DM_PM_SLEEPING) {
+        return 0;
+    }
+    if (s->state == DM_PM_ACTIVE && s->unseen) {
+        return 1;
+    }
+    return dm_pm_retry_due(r, s, now_us) ? 2 : -1;
 }
 
 bool
@@ -130,24 +150,27 @@ dm_pm_plan(const struct dm_pm_rules *r, const struct dm_pm_server *s, size_t n, 
             have++;
             continue;
         }
+        int best_rank = 0;
         for (size_t i = 0; i < n; i++) {
             const struct dm_pm_server *c = &s[i];
-            bool retry = dm_pm_retry_due(r, c, now_us);
-            if ((c->state != DM_PM_SLEEPING && !retry) || c->held || !c->can_wake ||
-                moved(out, k, i) || (!urgent && !may_change(r, c, now_us)) || (urgent && c->busy)) {
+            int rank = wake_rank(r, c, now_us);
+            /* An unseen one never changed: only action_interval holds it back. */
+            bool may = rank == 1 ? may_act(r, c, now_us) : may_change(r, c, now_us);
+            if (rank < 0 || c->held || !c->can_wake || moved(out, k, i) || (!urgent && !may) ||
+                (urgent && c->busy)) {
                 continue;
             }
-            /* A sleeping one before one that failed; urgent, one whose wake
-             * can run now (action_interval since its last action) before one
-             * whose wake would wait for it. */
+            /* A sleeping one before an unseen one, before one that failed;
+             * urgent, one whose wake can run now (action_interval since its
+             * last action) before one whose wake would wait for it. */
             bool due = action_due(r, c, now_us);
             bool best_due = best < n && action_due(r, &s[best], now_us);
-            bool best_retry = best < n && s[best].state == DM_PM_FAILED;
-            if (best == n || (!retry && best_retry) ||
-                (retry == best_retry &&
+            if (best == n || rank < best_rank ||
+                (rank == best_rank &&
                  ((due && !best_due) || (due == best_due && r->wake_rule == DM_PM_WAKE_EFFICIENT &&
                                          c->cost < s[best].cost)))) {
                 best = i;
+                best_rank = rank;
             }
         }
         if (best == n) {

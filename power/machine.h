@@ -11,7 +11,10 @@
  *   failed --healthy--> active                (it came up late)
  *
  * An active server that is down (its health check fails) is not counted
- * among those serving: another is woken in its place.
+ * among those serving: another is woken in its place. One that has been
+ * down since the manager took it (unseen: never seen up since a restart or
+ * the reload that made it power-managed) may well be asleep: it is woken
+ * as a sleeping one would be, after every sleeping one.
  *
  * A booting server whose wake waits or runs (busy) stays booting: neither
  * up nor timed out until its wake has run.
@@ -66,6 +69,8 @@ struct dm_pm_server {
     uint64_t last_action_us; /* its last actuator run (0: never) */
     bool held;               /* the operator's */
     bool down;               /* active, but its health check fails (or a passive down period) */
+    bool unseen;             /* active and down by its health check, never seen up since the
+                              * manager took it: maybe asleep */
     bool busy;               /* an actuator of it runs, or one waits to run */
     bool can_wake;           /* it has a wake actuator */
     bool keep_on;            /* it must stay on: never drained by a plan */
@@ -113,8 +118,9 @@ bool dm_pm_retry_due(const struct dm_pm_rules *r, const struct dm_pm_server *s, 
 /*
  * The moves that bring the n servers (the pool's, held ones included, which
  * are never moved or counted) towards `want` active or booting: take back
- * draining ones, then wake sleeping ones by the wake rule, then failed ones
- * whose retry is due (dm_pm_retry_due); or drain active
+ * draining ones, then wake sleeping ones by the wake rule, then unseen
+ * active ones (which min_change does not hold back: they never changed), then
+ * failed ones whose retry is due (dm_pm_retry_due); or drain active
  * ones by the sleep rule, never leaving fewer than min_active active.
  * urgent (a request is held with none awake): waking ignores min_change and
  * action_interval, and wakes first a server whose action_interval has passed

@@ -191,6 +191,7 @@ health_verdict(struct health_check *c, bool ok, const char *reason)
     }
     bool down = atomic_load(&c->host->down);
     if (ok) {
+        atomic_fetch_add(&c->host->health_oks, 1);
         c->fails = 0;
         if (down && ++c->oks >= c->rise) {
             atomic_store(&c->host->down, false);

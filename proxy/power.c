@@ -105,6 +105,10 @@ struct pm_server {
     bool held;          /* the operator's: the policy leaves it alone */
     bool managed;       /* in a power-managed pool at the last configure() */
     bool sleep_from_up; /* its last sleep was of a machine known up (drained, not failed) */
+    /* Active since the manager took it, never moved and never seen up
+     * (health_oks still oks_at): down by its health check, it may be asleep. */
+    bool unseen;
+    unsigned oks_at;
     /* The agent's last accepted report. */
     struct dm_report_last last; /* its last accepted report */
     uint64_t report_us, agent_tcp;
@@ -740,6 +744,9 @@ set_state(struct dm_powermgr *pm, struct pm_server *s, enum dm_pm_state st, uint
     s->state = st;
     s->since_us = now;
     s->last_change_us = now;
+    if (st != DM_PM_ACTIVE) {
+        s->unseen = false; /* the manager moved it: what it is now is known */
+    }
     s->epoch = dm_workers_set_power(pm->ws, pm->nws, s->h, state_power[st], now);
     if (s->pool != NULL) {
         hold_update(pm, s->pool);
@@ -869,6 +876,15 @@ server_down(const struct pm_server *s)
            (atomic_load(&s->h->down) || atomic_load(&s->h->down_until_us) > dm_mono_us());
 }
 
+/* Whether s is active and down by its health check, and has never been seen up since the
+ * manager took it (a restart does not know which machines sleep): it may be asleep. */
+static bool
+server_unseen(const struct pm_server *s)
+{
+    return s->unseen && s->state == DM_PM_ACTIVE && s->pcf->health.enabled &&
+           atomic_load(&s->h->down) && atomic_load(&s->h->health_oks) == s->oks_at;
+}
+
 static struct dm_pm_server
 machine_view(const struct pm_server *s)
 {
@@ -880,6 +896,7 @@ machine_view(const struct pm_server *s)
         .last_action_us = s->last_action_us,
         .held = s->held,
         .down = server_down(s),
+        .unseen = server_unseen(s),
         .busy = s->action != NULL || s->has_pending,
         .can_wake = s->cf->power.wake != DM_ACT_NONE,
         .keep_on = s->cf->power.keep_on,
@@ -918,9 +935,11 @@ act(struct dm_powermgr *pm, struct pm_pool *p, unsigned want, uint64_t now, bool
             set_state(pm, s, DM_PM_ACTIVE, now);
             dm_sb_printf(did, " back to active %s;", s->cf->name);
         } else if (moves[i].to == DM_PM_BOOTING) {
-            bool again = s->state == DM_PM_FAILED;
+            const char *why = s->state == DM_PM_FAILED   ? " (again: it failed)"
+                              : s->state == DM_PM_ACTIVE ? " (down and never seen up: maybe asleep)"
+                                                         : "";
             wake(pm, s, now);
-            dm_sb_printf(did, " wake %s%s;", s->cf->name, again ? " (again: it failed)" : "");
+            dm_sb_printf(did, " wake %s%s;", s->cf->name, why);
         } else {
             start_drain(pm, s, now);
             dm_sb_printf(did, " drain %s;", s->cf->name);
@@ -955,7 +974,8 @@ any_coming(const struct dm_powermgr *pm, const struct pm_pool *p)
  * none of them held by the operator (maint, or slept or drained by hand).
  * Servers up but down by their health checks are not waited for, as no
  * proxy waits for them: HAProxy and nginx answer at once when every server
- * is down.
+ * is down; but one down and never seen up since the manager took it, with a
+ * wake actuator, is (it may be asleep: it is woken).
  */
 static bool
 any_prospect(const struct dm_powermgr *pm, const struct pm_pool *p)
@@ -965,7 +985,9 @@ any_prospect(const struct dm_powermgr *pm, const struct pm_pool *p)
         /* Down by its health check: not waited for. Resting after failures
          * (passive checks): its rest ends within fail_timeout, and a machine
          * just woken whose service still starts is one (no health check). */
-        if (s->pool != p || s->held || (s->state == DM_PM_ACTIVE && atomic_load(&s->h->down))) {
+        if (s->pool != p || s->held ||
+            (s->state == DM_PM_ACTIVE && atomic_load(&s->h->down) &&
+             !(server_unseen(s) && s->cf->power.wake != DM_ACT_NONE))) {
             continue;
         }
         if (s->state == DM_PM_FAILED && !s->pcf->health.enabled) {
@@ -1150,6 +1172,9 @@ tick_cb(uv_timer_t *t)
     uint64_t now = dm_mono_us();
     for (size_t i = 0; i < pm->nservers; i++) {
         struct pm_server *s = pm->servers[i];
+        if (s->unseen && atomic_load(&s->h->health_oks) != s->oks_at) {
+            s->unseen = false; /* seen up: a later down is not a sleep the manager missed */
+        }
         if (s->pool != NULL) {
             measure(s, now);
             progress(pm, s, now);
@@ -1380,8 +1405,12 @@ configure(struct dm_powermgr *pm, struct dm_runtime *rt)
                 s->h = sv->s[j].host;
                 s->since_us = now;
                 /* Whatever state the host is in (maint by hand, asleep at a
-                 * restart is unknown): a new server starts active. */
+                 * restart is unknown): a new server starts active, unseen
+                 * until its health check passes (down all along, it is
+                 * woken: server_unseen). */
                 s->state = DM_PM_ACTIVE;
+                s->unseen = true;
+                s->oks_at = atomic_load(&s->h->health_oks);
                 pm->servers[pm->nservers++] = s;
             }
             s->pool = p;

@@ -570,6 +570,28 @@ class PowerOperatorTest(H.DimmerTest):
         r = H.get(self.d.port, "/bytes/10", timeout=10)
         self.assertEqual((r.status, r.header("X-Backend")), (200, "n1"))
 
+    def test_servers_asleep_at_a_restart_are_woken(self):
+        nodes = [self.node("n%d" % i) for i in range(3)]
+        # Asleep before dimmer starts (it restarted while they slept): the
+        # manager takes them as active, their health checks fail from the
+        # start. Never seen up, they may be asleep: woken (they were left
+        # active and down, "none can be woken now", 503 for good).
+        for n in nodes:
+            n.proc.signal(signal.SIGUSR1)
+        for n in nodes:
+            n.wait_state("asleep")
+        self.start("".join(self.line(n.name, n, 'control: "%s:%d"' % (H.HOST, n.control))
+                           for n in nodes))
+        H.wait_until(lambda: all(n.power()["state"] == "awake" for n in nodes), 15,
+                     "every node woken")
+        H.wait_until(lambda: all(self.state(n.name) == "active" for n in nodes), 10,
+                     "every server active")
+        H.wait_until(lambda: H.get(self.d.port, "/bytes/10").status == 200, 10, "served")
+        for n in nodes:
+            self.assertEqual(n.stats()["wakes"], 1)
+        texts = [d["text"] for d in self.power()["decisions"]]
+        self.assertTrue(any("never seen up" in t for t in texts), texts)
+
     def test_a_pool_name_longer_than_a_decision(self):
         n0 = self.node("n0")
         name = "p" * 40000  # past the end of the decisions, not only into the next ones

@@ -308,6 +308,51 @@ test_plan_respects_min_change_holds_and_wakeability(void **st)
     assert_int_equal(dm_pm_plan(&r, s, 4, 3, 100 * S, true, m, 4, &short_by), 0);
 }
 
+static void
+test_an_unseen_server_is_woken_after_sleeping_ones(void **st)
+{
+    (void)st;
+    struct dm_pm_rules r = rules();
+    /* Active and down since a restart, never seen up: maybe asleep. Woken
+     * (after a sleeping one, before one whose retry is due), though it
+     * changed within min_change (the manager just took it), but not within
+     * action_interval of its last action, nor while its actuator runs, nor
+     * held, nor without a wake actuator. */
+    struct dm_pm_server s[3] = {
+        server(DM_PM_ACTIVE, 100 * S, 1, 0),
+        server(DM_PM_SLEEPING, 0, 9, 0),
+        server(DM_PM_FAILED, 0, 1, 0),
+    };
+    s[0].down = s[0].unseen = true;
+    s[0].last_change_us = 100 * S;
+    struct dm_pm_move m[4];
+    unsigned short_by;
+    size_t k = dm_pm_plan(&r, s, 3, 3, 101 * S, false, m, 4, &short_by);
+    assert_int_equal(k, 3);
+    assert_int_equal(m[0].index, 1);
+    assert_int_equal(m[1].index, 0);
+    assert_int_equal(m[1].to, DM_PM_BOOTING);
+    assert_int_equal(m[2].index, 2);
+    assert_int_equal(dm_pm_plan(&r, s, 1, 1, 101 * S, false, m, 4, &short_by), 1);
+    assert_int_equal(m[0].index, 0);
+    s[0].last_action_us = 1005 * S / 10;
+    assert_int_equal(dm_pm_plan(&r, s, 1, 1, 101 * S, false, m, 4, &short_by), 0);
+    assert_int_equal(short_by, 1);
+    s[0].last_action_us = 0;
+    s[0].busy = true;
+    assert_int_equal(dm_pm_plan(&r, s, 1, 1, 101 * S, true, m, 4, &short_by), 0);
+    s[0].busy = false;
+    s[0].held = true;
+    assert_int_equal(dm_pm_plan(&r, s, 1, 1, 101 * S, true, m, 4, &short_by), 0);
+    s[0].held = false;
+    s[0].can_wake = false;
+    assert_int_equal(dm_pm_plan(&r, s, 1, 1, 101 * S, true, m, 4, &short_by), 0);
+    /* Down but seen up once: not woken (another would be in its place). */
+    s[0].can_wake = true;
+    s[0].unseen = false;
+    assert_int_equal(dm_pm_plan(&r, s, 1, 1, 101 * S, true, m, 4, &short_by), 0);
+}
+
 int
 main(void)
 {
@@ -317,6 +362,7 @@ main(void)
         cmocka_unit_test(test_a_failed_server_that_comes_up_is_active),
         cmocka_unit_test(test_a_failed_server_is_woken_again_after_boot_timeout),
         cmocka_unit_test(test_an_active_server_that_is_down_is_replaced),
+        cmocka_unit_test(test_an_unseen_server_is_woken_after_sleeping_ones),
         cmocka_unit_test(test_plan_takes_back_draining_then_wakes_the_most_efficient),
         cmocka_unit_test(test_plan_drains_the_least_loaded_never_below_min_active),
         cmocka_unit_test(test_plan_respects_min_change_holds_and_wakeability),
