@@ -1423,17 +1423,21 @@ configure(struct dm_powermgr *pm, struct dm_runtime *rt)
         struct pm_server *s = pm->servers[i];
         if (s->pool == NULL && s->managed && s->state != DM_PM_ACTIVE) {
             /* Served as any server from now on. What the manager knows of it
-             * stays: one that may be asleep (sleeping, failed, or booting
-             * with its wake dropped here) is asleep should a later reload
-             * manage it again, not active. */
+             * stays should a later reload manage it again, not active: one
+             * sleeping, or booting with its wake not run yet (dropped here), is
+             * asleep; one booting whose wake ran (or runs: it goes on) stays
+             * booting, and one failed stays failed: their health check or
+             * boot_timeout says what they are then (taken as asleep, one up
+             * meanwhile was believed asleep for good). */
             enum dm_pm_state was = s->state;
             bool asleep = was == DM_PM_SLEEPING || was == DM_PM_BOOTING || was == DM_PM_FAILED;
+            bool unwoken = was == DM_PM_BOOTING && s->has_pending && s->pending == ACT_WAKE;
             dm_log_warn("power: %s is no longer power-managed: served as any server (it was "
                         "%s%s)",
                         s->h->text, dm_pm_state_name(was),
                         asleep ? ", and may be asleep: only a health check keeps requests off it"
                                : "");
-            s->state = asleep ? DM_PM_SLEEPING : DM_PM_ACTIVE;
+            s->state = !asleep ? DM_PM_ACTIVE : unwoken ? DM_PM_SLEEPING : was;
             s->held = false;
             s->epoch = dm_workers_set_power(pm->ws, pm->nws, s->h, DM_POWER_AWAKE, now);
         }

@@ -237,6 +237,29 @@ class PowerOperatorTest(H.DimmerTest):
         self.assertEqual(self.power()["pools"][0]["pinned"], 1)
         self.assertIn("pinned to 2 servers, it has 1 now: pinned to 1", self.d.proc.stderr())
 
+    def test_a_server_whose_wake_ran_when_it_left_is_booting_when_managed_again(self):
+        n0, n1 = self.node("n0"), self.node("n1")
+        lines = (self.line("n0", n0, 'control: "%s:%d", wake: command, wake_command: "sleep 1; '
+                           'kill -USR2 %d"' % (H.HOST, n0.control, n0.proc.pid)),
+                 self.line("n1", n1, 'control: "%s:%d"' % (H.HOST, n1.control)))
+        self.start(lines[0] + lines[1])
+        self.admin(n0, "sleep")
+        n0.wait_state("asleep")
+        H.wait_until(lambda: self.state("n0") == "sleeping", 10, "n0 sleeping")
+        # Its wake runs when a reload takes it out; it goes on, and the node
+        # wakes. Managed again it is booting, and up: active. It was taken
+        # for asleep (sleeping for good while awake and healthy).
+        self.admin(n0, "wake")
+        self.assertEqual(self.state("n0"), "booting")
+        self.reload_config(self.conf.replace(lines[0], ""))
+        n0.wait_state("awake")
+        self.reload_config(self.conf)
+        self.assertIn("power-managed again: booting, as when it left", self.d.proc.stderr())
+        H.wait_until(lambda: self.state("n0") == "active", 10, "n0 active")
+        texts = [d["text"] for d in self.power()["decisions"]]
+        self.assertFalse([t for t in texts if " wake n0;" in t], texts)  # never woken again
+        self.assertEqual(n0.stats()["wakes"], 1)
+
     def test_a_server_drained_by_hand_serves_once_power_managed(self):
         n0 = self.node("n0")
         self.start(self.line("n0", n0, 'control: "%s:%d"' % (H.HOST, n0.control)), hold="10m")
