@@ -1692,6 +1692,15 @@ dm_power_admin(struct dm_powermgr *pm, struct dm_host *h, const char *action, ui
             start_drain(pm, s, now);
         } else if (s->state == DM_PM_BOOTING || s->state == DM_PM_FAILED) {
             go_to_sleep(pm, s, now);
+        } else if (s->state == DM_PM_SLEEPING) {
+            /* Asleep for the manager, maybe awake all the same (woken behind
+             * its back: the operator knows): its sleep actuator runs again.
+             * One whose sleep then fails is failed: it was not known up. */
+            if (s->pcf->health.enabled) {
+                mark_down(s->h);
+            }
+            s->sleep_from_up = false;
+            run_action(pm, s, ACT_SLEEP);
         }
     } else if (strcmp(action, "wake") == 0) {
         s->held = false;

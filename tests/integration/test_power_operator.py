@@ -260,6 +260,22 @@ class PowerOperatorTest(H.DimmerTest):
         self.assertFalse([t for t in texts if " wake n0;" in t], texts)  # never woken again
         self.assertEqual(n0.stats()["wakes"], 1)
 
+    def test_a_sleep_of_a_sleeping_server_runs_its_sleep_again(self):
+        n0, n1 = self.node("n0"), self.node("n1")
+        self.start(self.line("n0", n0, 'control: "%s:%d"' % (H.HOST, n0.control))
+                   + self.line("n1", n1, 'control: "%s:%d"' % (H.HOST, n1.control)))
+        self.admin(n0, "sleep")
+        n0.wait_state("asleep")
+        H.wait_until(lambda: self.state("n0") == "sleeping", 10, "n0 sleeping")
+        # Woken behind the manager's back: the operator's sleep puts it to
+        # sleep again (it was a 200 that did nothing).
+        n0.command("wake")
+        n0.wait_state("awake")
+        self.admin(n0, "sleep")
+        n0.wait_state("asleep")
+        self.assertEqual(n0.stats()["sleeps"], 2)
+        self.assertEqual(self.state("n0"), "sleeping")
+
     def test_a_server_drained_by_hand_serves_once_power_managed(self):
         n0 = self.node("n0")
         self.start(self.line("n0", n0, 'control: "%s:%d"' % (H.HOST, n0.control)), hold="10m")
