@@ -34,6 +34,11 @@ free_handle(uv_handle_t *h)
 }
 
 #define ADMIN_REQ_MAX 8192
+/* A request target's bytes at most, with its NUL: a longer one is answered
+ * 414. A pool or host is named by as many bytes as the target holds (any
+ * name the config takes that fits in it), never by a shorter bound of its own. */
+#define ADMIN_TARGET_MAX 512
+_Static_assert(ADMIN_TARGET_MAX == 512, "the 414 answer and dimmer(8) say 511 bytes");
 #define ADMIN_ACK_MS  5000 /* a command not acknowledged by every worker by then: 504 */
 #define ADMIN_POLL_MS 100  /* pending commands are checked at least this often */
 /* A connection is answered 408 when its request is not in within
@@ -521,7 +526,7 @@ static void
 command(struct admin_conn *ac, const char *path)
 {
     struct dm_admin *a = ac->admin;
-    char addr[256];
+    char addr[ADMIN_TARGET_MAX];
     const char *slash = strrchr(path, '/');
     size_t len = slash != NULL ? (size_t)(slash - path) : 0;
     if (len == 0 || len >= sizeof(addr)) {
@@ -677,7 +682,7 @@ authorized(struct admin_conn *ac)
 static void
 pin(struct admin_conn *ac, const char *path, const char *query)
 {
-    char pool[128], msg[256];
+    char pool[ADMIN_TARGET_MAX], msg[256];
     const char *slash = strrchr(path, '/');
     size_t len = slash != NULL ? (size_t)(slash - path) : 0;
     if (slash == NULL || len == 0 || len >= sizeof(pool)) {
@@ -911,7 +916,7 @@ answer(struct admin_conn *ac)
     ac->req[ac->len] = 0;
     /* HEAD is GET without the body (RFC 9110, 9.3.2), its errors too. */
     ac->head = strncmp(ac->req, "HEAD ", 5) == 0;
-    char method[8], target[512];
+    char method[8], target[ADMIN_TARGET_MAX];
     char *q;
     if (!request_ok(ac, method, sizeof(method), target, sizeof(target), &q)) {
         return;

@@ -631,6 +631,21 @@ class PowerOperatorTest(H.DimmerTest):
         texts = [d["text"] for d in self.power()["decisions"]]
         self.assertTrue(any("never seen up" in t for t in texts), texts)
 
+    def test_a_long_pool_name_is_pinned_up_to_the_targets_bound(self):
+        n0 = self.node("n0")
+        # A name of 400 bytes, as the config takes it, in a target of less
+        # than 512: pinned (it was 404, "no such pool", past 127 bytes).
+        name = "q" * 400
+        self.start(self.line("n0", n0, 'control: "%s:%d"' % (H.HOST, n0.control)), pool=name)
+        r = H.request(self.d.admin, "POST", "/power/%s/pin?servers=1" % name)
+        self.assertEqual(r.status, 200, r.body)
+        self.assertEqual(self.power()["pools"][0]["pinned"], 1)
+        r = H.request(self.d.admin, "POST", "/power/%s/unpin" % name)
+        self.assertEqual(r.status, 200, r.body)
+        # One that would not fit in the target: 414, never a cut of it.
+        r = H.request(self.d.admin, "POST", "/power/%s/pin?servers=1" % (name + "q" * 200))
+        self.assertEqual(r.status, 414, r.body)
+
     def test_a_pool_name_longer_than_a_decision(self):
         n0 = self.node("n0")
         name = "p" * 40000  # past the end of the decisions, not only into the next ones
