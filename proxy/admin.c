@@ -74,6 +74,11 @@ struct dm_admin {
     const char *token; /* POSTs need "Authorization: Bearer <token>"; NULL: none */
     bool loopback;     /* bound to a loopback address: POSTs without a token are taken */
     double start_unix_s;
+    /* Refused requests (401, 403) are logged one a second at most: when the last was, and how
+     * many were refused since without a line of their own. */
+    uint64_t refused_ms;
+    bool refused_logged;
+    unsigned long refused_quiet;
 };
 
 struct admin_conn {
@@ -645,9 +650,41 @@ header(const char *head, const char *name, size_t *len, unsigned *count)
 }
 
 /*
+ * A 401 or 403 answered, logged with the client's address: one line a second
+ * at most, a flood of them counted in the next line, not written each.
+ */
+static void
+deny(struct admin_conn *ac, const char *status, const char *text)
+{
+    struct dm_admin *a = ac->admin;
+    uint64_t now = uv_now(a->tcp.loop);
+    if (a->refused_logged && now - a->refused_ms < 1000) {
+        a->refused_quiet++;
+    } else {
+        struct sockaddr_storage ss;
+        int len = (int)sizeof(ss);
+        char peer[DM_ADDR_TEXT];
+        const char *who = uv_tcp_getpeername(&ac->tcp, (struct sockaddr *)&ss, &len) == 0
+                              ? dm_addr_text((const struct sockaddr *)&ss, peer, sizeof(peer))
+                              : "?";
+        if (a->refused_quiet > 0) {
+            dm_log_info("admin: a request from %s refused: %s (and %lu more since the last line)",
+                        who, status, a->refused_quiet);
+        } else {
+            dm_log_info("admin: a request from %s refused: %s", who, status);
+        }
+        a->refused_ms = now;
+        a->refused_logged = true;
+        a->refused_quiet = 0;
+    }
+    respond_text(ac, status, text);
+}
+
+/*
  * POSTs change state: taken from anyone on a loopback admin listener without
- * a token, else only with "Authorization: Bearer <token>" (a 401 or 403 is
- * answered here).
+ * a token, else only with one "Authorization: Bearer <token>" whose value
+ * after the scheme (in any case) and its spaces is the token and nothing
+ * else (a 400, 401 or 403 is answered here).
  */
 static bool
 authorized(struct admin_conn *ac)
@@ -657,24 +694,36 @@ authorized(struct admin_conn *ac)
         if (a->loopback) {
             return true;
         }
-        respond_text(ac, "403 Forbidden",
-                     "the admin listener is not on loopback: set power.admin_token_file");
+        deny(ac, "403 Forbidden",
+             "the admin listener is not on loopback: set power.admin_token_file");
         return false;
     }
-    /* Any of its Authorization headers, the scheme in any case. */
-    const char *next = ac->req, *v;
     size_t n;
-    while ((v = header_from(next, "Authorization", &n, &next)) != NULL) {
-        if (n < 7 || strncasecmp(v, "Bearer ", 7) != 0) {
-            continue;
+    unsigned count;
+    const char *v = header(ac->req, "Authorization", &n, &count);
+    if (count > 1) {
+        respond_text(ac, "400 Bad Request", "one Authorization header at most");
+        return false;
+    }
+    if (v != NULL) {
+        /* The value to its line's end: a bare CR is part of it, not an end. */
+        n = strcspn(v, "\n");
+        if (n > 0 && v[n - 1] == '\r') {
+            n--;
         }
-        size_t given = strcspn(v + 7, " \t\r\n");
-        /* The length is not secret; the bytes are compared in constant time. */
-        if (given == strlen(a->token) && CRYPTO_memcmp(v + 7, a->token, given) == 0) {
-            return true;
+        while (n > 0 && (v[n - 1] == ' ' || v[n - 1] == '\t')) {
+            n--;
+        }
+        if (n > 7 && strncasecmp(v, "Bearer ", 7) == 0) {
+            size_t at = 7 + strspn(v + 7, " ");
+            size_t given = n > at ? n - at : 0;
+            /* The length is not secret; the bytes are compared in constant time. */
+            if (given == strlen(a->token) && CRYPTO_memcmp(v + at, a->token, given) == 0) {
+                return true;
+            }
         }
     }
-    respond_text(ac, "401 Unauthorized", "a bearer token is needed (power.admin_token_file)");
+    deny(ac, "401 Unauthorized", "a bearer token is needed (power.admin_token_file)");
     return false;
 }
 
@@ -849,9 +898,9 @@ request_ok(struct admin_conn *ac, char *method, size_t msize, char *target, size
         return false;
     }
     if (ac->admin->loopback && host != NULL && !host_is_local_name(host, hlen)) {
-        respond_text(ac, "403 Forbidden",
-                     "a loopback admin listener answers requests to an address or localhost "
-                     "only, not to a name (a page could point one at this machine)");
+        deny(ac, "403 Forbidden",
+             "a loopback admin listener answers requests to an address or localhost "
+             "only, not to a name (a page could point one at this machine)");
         return false;
     }
     if (!percent_decode(target)) {
@@ -888,7 +937,7 @@ same_origin(struct admin_conn *ac)
         ok = false;
     }
     if (!ok) {
-        respond_text(ac, "403 Forbidden", "a POST from another origin is refused");
+        deny(ac, "403 Forbidden", "a POST from another origin is refused");
     }
     return ok;
 }

@@ -376,6 +376,44 @@ class PowerOperatorTest(H.DimmerTest):
         self.assertEqual(r.status, 200, r.body)
         self.assertEqual(self.power()["pools"][0]["pinned"], 1)
 
+    def test_admin_token_is_one_header_holding_it_whole(self):
+        n0 = self.node("n0")
+        tok = self.path("token")
+        with open(tok, "w") as f:
+            f.write(TOKEN + "\n")
+        self.start(self.line("n0", n0, 'control: "%s:%d"' % (H.HOST, n0.control)),
+                   extra="power:\n  admin_token_file: %s\n" % tok)
+        target = "/power/web/pin?servers=1"
+        start = time.monotonic()  # before the first refusal
+        # The token and something after it: not the token (each was taken).
+        for value in ("Bearer %s junk" % TOKEN, "Bearer %s\rX" % TOKEN, "Bearer %sx" % TOKEN,
+                      "Bearer %s" % TOKEN[:-1], "Bearer", "%s" % TOKEN):
+            r = H.request(self.d.admin, "POST", target, headers=[("Authorization", value)])
+            self.assertEqual(r.status, 401, (value, r.body))
+        # Two Authorization headers, one of them right: 400 (it was taken).
+        for two in ([("Authorization", "Bearer wrong"), ("Authorization", "Bearer " + TOKEN)],
+                    [("Authorization", "Bearer " + TOKEN), ("authorization", "Bearer " + TOKEN)]):
+            r = H.request(self.d.admin, "POST", target, headers=two)
+            self.assertEqual(r.status, 400, r.body)
+        self.assertEqual(self.power()["pools"][0]["pinned"], -1)
+        # Refusals are logged with the client's address, one line a second at
+        # most: a flood is counted, not written line by line.
+        self.assertRegex(self.d.proc.stderr(),
+                         r"admin: a request from 127\.0\.0\.1:\d+ refused: 401 Unauthorized")
+        for _ in range(100):
+            r = H.request(self.d.admin, "POST", target, headers=[("Authorization", "Bearer x")])
+            self.assertEqual(r.status, 401)
+
+        def counted():
+            H.request(self.d.admin, "POST", target)
+            return "more since the last line" in self.d.proc.stderr()
+        H.wait_until(counted, 10, "the refusals not logged counted")
+        lines = self.d.proc.stderr().count("refused: 401")
+        self.assertLessEqual(lines, time.monotonic() - start + 1)  # one a second at most
+        r = H.request(self.d.admin, "POST", target, headers=[("Authorization", "bearer  " + TOKEN)])
+        self.assertEqual(r.status, 200, r.body)
+        self.assertEqual(self.power()["pools"][0]["pinned"], 1)
+
     def test_admin_refuses_cross_origin_posts_rebound_names_and_bad_requests(self):
         n0 = self.node("n0")
         self.start(self.line("n0", n0, 'control: "%s:%d"' % (H.HOST, n0.control)),
