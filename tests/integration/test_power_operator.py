@@ -276,6 +276,22 @@ class PowerOperatorTest(H.DimmerTest):
         self.assertEqual(n0.stats()["sleeps"], 2)
         self.assertEqual(self.state("n0"), "sleeping")
 
+    def test_a_drain_of_a_power_managed_server_is_a_maint(self):
+        n0, n1 = self.node("n0"), self.node("n1")
+        self.start(self.line("n0", n0, 'control: "%s:%d"' % (H.HOST, n0.control))
+                   + self.line("n1", n1, 'control: "%s:%d"' % (H.HOST, n1.control)))
+        # As dimmer(8) says: held awake out of service until ready, and
+        # refused for a server that sleeps.
+        self.admin(n0, "drain")
+        self.assertEqual(self.state("n0"), "maint")
+        for _ in range(5):
+            self.assertEqual(H.get(self.d.port, "/bytes/10").header("X-Backend"), "n1")
+        self.admin(n1, "sleep")
+        H.wait_until(lambda: self.state("n1") == "sleeping", 10, "n1 sleeping")
+        self.admin(n1, "drain", 409)
+        self.admin(n0, "ready")
+        self.assertEqual(self.state("n0"), "active")
+
     def test_a_server_drained_by_hand_serves_once_power_managed(self):
         n0 = self.node("n0")
         self.start(self.line("n0", n0, 'control: "%s:%d"' % (H.HOST, n0.control)), hold="10m")
