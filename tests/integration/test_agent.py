@@ -314,7 +314,7 @@ class AgentTest(H.DimmerTest):
         for origin in ("http://evil.example", "null"):
             r = H.request(port, "POST", "/wake", headers=[
                 ("Origin", origin), ("Authorization", "Bearer s3cret")])
-            self.assertEqual(r.status, 403, (origin, r.body))
+            self.assertEqual((r.status, r.reason), (403, "Forbidden"), (origin, r.body))
         self.assertEqual(json.loads(H.request(port, "GET", "/status").body)["wakes"], 1)
 
     def test_control_connections_past_the_limit_close_the_floods_own(self):
