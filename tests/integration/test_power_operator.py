@@ -6,7 +6,13 @@ has run, so no request reaches a machine going to sleep; a wake whose
 actuator fails marks the server failed at once (without a health check, its
 boot delay passing is not "up"), and a failed server cannot be put in maint;
 a server that a reload takes out of power management while it sleeps comes
-back asleep, not active, when a later reload manages it again; the admin
+back asleep, not active, when a later reload manages it again, and one
+whose wake ran comes back booting (then active), not asleep; servers asleep
+when dimmer starts (down from the start, never seen up) are woken; an
+operator's sleep of a sleeping server runs its sleep again, and a drain of
+a power-managed server is a maint; a pool name longer than 127 bytes can be
+pinned; the admin token is one Authorization header holding it whole, and
+refusals are logged with the client's address, one line a second; the admin
 listener answers 414 to a request target it would have to cut, reads the
 token only in the head, and takes the scheme in any case, and refuses a
 POST from another origin, a Host that is not an address (DNS rebinding),
