@@ -160,15 +160,14 @@ on_body(llhttp_t *ll, const char *at, size_t len)
     return 0;
 }
 
-/* The last chunk of a request: pause where its trailer section begins, so
- * the caller holds the trailers until they are checked (dm_http_check_trailers). */
+/* The last chunk: pause where its trailer section begins, so the caller
+ * holds the trailers until they are checked (dm_http_check_trailers, or
+ * dm_http_check_response_trailers). */
 static int
 on_chunk_header(llhttp_t *ll)
 {
     if (ll->content_length == 0) {
         self(ll)->_last_chunk = true;
-    }
-    if (ll->type == HTTP_REQUEST && ll->content_length == 0) {
         self(ll)->_ev = DM_HTTP_TRAILERS;
         return HPE_PAUSED;
     }
@@ -307,6 +306,12 @@ bool
 dm_http_parser_needs_eof(const struct dm_http_parser *p)
 {
     return llhttp_message_needs_eof(&p->_ll) != 0;
+}
+
+const char *
+dm_http_parser_data_end(const struct dm_http_parser *p)
+{
+    return p->_data_end;
 }
 
 bool
@@ -554,18 +559,20 @@ check_fields(const char *head, size_t head_len, const struct dm_http_msg *msg,
 static bool is_hop_by_hop(struct dm_span n);
 
 /*
- * Fields a trailer may not carry: those that frame or route a message, the
- * hop-by-hop ones, and those the proxy itself sets for the server, which a
- * server merging trailers into the head would otherwise trust.
+ * Fields a trailer may not carry: those that frame a message, the hop-by-hop
+ * ones and Trailer itself; in a request's, also those that route it and
+ * those the proxy itself sets for the server, which a server merging
+ * trailers into the head would otherwise trust.
  */
 static bool
-is_framing_or_proxied(struct dm_span n)
+is_framing_or_proxied(struct dm_span n, bool response)
 {
     static const char *const names[] = {
-        "content-length",    "transfer-encoding", "host", "forwarded", "via",
+        "content-length",    "transfer-encoding", "trailer", "host", "forwarded", "via",
         "x-forwarded-proto", "x-forwarded-for",
     };
-    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+    size_t k = response ? 3 : sizeof(names) / sizeof(names[0]);
+    for (size_t i = 0; i < k; i++) {
         if (dm_span_ieq(n, names[i])) {
             return true;
         }
@@ -573,9 +580,25 @@ is_framing_or_proxied(struct dm_span n)
     return is_hop_by_hop(n);
 }
 
+static int check_trailers(const char *p, size_t len, bool response, unsigned max_fields,
+                          const char **reason);
+
 int
 dm_http_check_trailers(const char *p, size_t len, const char **reason)
 {
+    return check_trailers(p, len, false, 0, reason) != 0 ? 400 : 0;
+}
+
+int
+dm_http_check_response_trailers(const char *p, size_t len, unsigned max_fields, const char **reason)
+{
+    return check_trailers(p, len, true, max_fields, reason) != 0 ? 502 : 0;
+}
+
+static int
+check_trailers(const char *p, size_t len, bool response, unsigned max_fields, const char **reason)
+{
+    unsigned nfields = 0;
     *reason = check_raw_head(p, len);
     if (*reason == NULL && len > 0 && (p[0] == ' ' || p[0] == '\t')) {
         *reason = "obs-fold (folded trailer line)";
@@ -603,15 +626,18 @@ dm_http_check_trailers(const char *p, size_t len, const char **reason)
             *reason = "malformed trailer field name";
         } else if (!value_ok((struct dm_span){ colon + 1, (size_t)(eol - colon - 1) })) {
             *reason = "control byte in a trailer field";
-        } else if (is_framing_or_proxied(name)) {
-            *reason = "trailer field that frames, routes or is set by the proxy";
+        } else if (is_framing_or_proxied(name, response)) {
+            *reason = response ? "trailer field that frames the message or is hop-by-hop"
+                               : "trailer field that frames, routes or is set by the proxy";
+        } else if (max_fields > 0 && ++nfields > max_fields) {
+            *reason = "too many trailer fields";
         }
         p = eol + 2;
     }
     if (*reason == NULL && !ended) {
         *reason = "trailer section without its final empty line";
     }
-    return *reason != NULL ? 400 : 0;
+    return *reason != NULL ? -1 : 0;
 }
 
 /* The name part of a host[:port] (a bracketed IPv6 address keeps its brackets). */
@@ -797,8 +823,9 @@ put_field(struct out *o, struct dm_span name, struct dm_span value)
 static bool
 is_hop_by_hop(struct dm_span n)
 {
-    static const char *const names[] = { "connection", "keep-alive", "proxy-connection",
-                                         "te",         "trailer",    "upgrade" };
+    /* Not Trailer: it is end-to-end (RFC 9110, 6.6.2). */
+    static const char *const names[] = { "connection", "keep-alive", "proxy-connection", "te",
+                                         "upgrade" };
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
         if (dm_span_ieq(n, names[i])) {
             return true;

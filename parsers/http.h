@@ -44,7 +44,7 @@ enum dm_http_event {
     DM_HTTP_HEAD_DONE = 1, /* the head ended at *consumed */
     DM_HTTP_MSG_DONE = 2,  /* the message (body included) ended at *consumed */
     DM_HTTP_UPGRADE = 3,   /* the message ended and the connection changes protocol */
-    DM_HTTP_TRAILERS = 4,  /* requests: a chunked body's trailer section begins at *consumed */
+    DM_HTTP_TRAILERS = 4,  /* a chunked body's trailer section begins at *consumed */
 };
 
 /* Called with decoded body bytes (chunk framing removed), when set. */
@@ -86,7 +86,7 @@ void dm_http_parser_init(struct dm_http_parser *p, bool is_request);
  * to that event (all of them for DM_HTTP_AGAIN), or a negative value on
  * malformed input (dm_http_parser_error() says why). After HEAD_DONE,
  * TRAILERS or MSG_DONE, call again with the rest. After UPGRADE, the rest is
- * not HTTP. A request parser returns TRAILERS right after the last-chunk line
+ * not HTTP. The parser returns TRAILERS right after the last-chunk line
  * of a chunked body: the bytes from there to MSG_DONE are the trailer section
  * (and its final CRLF), which llhttp does not check as strictly as a head.
  */
@@ -109,6 +109,10 @@ unsigned dm_http_parser_status(const struct dm_http_parser *p);  /* responses */
 unsigned dm_http_parser_version(const struct dm_http_parser *p); /* 10, 11, 20, ... */
 bool dm_http_parser_needs_eof(const struct dm_http_parser *p);
 bool dm_http_parser_keep_alive(const struct dm_http_parser *p);
+
+/* Just past the last body data byte the last dm_http_parse call passed
+ * (chunk framing not included), or NULL when it passed none. */
+const char *dm_http_parser_data_end(const struct dm_http_parser *p);
 
 /* What dm_http_check_request() or _response() learnt about a head. */
 struct dm_http_info {
@@ -144,6 +148,14 @@ int dm_http_check_request(const char *head, size_t head_len, const struct dm_htt
  * Returns 0, or 400 with *reason set to a static string.
  */
 int dm_http_check_trailers(const char *p, size_t len, const char **reason);
+
+/*
+ * Checks a response's trailer section the same way, with at most max_fields
+ * fields (0: any number); of the fields, only those that frame a message and
+ * the hop-by-hop ones (Trailer included) are refused. Returns 0, or 502.
+ */
+int dm_http_check_response_trailers(const char *p, size_t len, unsigned max_fields,
+                                    const char **reason);
 
 /* Checks a response head the same way (502 when it is unusable). */
 int dm_http_check_response(const char *head, size_t head_len, const struct dm_http_msg *msg,

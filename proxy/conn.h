@@ -107,6 +107,12 @@ struct dm_upstream {
     dm_upstream_ready_cb ready;
     struct dm_http_parser parser;
     struct dm_buf *in;
+    /* A chunked response's framing since its last data byte, not forwarded
+     * yet (bounded by DM_HTTP_CHUNK_LINE_MAX), then its last chunk and trailer
+     * section (from trailers_at), forwarded once checked; or NULL. */
+    struct dm_buf *held;
+    uint32_t trailers_at; /* UINT32_MAX: not in the trailer section */
+    bool chunked;         /* the response being read has a chunked body */
     uint64_t deadline_ms; /* loop time of the current timeout, UINT64_MAX = none */
     uint64_t connect_us;  /* when its connect began (uv_hrtime), for the host's connect_us */
     uint32_t head_start;

@@ -138,6 +138,8 @@ dm_upstream_close(struct dm_upstream *up)
     uv_read_stop((uv_stream_t *)&up->tcp);
     dm_buf_unref(up->w, up->in);
     up->in = NULL;
+    dm_buf_unref(up->w, up->held);
+    up->held = NULL;
     dm_tls_free(up->tls);
     up->tls = NULL;
     uv_close((uv_handle_t *)&up->timer, up_timer_closed);
@@ -429,14 +431,17 @@ up_timer_cb(uv_timer_t *t)
     }
 }
 
-/* Forwards [from, to) of the server's read buffer to the client. */
+/*
+ * Forwards the held bytes (up->held, when pre) and [from, to) of the
+ * server's read buffer to the client.
+ */
 static void
-up_forward_slice(struct dm_upstream *up, uint32_t from, uint32_t to)
+up_forward(struct dm_upstream *up, bool pre, uint32_t from, uint32_t to)
 {
     struct dm_req *req = up->req;
     struct dm_client *c = req->c;
-    uv_buf_t b[2];
-    struct dm_buf *hold[2];
+    uv_buf_t b[3];
+    struct dm_buf *hold[3];
     unsigned n = 0;
     struct dm_buf *head = req->resp_head;
     if (head != NULL) {
@@ -444,6 +449,14 @@ up_forward_slice(struct dm_upstream *up, uint32_t from, uint32_t to)
         req->resp_head = NULL;
         b[n] = uv_buf_init(head->data, head->len);
         hold[n++] = head;
+    }
+    struct dm_buf *held = pre ? up->held : NULL;
+    if (held != NULL) {
+        up->held = NULL;
+        b[n] = uv_buf_init(held->data, held->len);
+        hold[n++] = held;
+        req->resp_bytes += held->len;
+        dm_learn_work_done(req, (int64_t)held->len);
     }
     if (to > from) {
         b[n] = uv_buf_init(up->in->data + from, to - from);
@@ -456,6 +469,7 @@ up_forward_slice(struct dm_upstream *up, uint32_t from, uint32_t to)
     }
     dm_client_write(c, b, n, hold, n);
     dm_buf_unref(c->w, head);
+    dm_buf_unref(c->w, held);
     if (!c->closing && uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp) >= DM_WRITE_HIGH) {
         up->paused = true;
         uv_read_stop((uv_stream_t *)&up->tcp);
@@ -466,6 +480,13 @@ up_forward_slice(struct dm_upstream *up, uint32_t from, uint32_t to)
             up->deadline_held = true;
         }
     }
+}
+
+/* Forwards [from, to) of the server's read buffer to the client. */
+static void
+up_forward_slice(struct dm_upstream *up, uint32_t from, uint32_t to)
+{
+    up_forward(up, false, from, to);
 }
 
 static void
@@ -554,8 +575,12 @@ up_head_done(struct dm_upstream *up)
         return;
     }
     bool close = false;
+    up->chunked = false;
+    up->trailers_at = UINT32_MAX;
     if (!informational) {
         req->status = status;
+        up->chunked = req->rinfo.chunked && status != 101 && status != 204 && status != 304 &&
+                      !dm_span_ieq(req->msg.method, "head");
         bool needs_eof = !req->rinfo.chunked && !req->rinfo.has_length && status != 204 &&
                          status != 304 && !dm_span_ieq(req->msg.method, "head");
         req->dechunk = req->rinfo.chunked && req->info.version == 10;
@@ -601,6 +626,109 @@ up_head_done(struct dm_upstream *up)
     dm_buf_unref(c->w, req->resp_head);
     req->resp_head = b; /* written by up_forward_slice, with the body's first bytes */
     up->state = DM_U_BODY;
+}
+
+/* Appends [from, to) of the read buffer to up->held, up to max bytes in all. */
+static int
+up_hold(struct dm_upstream *up, uint32_t from, uint32_t to, size_t max)
+{
+    uint32_t n = to - from;
+    struct dm_buf *h = up->held;
+    if (n == 0) {
+        return 0;
+    }
+    if (h == NULL) {
+        h = up->held = dm_buf_get(up->w, DM_SMALL_CAP);
+        if (h == NULL) {
+            return -2;
+        }
+    }
+    if ((size_t)h->len + n > max) {
+        return -1;
+    }
+    if (h->len + n > h->cap) {
+        uint32_t cap = h->cap * 2 > h->len + n ? h->cap * 2 : h->len + n;
+        struct dm_buf *nh = dm_buf_get(up->w, cap);
+        if (nh == NULL) {
+            return -2;
+        }
+        memcpy(nh->data, h->data, h->len);
+        nh->len = h->len;
+        dm_buf_unref(up->w, h);
+        up->held = h = nh;
+    }
+    memcpy(h->data + h->len, up->in->data + from, n);
+    h->len += n;
+    return 0;
+}
+
+/*
+ * A chunked response's body: [from, up->in->off) was parsed, with the event
+ * r. The chunks go out as they came, but the framing after the last data
+ * byte of a read is held back until more data follows it: so the last chunk
+ * never goes out before its trailer section is whole and checked (llhttp
+ * takes a bare LF as the end of one, and does not check the fields), and
+ * then goes out with it, with CRLF line ends only. A bad one ends the client
+ * connection without the last chunk (the response is visibly cut short) and
+ * the server connection with it. Returns <0 when the request failed.
+ */
+static int
+up_chunked_slice(struct dm_upstream *up, uint32_t from, int r)
+{
+    struct dm_req *req = up->req;
+    const struct dm_conf *conf = up->rt->conf;
+    uint32_t to = up->in->off;
+    int h = 0;
+    if (up->trailers_at == UINT32_MAX) {
+        const char *de = dm_http_parser_data_end(&up->parser);
+        uint32_t data_to = de != NULL ? (uint32_t)(de - up->in->data) : from;
+        if (req->dechunk) {
+            data_to = to; /* the data went out decoded (up_body_cb), the framing goes */
+        } else if (data_to > from) {
+            up_forward(up, true, from, data_to);
+            if (up->closing || up->req == NULL || req->c->closing) {
+                return -1;
+            }
+        }
+        h = up_hold(up, data_to, to, DM_HTTP_CHUNK_LINE_MAX);
+        if (h == -1) {
+            up_fail(up, 502, "chunk-size line (with its extensions) too long");
+            return -1;
+        }
+        if (h == 0 && r == DM_HTTP_TRAILERS) {
+            up->trailers_at = up->held != NULL ? up->held->len : 0;
+        }
+    } else {
+        h = up_hold(up, from, to, (size_t)up->trailers_at + conf->limits.header_bytes);
+        if (h == -1) {
+            up_fail(up, 502, "response trailers larger than limits.header_bytes");
+            return -1;
+        }
+    }
+    if (h < 0) {
+        up_fail_local(up, "out of memory");
+        return -1;
+    }
+    if (r == DM_HTTP_MSG_DONE) {
+        const char *reason = "no trailer section";
+        struct dm_buf *t = up->held; /* not NULL: a trailer section has at least its LF */
+        if (t == NULL ||
+            dm_http_check_response_trailers(t->data + up->trailers_at, t->len - up->trailers_at,
+                                            conf->limits.header_count, &reason) != 0) {
+            up_fail(up, 502, reason);
+            return -1;
+        }
+        up->trailers_at = UINT32_MAX;
+        dm_req_account(req); /* before its last bytes leave */
+        if (req->dechunk) {
+            dm_buf_unref(up->w, up->held); /* the body ends with the connection */
+            up->held = NULL;
+        }
+        up_forward(up, true, from, from);
+    } else if (r == DM_HTTP_AGAIN) {
+        up_forward_slice(up, from, from); /* the head, once all that was read is parsed */
+    }
+    return up->closing || up->req == NULL || req->c->closing ? -1 : 0;
 }
 
 static void
@@ -696,10 +824,19 @@ up_process(struct dm_upstream *up)
             return;
         }
         /* Body. */
-        if (r == DM_HTTP_MSG_DONE && dm_http_parser_status(&up->parser) >= 200) {
-            dm_req_account(req); /* before its last bytes leave */
+        if (up->chunked) {
+            if (up_chunked_slice(up, from, r) < 0) {
+                return;
+            }
+            if (r == DM_HTTP_TRAILERS) {
+                continue;
+            }
+        } else {
+            if (r == DM_HTTP_MSG_DONE && dm_http_parser_status(&up->parser) >= 200) {
+                dm_req_account(req); /* before its last bytes leave */
+            }
+            up_forward_slice(up, from, req->dechunk ? from : in->off);
         }
-        up_forward_slice(up, from, req->dechunk ? from : in->off);
         if (up->closing || up->req == NULL) {
             return;
         }
@@ -1074,6 +1211,9 @@ dm_upstream_release(struct dm_upstream *up, bool reusable)
     }
     dm_buf_unref(up->w, up->in);
     up->in = NULL;
+    dm_buf_unref(up->w, up->held);
+    up->held = NULL;
+    up->chunked = false;
     up->state = DM_U_IDLE;
     up->paused = false;
     up->deadline_held = false;

@@ -29,6 +29,9 @@ connection (a GET without a body); the path chooses the behaviour:
   /fault/switch           101 Switching Protocols, asked or not; prints "tunneled LINE" if
                           anything comes after it
   /fault/ok               200 "ok" with Connection: close
+  /fault/end_NAME         a chunked 200 (Trailer: X-Sum) with one chunk "hello", then the
+                          end ENDINGS[NAME] (a last chunk and a trailer section), then close
+  /fault/split_end        the same with the good end, its bytes one every 20 ms after the data
   anything else           200 "ok" with Connection: close
 
 "hold" waits until GET /release (on this server, from the test) or 10 s. Each
@@ -44,6 +47,20 @@ import time
 
 HOLD_MAX = 10.0
 TRICKLE_S = 0.2
+
+# How a chunked body ends (/fault/end_NAME): "good" is the only well-formed one.
+ENDINGS = {
+    "good": b"0\r\nX-Sum: 1\r\n\r\n",
+    "lf": b"0\r\n\n",
+    "lf_field": b"0\r\nX-T: 1\r\n\n",
+    "length": b"0\r\nContent-Length: 5\r\n\r\n",
+    "te": b"0\r\nTransfer-Encoding: chunked\r\n\r\n",
+    "connection": b"0\r\nConnection: close\r\n\r\n",
+    "empty_name": b"0\r\n: x\r\n\r\n",
+    "fold": b"0\r\nX-A: 1\r\n folded\r\n\r\n",
+    "big": b"0\r\nX-Big: " + b"a" * 220000 + b"\r\n\r\n",
+    "many": b"0\r\n" + b"A:1\r\n" * 2000 + b"\r\n",
+}
 
 release = threading.Event()
 out_lock = threading.Lock()
@@ -151,6 +168,14 @@ def handle(s):
             data = s.recv(65536)
             if data:
                 say("tunneled " + data.split(b"\r\n", 1)[0].decode("latin-1"))
+        elif mode.startswith("end_"):
+            s.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTrailer: X-Sum\r\n\r\n"
+                      b"5\r\nhello\r\n" + ENDINGS[mode[4:]])
+        elif mode == "split_end":
+            s.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello")
+            for b in b"\r\n3\r\nabc\r\n" + ENDINGS["good"]:
+                time.sleep(0.02)
+                s.sendall(bytes([b]))
         elif mode == "ok":
             s.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
         elif mode == "overlong":

@@ -285,6 +285,50 @@ class BackendFaultTest(H.DimmerTest):
             self.assertEqual(r.status, 502, (mode, r))
             self.assertIn(why, r.body)
 
+    def test_chunked_endings_and_trailers_go_out_checked(self):
+        # Regression: the end of a chunked response went out as the server sent
+        # it. llhttp takes a bare LF as the last line ("0\r\n\n"), and the
+        # connection was kept: a client that wants CRLF read the next response
+        # as trailer fields (a desync). Trailer fields were not checked either
+        # (framing, hop-by-hop, folded, unbounded). Now the last chunk goes out
+        # only with a checked trailer section; a bad one cuts the response
+        # short (no last chunk) and closes the client connection.
+        self.start(max_fails=0)
+        with H.Conn(self.d.port, timeout=5) as c:
+            c.send(H.build_request("GET", "/fault/end_good"))
+            raw = c._read_until(b"0\r\nX-Sum: 1\r\n\r\n", time.monotonic() + 5)
+            head, headers, body = split_response(raw)
+            self.assertEqual(body, b"5\r\nhello\r\n0\r\nX-Sum: 1\r\n\r\n")
+            # Trailer is end-to-end (RFC 9110, 6.6.2): it stays.
+            self.assertEqual(headers.get("trailer"), "X-Sum")
+            self.assertEqual(c.request("GET", "/fault/ok").body, b"ok")
+            # The same end in pieces, one read each: it goes out whole, once.
+            c.send(H.build_request("GET", "/fault/split_end"))
+            raw = c._read_until(b"0\r\nX-Sum: 1\r\n\r\n", time.monotonic() + 5)
+            self.assertEqual(split_response(raw)[2],
+                             b"5\r\nhello\r\n3\r\nabc\r\n0\r\nX-Sum: 1\r\n\r\n")
+            self.assertEqual(c.request("GET", "/fault/ok").body, b"ok")
+        for name, why in (("lf", "bare LF"), ("lf_field", "bare LF"),
+                          ("length", "frames the message"), ("te", "frames the message"),
+                          ("connection", "hop-by-hop"), ("empty_name", "malformed trailer"),
+                          ("fold", "obs-fold"), ("big", "larger than limits.header_bytes"),
+                          ("many", "too many trailer fields")):
+            with self.subTest(name):
+                before = self.fb.count("got ok")
+                with H.Conn(self.d.port, timeout=5) as c:
+                    # A second request behind it: never answered on this connection.
+                    c.send(H.build_request("GET", "/fault/end_" + name) +
+                           H.build_request("GET", "/fault/ok"))
+                    self.assertTrue(c.closed_by_peer(5), "connection kept after a bad end: %r"
+                                    % c.buf[-300:])
+                    head, headers, body = split_response(c.buf)
+                    self.assertTrue(head.startswith(b"HTTP/1.1 200 "), head)
+                    self.assertEqual(body, b"5\r\nhello", "the end went out")
+                    self.assertFalse(chunks_complete(body))
+                self.log_has("response cut short: .*" + why)
+                self.assertEqual(self.fb.count("got ok"), before)
+        self.assert_health(counted=False)
+
     def test_health_checks_pass_over_interim_responses(self):
         # 103 Early Hints before the 200 of a health check: the 200 decides.
         pools = {"faulty": {"servers": [("f", self.fb.port)],

@@ -1317,6 +1317,39 @@ test_trailers_are_checked_as_strictly_as_a_head(void **state)
 }
 
 static void
+test_response_trailers_are_checked_and_bounded(void **state)
+{
+    (void)state;
+    const char *reason = NULL;
+    assert_int_equal(dm_http_check_response_trailers(LIT("\r\n"), 2, &reason), 0);
+    assert_int_equal(dm_http_check_response_trailers(LIT("X-Sum: 1\r\nVia: a\r\n\r\n"), 2, &reason),
+                     0);
+    assert_int_equal(dm_http_check_response_trailers(LIT("X-A: 1\r\nX-B: 2\r\n\r\n"), 0, &reason),
+                     0);
+    assert_int_equal(
+        dm_http_check_response_trailers(LIT("A: 1\r\nB: 2\r\nC: 3\r\n\r\n"), 2, &reason), 502);
+    assert_string_equal(reason, "too many trailer fields");
+    static const char *const bad[] = {
+        "\n",                           /* a bare LF ends the body: "0\r\n\n" */
+        "X-T: 1\r\n\n",                 /* the same after a field */
+        "X-A: 1\r\n b\r\n\r\n",         /* obs-fold */
+        ": x\r\n\r\n",                  /* empty name */
+        "Content-Length: 5\r\n\r\n",    /* framing */
+        "Transfer-Encoding: x\r\n\r\n", /* framing */
+        "Connection: close\r\n\r\n",    /* hop-by-hop */
+        "Trailer: X-A\r\n\r\n",         /* names trailers: never one itself */
+        "X-A: 1\r\n",                   /* no final empty line */
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        reason = NULL;
+        if (dm_http_check_response_trailers(bad[i], strlen(bad[i]), 0, &reason) != 502) {
+            fail_msg("response trailer section %zu accepted: %s", i, bad[i]);
+        }
+        assert_non_null(reason);
+    }
+}
+
+static void
 test_connect_is_405(void **state)
 {
     (void)state;
@@ -1499,9 +1532,11 @@ test_rewrite_request_removes_hop_by_hop_fields(void **state)
                               "Accept: */*\r\n"
                               "\r\n";
     const struct opts o = { 0 };
+    /* Trailer is end-to-end (RFC 9110, 6.6.2): it stays. */
     assert_rewritten(LIT(req), &o,
                      "GET /p HTTP/1.1\r\n"
                      "Host: a.example\r\n"
+                     "Trailer: X-T\r\n"
                      "Accept: */*\r\n"
                      "X-Forwarded-For: 10.0.0.9\r\n"
                      "X-Forwarded-Proto: http\r\n"
@@ -1727,7 +1762,9 @@ test_rewrite_response_removes_hop_by_hop_fields(void **state)
                                "\r\n"
                                "ok";
     const struct opts o = { .response = true };
-    assert_rewritten(LIT(resp), &o, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nServer: s\r\n\r\n");
+    /* Trailer is end-to-end (RFC 9110, 6.6.2): it stays. */
+    assert_rewritten(LIT(resp), &o,
+                     "HTTP/1.1 200 OK\r\nTrailer: X-T\r\nContent-Length: 2\r\nServer: s\r\n\r\n");
 }
 
 static void
@@ -1931,6 +1968,7 @@ main(void)
         cmocka_unit_test(test_connect_is_405),
         cmocka_unit_test(test_request_line_without_version_is_refused_at_once),
         cmocka_unit_test(test_trailers_are_checked_as_strictly_as_a_head),
+        cmocka_unit_test(test_response_trailers_are_checked_and_bounded),
         cmocka_unit_test(test_too_many_fields_is_431),
         cmocka_unit_test(test_absolute_form_target_is_reduced_to_its_path),
         cmocka_unit_test(test_absolute_form_without_path_keeps_its_query),
