@@ -683,6 +683,19 @@ dm_http_check_request(const char *head, size_t head_len, const struct dm_http_ms
         *reason = "Transfer-Encoding in an HTTP/1.0 request";
         return 400;
     }
+    if (te.fields > 0) {
+        /* Chunked last, but after other codings (gzip, chunked), or in a
+         * list with empty elements: one field of exactly chunked only (RFC
+         * 9112, 6.1: a coding not understood is 501). */
+        for (unsigned i = 0; i < msg->nfields; i++) {
+            const struct dm_http_field *f = &msg->fields[i];
+            if (dm_span_ieq(f->name, "transfer-encoding") &&
+                (te.fields != 1 || !dm_span_ieq(trim(f->value), "chunked"))) {
+                *reason = "Transfer-Encoding other than chunked";
+                return 501;
+            }
+        }
+    }
     unsigned nhost = 0;
     bool has_upgrade = false;
     for (unsigned i = 0; i < msg->nfields; i++) {

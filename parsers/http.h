@@ -131,7 +131,8 @@ struct dm_http_info {
 /*
  * Checks a complete request head (head, head_len: its raw bytes; msg: as parsed
  * by dm_http_parse on those bytes) against everything that could be read two
- * ways. Returns 0 and fills info, or the status to answer (400, 405, 431, 505)
+ * ways. Returns 0 and fills info, or the status to answer (400, 405, 431, 501
+ * for a Transfer-Encoding that ends in chunked but is not exactly chunked, 505)
  * with *reason set to a static string.
  */
 int dm_http_check_request(const char *head, size_t head_len, const struct dm_http_msg *msg,

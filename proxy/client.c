@@ -53,6 +53,8 @@ status_text(unsigned status)
         return "Bad Gateway";
     case 503:
         return "Service Unavailable";
+    case 501:
+        return "Not Implemented";
     case 504:
         return "Gateway Timeout";
     case 505:

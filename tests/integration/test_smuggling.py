@@ -116,6 +116,21 @@ class SmugglingTest(H.DimmerTest):
                           body=b"0\r\n\r\n")))
         self.check_all(cases)
 
+    def test_transfer_encoding_with_codings_before_chunked_gives_501(self):
+        # Regression: other codings before a final chunked were forwarded as they
+        # were; a server that decodes gzip (or reads the list its own way) frames
+        # another body than the proxy did. Only one field of exactly chunked
+        # passes (RFC 9112, 6.1: a coding not understood is 501, as nginx).
+        cases = []
+        for te in (b"gzip, chunked", b"identity,chunked", b", chunked", b"GZIP , Chunked"):
+            cases.append(("Transfer-Encoding: %r" % te,
+                          req(b"Host: a", b"Transfer-Encoding: " + te,
+                              body=b"5\r\nhello\r\n0\r\n\r\n")))
+        cases.append(("gzip field, then chunked field",
+                      req(b"Host: a", b"Transfer-Encoding: gzip", b"Transfer-Encoding: chunked",
+                          body=b"0\r\n\r\n")))
+        self.check_all(cases, 501)
+
     def test_empty_transfer_encoding(self):
         # Regression: an empty Transfer-Encoding (or one of only commas) was taken as
         # absent and forwarded as it was, next to a Content-Length, which a server that

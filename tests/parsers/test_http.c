@@ -1135,11 +1135,11 @@ test_transfer_encoding_without_a_coding_is_refused(void **state)
 }
 
 static void
-test_transfer_encoding_ending_in_chunked_is_accepted(void **state)
+test_transfer_encoding_exactly_chunked_is_accepted(void **state)
 {
     (void)state;
     struct run *r =
-        parse_accepted(LIT("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked\r\n"
+        parse_accepted(LIT("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: \t Chunked \r\n"
                            "\r\n2\r\nab\r\n0\r\n\r\n"));
     assert_true(r->head[0].chunked);
     assert_int_equal(r->nev, 3);
@@ -1147,6 +1147,35 @@ test_transfer_encoding_ending_in_chunked_is_accepted(void **state)
     assert_int_equal(r->ev[2], DM_HTTP_MSG_DONE);
     assert_int_equal(r->body_bytes[2], 2);
     free(r);
+    /* A response may have other codings before chunked: the client decodes them. */
+    const struct opts o = { .response = true };
+    r = parse_all(LIT("HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n"
+                      "2\r\nab\r\n0\r\n\r\n"),
+                  &o);
+    assert_int_equal(r->ev[0], DM_HTTP_HEAD_DONE);
+    assert_int_equal(r->head[0].check, 0);
+    assert_true(r->head[0].chunked);
+    free(r);
+}
+
+static void
+test_transfer_encoding_with_codings_before_chunked_is_501(void **state)
+{
+    (void)state;
+    /* Forwarded as they were, a server that knows gzip reads another body
+     * than the proxy did (nginx answers 501, HAProxy 422). */
+    assert_request_refused(
+        LIT("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n"),
+        501);
+    assert_request_refused(
+        LIT("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: identity,chunked\r\n\r\n"
+            "0\r\n\r\n"),
+        501);
+    assert_request_refused(
+        LIT("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: , chunked\r\n\r\n0\r\n\r\n"), 501);
+    assert_request_refused(LIT("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip\r\n"
+                               "Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n"),
+                           501);
 }
 
 static void
@@ -1955,7 +1984,8 @@ main(void)
         cmocka_unit_test(test_malformed_content_length_is_refused),
         cmocka_unit_test(test_transfer_encoding_other_than_one_final_chunked_is_refused),
         cmocka_unit_test(test_transfer_encoding_without_a_coding_is_refused),
-        cmocka_unit_test(test_transfer_encoding_ending_in_chunked_is_accepted),
+        cmocka_unit_test(test_transfer_encoding_exactly_chunked_is_accepted),
+        cmocka_unit_test(test_transfer_encoding_with_codings_before_chunked_is_501),
         cmocka_unit_test(test_transfer_encoding_in_http10_is_refused),
         cmocka_unit_test(test_obs_fold_is_refused),
         cmocka_unit_test(test_whitespace_before_colon_is_refused),
