@@ -1010,8 +1010,15 @@ dm_http_write_response(char *out, size_t cap, const char *head, size_t head_len,
     put(&o, sp, (size_t)(eol - sp));
     put(&o, "\r\n", 2);
     bool is101 = eol - sp >= 4 && memcmp(sp, " 101", 4) == 0;
+    /* A 1xx or 204 has no body, and may not say it has one (RFC 9110, 8.6;
+     * RFC 9112, 6.1): its framing fields are the server's error, not passed on. */
+    bool bodiless = eol - sp >= 4 && (sp[1] == '1' || memcmp(sp, " 204", 4) == 0);
     for (unsigned i = 0; i < msg->nfields; i++) {
         const struct dm_http_field *f = &msg->fields[i];
+        if (bodiless &&
+            (dm_span_ieq(f->name, "content-length") || dm_span_ieq(f->name, "transfer-encoding"))) {
+            continue;
+        }
         if (is_hop_by_hop(f->name)) {
             if (is101 && dm_span_ieq(f->name, "upgrade")) {
                 put_field(&o, f->name, f->value);

@@ -189,7 +189,8 @@ size_t dm_http_write_request(char *out, size_t cap, const struct dm_http_msg *ms
 
 /*
  * Writes the response head to send to a client: status line as received (with
- * the client's version), fields without the hop-by-hop ones, then
+ * the client's version), fields without the hop-by-hop ones (nor, in a 1xx or
+ * 204, Content-Length and Transfer-Encoding), then
  * "Connection: close" when close is set, "Connection: keep-alive" for an
  * HTTP/1.0 client that keeps the connection, the upgrade fields for a 101.
  * Returns the length, or 0 when cap is too small.

@@ -31,6 +31,9 @@ connection (a GET without a body); the path chooses the behaviour:
   /fault/ok               200 "ok" with Connection: close
   /fault/end_NAME         a chunked 200 (Trailer: X-Sum) with one chunk "hello", then the
                           end ENDINGS[NAME] (a last chunk and a trailer section), then close
+  /fault/framed_204       a 103 with Content-Length: 0, then a 204 with Transfer-Encoding: chunked
+                          (Connection: close)
+  /fault/length_204       a 204 with Content-Length: 0 (Connection: close)
   /fault/split_end        the same with the good end, its bytes one every 20 ms after the data
   anything else           200 "ok" with Connection: close
 
@@ -171,6 +174,12 @@ def handle(s):
         elif mode.startswith("end_"):
             s.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTrailer: X-Sum\r\n\r\n"
                       b"5\r\nhello\r\n" + ENDINGS[mode[4:]])
+        elif mode == "framed_204":
+            s.sendall(b"HTTP/1.1 103 Early Hints\r\nLink: </a.css>\r\nContent-Length: 0\r\n\r\n"
+                      b"HTTP/1.1 204 No Content\r\nTransfer-Encoding: chunked\r\n"
+                      b"Connection: close\r\n\r\n")
+        elif mode == "length_204":
+            s.sendall(b"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
         elif mode == "split_end":
             s.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello")
             for b in b"\r\n3\r\nabc\r\n" + ENDINGS["good"]:

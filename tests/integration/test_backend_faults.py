@@ -329,6 +329,21 @@ class BackendFaultTest(H.DimmerTest):
                 self.assertEqual(self.fb.count("got ok"), before)
         self.assert_health(counted=False)
 
+    def test_1xx_and_204_go_out_without_framing_fields(self):
+        # Regression: a 1xx or 204 with Content-Length or Transfer-Encoding went
+        # out with them (RFC 9110 8.6, RFC 9112 6.1: a server must not send
+        # them there), and a client that trusts them waits for a body.
+        self.start(max_fails=0)
+        for mode, statuses in (("framed_204", [103, 204]), ("length_204", [204])):
+            with H.Conn(self.d.port, timeout=5) as c:
+                r = c.request("GET", "/fault/" + mode)
+                self.assertEqual([x.status for x in r.interim] + [r.status], statuses)
+                for h in [x.raw_head for x in r.interim] + [r.raw_head]:
+                    self.assertNotIn(b"content-length", h.lower(), h)
+                    self.assertNotIn(b"transfer-encoding", h.lower(), h)
+                # The client connection is kept: the next request is answered.
+                self.assertEqual(c.request("GET", "/fault/ok").body, b"ok")
+
     def test_health_checks_pass_over_interim_responses(self):
         # 103 Early Hints before the 200 of a health check: the 200 decides.
         pools = {"faulty": {"servers": [("f", self.fb.port)],

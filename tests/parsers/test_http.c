@@ -1797,6 +1797,24 @@ test_rewrite_response_removes_hop_by_hop_fields(void **state)
 }
 
 static void
+test_rewrite_1xx_and_204_drop_framing_fields(void **state)
+{
+    (void)state;
+    const struct opts o = { .response = true };
+    assert_rewritten(LIT("HTTP/1.1 204 No Content\r\nContent-Length: 5\r\nX-A: 1\r\n\r\n"), &o,
+                     "HTTP/1.1 204 No Content\r\nX-A: 1\r\n\r\n");
+    assert_rewritten(LIT("HTTP/1.1 204 No Content\r\nTransfer-Encoding: chunked\r\n\r\n"), &o,
+                     "HTTP/1.1 204 No Content\r\n\r\n");
+    assert_rewritten(LIT("HTTP/1.1 103 Early Hints\r\nLink: </a>\r\nContent-Length: 0\r\n\r\n"), &o,
+                     "HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n");
+    /* Others keep theirs: a 304's Content-Length is the representation's. */
+    assert_rewritten(LIT("HTTP/1.1 304 Not Modified\r\nContent-Length: 5\r\n\r\n"), &o,
+                     "HTTP/1.1 304 Not Modified\r\nContent-Length: 5\r\n\r\n");
+    assert_rewritten(LIT("HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"), &o,
+                     "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n");
+}
+
+static void
 test_rewrite_response_says_close_when_closing(void **state)
 {
     (void)state;
@@ -2017,6 +2035,7 @@ main(void)
         cmocka_unit_test(test_rewrite_request_keeps_framing_fields_named_in_connection),
         cmocka_unit_test(test_rewrite_request_drops_any_field_named_in_connection),
         cmocka_unit_test(test_rewrite_response_removes_hop_by_hop_fields),
+        cmocka_unit_test(test_rewrite_1xx_and_204_drop_framing_fields),
         cmocka_unit_test(test_rewrite_response_says_close_when_closing),
         cmocka_unit_test(test_rewrite_response_keeps_http10_client_alive),
         cmocka_unit_test(test_rewrite_101_keeps_upgrade),
