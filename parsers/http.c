@@ -794,6 +794,12 @@ dm_http_check_response(const char *head, size_t head_len, const struct dm_http_m
     if (st != 0) {
         return 502;
     }
+    if (te.fields > 0 && version == 10) {
+        /* Faulty framing (RFC 9112, 6.1): HTTP/1.0 has no chunked, and the
+         * server may mean the body to end with the connection. */
+        *reason = "Transfer-Encoding in an HTTP/1.0 response";
+        return 502;
+    }
     info->upgrade = ct.upgrade;
     info->keep_alive = version == 11 ? !ct.close : (ct.keep_alive && !ct.close);
     return 0;

@@ -158,7 +158,8 @@ int dm_http_check_trailers(const char *p, size_t len, const char **reason);
 int dm_http_check_response_trailers(const char *p, size_t len, unsigned max_fields,
                                     const char **reason);
 
-/* Checks a response head the same way (502 when it is unusable). */
+/* Checks a response head the same way (502 when it is unusable, Transfer-Encoding
+ * in an HTTP/1.0 response included). */
 int dm_http_check_response(const char *head, size_t head_len, const struct dm_http_msg *msg,
                            unsigned version, struct dm_http_info *info, const char **reason);
 

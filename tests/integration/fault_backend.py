@@ -34,6 +34,8 @@ connection (a GET without a body); the path chooses the behaviour:
   /fault/framed_204       a 103 with Content-Length: 0, then a 204 with Transfer-Encoding: chunked
                           (Connection: close)
   /fault/length_204       a 204 with Content-Length: 0 (Connection: close)
+  /fault/te10_next        an HTTP/1.0 chunked 200 "ok" with Connection: keep-alive; the next
+                          request on the connection is read ("got next PATH") and answered "ok"
   /fault/split_end        the same with the good end, its bytes one every 20 ms after the data
   anything else           200 "ok" with Connection: close
 
@@ -180,6 +182,13 @@ def handle(s):
                       b"Connection: close\r\n\r\n")
         elif mode == "length_204":
             s.sendall(b"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+        elif mode == "te10_next":
+            s.sendall(b"HTTP/1.0 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: keep-alive\r\n"
+                      b"\r\n2\r\nok\r\n0\r\n\r\n")
+            nxt = read_head(s)
+            if nxt is not None:
+                say("got next " + nxt.split(b"\r\n", 1)[0].split(b" ")[1].decode("latin-1"))
+                s.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
         elif mode == "split_end":
             s.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello")
             for b in b"\r\n3\r\nabc\r\n" + ENDINGS["good"]:

@@ -344,6 +344,22 @@ class BackendFaultTest(H.DimmerTest):
                 # The client connection is kept: the next request is answered.
                 self.assertEqual(c.request("GET", "/fault/ok").body, b"ok")
 
+    def test_transfer_encoding_in_an_http10_response_is_502(self):
+        # Regression: an HTTP/1.0 response with Transfer-Encoding (and Connection:
+        # keep-alive) was read as chunked and its connection reused. Its framing
+        # is faulty (RFC 9112, 6.1: HTTP/1.0 has no chunked, the server may mean
+        # the body to end with the connection): 502, the connection closed.
+        self.start(max_fails=0)
+        with H.Conn(self.d.port, timeout=5) as c:
+            r = c.request("GET", "/fault/te10_next")
+            self.assertEqual(r.status, 502, r)
+            self.assertIn(b"Transfer-Encoding in an HTTP/1.0 response", r.body)
+        H.wait_until(lambda: self.fb.count("done te10_next") == 1, 5,
+                     "the server connection to close")
+        r = H.get(self.d.port, "/fault/ok", timeout=5)
+        self.assertEqual((r.status, r.body), (200, b"ok"))
+        self.assertEqual(self.fb.count("got next /fault/ok"), 0, "the connection was reused")
+
     def test_health_checks_pass_over_interim_responses(self):
         # 103 Early Hints before the 200 of a health check: the 200 decides.
         pools = {"faulty": {"servers": [("f", self.fb.port)],

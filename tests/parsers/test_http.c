@@ -1184,6 +1184,11 @@ test_transfer_encoding_in_http10_is_refused(void **state)
     (void)state;
     assert_request_refused(
         LIT("POST / HTTP/1.0\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"), 400);
+    /* In a response too: faulty framing (RFC 9112, 6.1), the connection not reused. */
+    const struct opts o = { .response = true };
+    assert_check_answers(LIT("HTTP/1.0 200 OK\r\nTransfer-Encoding: chunked\r\n"
+                             "Connection: keep-alive\r\n\r\n2\r\nok\r\n0\r\n\r\n"),
+                         &o, 502);
 }
 
 static void
