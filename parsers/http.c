@@ -552,6 +552,7 @@ check_fields(const char *head, size_t head_len, const struct dm_http_msg *msg,
             return 400;
         }
         info->chunked = true;
+        info->te_other = te->count > 1;
     }
     return 0;
 }
@@ -1024,6 +1025,9 @@ dm_http_write_response(char *out, size_t cap, const char *head, size_t head_len,
         if (bodiless &&
             (dm_span_ieq(f->name, "content-length") || dm_span_ieq(f->name, "transfer-encoding"))) {
             continue;
+        }
+        if (client_version == 10 && dm_span_ieq(f->name, "transfer-encoding")) {
+            continue; /* every one of them: the body goes out de-chunked */
         }
         if (is_hop_by_hop(f->name)) {
             if (is101 && dm_span_ieq(f->name, "upgrade")) {

@@ -119,6 +119,7 @@ struct dm_http_info {
     unsigned version; /* 10 or 11 */
     bool keep_alive;  /* the peer wants the connection kept */
     bool chunked;     /* Transfer-Encoding ends in chunked */
+    bool te_other;    /* ... after other codings (gzip, chunked) */
     bool has_length;  /* Content-Length present */
     uint64_t content_length;
     bool upgrade;         /* Connection: upgrade with an Upgrade field */
@@ -194,6 +195,8 @@ size_t dm_http_write_request(char *out, size_t cap, const struct dm_http_msg *ms
  * 204, Content-Length and Transfer-Encoding), then
  * "Connection: close" when close is set, "Connection: keep-alive" for an
  * HTTP/1.0 client that keeps the connection, the upgrade fields for a 101.
+ * An HTTP/1.0 client gets no Transfer-Encoding field: a chunked body goes to
+ * it without its framing (an HTTP/1.0 client knows no transfer coding).
  * Returns the length, or 0 when cap is too small.
  */
 size_t dm_http_write_response(char *out, size_t cap, const char *head, size_t head_len,

@@ -581,6 +581,13 @@ up_head_done(struct dm_upstream *up)
         req->status = status;
         up->chunked = req->rinfo.chunked && status != 101 && status != 204 && status != 304 &&
                       !dm_span_ieq(req->msg.method, "head");
+        if (up->chunked && req->info.version == 10 && req->rinfo.te_other) {
+            /* The chunked framing comes off for it, the other codings could
+             * not (and dropped, they would leave it a body it cannot read).
+             * Not the server's failure: a client's version must not take it out. */
+            up_fail_as(up, 502, "transfer coding other than chunked for an HTTP/1.0 client", false);
+            return;
+        }
         bool needs_eof = !req->rinfo.chunked && !req->rinfo.has_length && status != 204 &&
                          status != 304 && !dm_span_ieq(req->msg.method, "head");
         req->dechunk = req->rinfo.chunked && req->info.version == 10;
@@ -606,18 +613,6 @@ up_head_done(struct dm_upstream *up)
     if (req->dechunk || req->learn != NULL) {
         up->parser.on_body = up_body_cb;
         up->parser.body_arg = up;
-    }
-    if (req->dechunk && n < b->cap) {
-        /* Drop "Transfer-Encoding: chunked": the body goes out raw until close. */
-        b->data[n] = 0;
-        char *te = strcasestr(b->data, "\r\ntransfer-encoding:");
-        if (te != NULL) {
-            char *eol = strstr(te + 2, "\r\n");
-            if (eol != NULL) {
-                memmove(te, eol, n - (size_t)(eol - b->data));
-                n -= (size_t)(eol - te);
-            }
-        }
     }
     b->len = (uint32_t)n;
     req->resp_bytes += n;

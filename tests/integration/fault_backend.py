@@ -36,6 +36,8 @@ connection (a GET without a body); the path chooses the behaviour:
   /fault/length_204       a 204 with Content-Length: 0 (Connection: close)
   /fault/te10_next        an HTTP/1.0 chunked 200 "ok" with Connection: keep-alive; the next
                           request on the connection is read ("got next PATH") and answered "ok"
+  /fault/gzip_chunked     a 200 with Transfer-Encoding: gzip, then Transfer-Encoding: chunked
+                          (a 2-byte chunk), Connection: close
   /fault/split_end        the same with the good end, its bytes one every 20 ms after the data
   anything else           200 "ok" with Connection: close
 
@@ -189,6 +191,9 @@ def handle(s):
             if nxt is not None:
                 say("got next " + nxt.split(b"\r\n", 1)[0].split(b" ")[1].decode("latin-1"))
                 s.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+        elif mode == "gzip_chunked":
+            s.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n"
+                      b"Connection: close\r\n\r\n2\r\nzz\r\n0\r\n\r\n")
         elif mode == "split_end":
             s.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello")
             for b in b"\r\n3\r\nabc\r\n" + ENDINGS["good"]:

@@ -360,6 +360,20 @@ class BackendFaultTest(H.DimmerTest):
         self.assertEqual((r.status, r.body), (200, b"ok"))
         self.assertEqual(self.fb.count("got next /fault/ok"), 0, "the connection was reused")
 
+    def test_other_codings_than_chunked_for_an_http10_client_are_502(self):
+        # Regression: the framing came off for an HTTP/1.0 client, but only the
+        # first Transfer-Encoding field did: with gzip then chunked, it got
+        # "Transfer-Encoding: chunked" over a de-chunked body. A coding it
+        # cannot decode (it knows none) is 502, as HAProxy does.
+        self.start(max_fails=0)
+        with H.Conn(self.d.port, timeout=5) as c:
+            c.send(b"GET /fault/gzip_chunked HTTP/1.0\r\n\r\n")
+            r = c.read_response()
+            self.assertEqual(r.status, 502, r)
+            self.assertIn(b"transfer coding other than chunked", r.body)
+            self.assertEqual(r.header_all("Transfer-Encoding"), [])
+        self.assertEqual(self.faulty()["failures"], 0, "a client's version took the server out")
+
     def test_health_checks_pass_over_interim_responses(self):
         # 103 Early Hints before the 200 of a health check: the 200 decides.
         pools = {"faulty": {"servers": [("f", self.fb.port)],

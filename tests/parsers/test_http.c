@@ -1845,6 +1845,25 @@ test_rewrite_response_keeps_http10_client_alive(void **state)
 }
 
 static void
+test_rewrite_response_for_http10_client_drops_every_transfer_encoding(void **state)
+{
+    (void)state;
+    /* Its body goes out de-chunked: no Transfer-Encoding field may stay,
+     * however many there were (only the first went before). */
+    const struct opts o10 = { .response = true, .client_version = 10, .close = true };
+    static const char resp[] = "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\nX-A: 1\r\n"
+                               "transfer-encoding: chunked\r\n\r\n0\r\n\r\n";
+    assert_rewritten(LIT(resp), &o10, "HTTP/1.1 200 OK\r\nX-A: 1\r\nConnection: close\r\n\r\n");
+    const struct opts o11 = { .response = true };
+    assert_rewritten(LIT(resp), &o11,
+                     "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\nX-A: 1\r\n"
+                     "transfer-encoding: chunked\r\n\r\n");
+    struct run *r = parse_all(LIT(resp), &o11);
+    assert_true(r->head[0].chunked);
+    free(r);
+}
+
+static void
 test_rewrite_101_keeps_upgrade(void **state)
 {
     (void)state;
@@ -2043,6 +2062,7 @@ main(void)
         cmocka_unit_test(test_rewrite_1xx_and_204_drop_framing_fields),
         cmocka_unit_test(test_rewrite_response_says_close_when_closing),
         cmocka_unit_test(test_rewrite_response_keeps_http10_client_alive),
+        cmocka_unit_test(test_rewrite_response_for_http10_client_drops_every_transfer_encoding),
         cmocka_unit_test(test_rewrite_101_keeps_upgrade),
         cmocka_unit_test(test_rewrite_response_keeps_code_and_reason),
         cmocka_unit_test(test_rewrite_response_keeps_framing_fields_named_in_connection),
