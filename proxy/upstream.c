@@ -591,8 +591,11 @@ up_head_done(struct dm_upstream *up)
         bool needs_eof = !req->rinfo.chunked && !req->rinfo.has_length && status != 204 &&
                          status != 304 && !dm_span_ieq(req->msg.method, "head");
         req->dechunk = req->rinfo.chunked && req->info.version == 10;
+        /* A response before the whole request body (413, 401): the rest of
+         * the body is never read, so the connection closes after it
+         * (dm_req_finish), and the client is told so. */
         close = req->close_client || needs_eof || req->dechunk || c->eof || c->w->stopping ||
-                (req->info.upgrade && status != 101);
+                (req->info.upgrade && status != 101) || !req->body_done;
         req->close_client = close;
     }
     struct dm_buf *b = dm_buf_get(c->w, head_len + 256);

@@ -38,6 +38,8 @@ connection (a GET without a body); the path chooses the behaviour:
                           request on the connection is read ("got next PATH") and answered "ok"
   /fault/gzip_chunked     a 200 with Transfer-Encoding: gzip, then Transfer-Encoding: chunked
                           (a 2-byte chunk), Connection: close
+  /fault/early401         once the request head is read (its body may not be), a 401 with
+                          Content-Length: 4 ("nope"), the connection kept; waits for the close
   /fault/split_end        the same with the good end, its bytes one every 20 ms after the data
   anything else           200 "ok" with Connection: close
 
@@ -194,6 +196,9 @@ def handle(s):
         elif mode == "gzip_chunked":
             s.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n"
                       b"Connection: close\r\n\r\n2\r\nzz\r\n0\r\n\r\n")
+        elif mode == "early401":
+            s.sendall(b"HTTP/1.1 401 Unauthorized\r\nContent-Length: 4\r\n\r\nnope")
+            wait_close(s)
         elif mode == "split_end":
             s.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello")
             for b in b"\r\n3\r\nabc\r\n" + ENDINGS["good"]:

@@ -374,6 +374,27 @@ class BackendFaultTest(H.DimmerTest):
             self.assertEqual(r.header_all("Transfer-Encoding"), [])
         self.assertEqual(self.faulty()["failures"], 0, "a client's version took the server out")
 
+    def test_an_early_response_says_connection_close(self):
+        # Regression: a final response before the whole request body (a 401 or
+        # 413 to an upload) went out without "Connection: close", though dimmer
+        # closes the client connection after it (the rest of the body is never
+        # read); the client learnt it only from the close.
+        self.start(max_fails=0)
+        for body in (b"Content-Length: 100000\r\n\r\n" + b"a" * 1000,
+                     b"Transfer-Encoding: chunked\r\n\r\n10\r\n" + b"a" * 16 + b"\r\n"):
+            with H.Conn(self.d.port, timeout=5) as c:
+                c.send(b"POST /fault/early401 HTTP/1.1\r\nHost: a\r\n" + body)
+                r = c.read_response()
+                self.assertEqual((r.status, r.body), (401, b"nope"))
+                self.assertEqual((r.header("Connection") or "").lower(), "close", r)
+                self.assertTrue(c.closed_by_peer(3))
+        # A response after the whole body keeps the connection.
+        with H.Conn(self.d.port, timeout=5) as c:
+            r = c.request("POST", "/fault/early401", body=b"abc")
+            self.assertEqual((r.status, r.body), (401, b"nope"))
+            self.assertIsNone(r.header("Connection"), r)
+            self.assertEqual(c.request("GET", "/bytes/2").status, 200)  # the good pool
+
     def test_health_checks_pass_over_interim_responses(self):
         # 103 Early Hints before the 200 of a health check: the 200 decides.
         pools = {"faulty": {"servers": [("f", self.fb.port)],
