@@ -69,6 +69,7 @@ ENDINGS = {
     "fold": b"0\r\nX-A: 1\r\n folded\r\n\r\n",
     "big": b"0\r\nX-Big: " + b"a" * 220000 + b"\r\n\r\n",
     "many": b"0\r\n" + b"A:1\r\n" * 2000 + b"\r\n",
+    "long_ext": b"0;e=" + b"x" * 5000 + b"\r\n\r\n",
 }
 
 release = threading.Event()

@@ -312,7 +312,8 @@ class BackendFaultTest(H.DimmerTest):
                           ("length", "frames the message"), ("te", "frames the message"),
                           ("connection", "hop-by-hop"), ("empty_name", "malformed trailer"),
                           ("fold", "obs-fold"), ("big", "larger than limits.header_bytes"),
-                          ("many", "too many trailer fields")):
+                          ("many", "too many trailer fields"),
+                          ("long_ext", "chunk-size line .* too long")):
             with self.subTest(name):
                 before = self.fb.count("got ok")
                 with H.Conn(self.d.port, timeout=5) as c:
