@@ -574,6 +574,11 @@ up_head_done(struct dm_upstream *up)
         up_fail(up, 502, "more than 64 interim (1xx) responses");
         return;
     }
+    if (informational && req->info.version == 10) {
+        /* HTTP/1.0 has no 1xx: none goes to a 1.0 client (RFC 9110 section 15.2). */
+        up->state = DM_U_BODY;
+        return;
+    }
     bool close = false;
     up->chunked = false;
     up->trailers_at = UINT32_MAX;

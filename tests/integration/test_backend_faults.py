@@ -267,6 +267,9 @@ class BackendFaultTest(H.DimmerTest):
         r = H.get(self.d.port, "/fault/interim", timeout=5)
         self.assertEqual((r.status, r.body), (200, b"ok"))
         self.assertEqual([i.status for i in r.interim], [103] * 60)
+        # HTTP/1.0 has no 1xx: an HTTP/1.0 client gets the 200 alone.
+        r = H.request(self.d.port, "GET", "/fault/interim", version="HTTP/1.0", timeout=5)
+        self.assertEqual((r.status, r.body, r.interim), (200, b"ok", []))
         r = H.get(self.d.port, "/fault/interim_flood", timeout=5)
         self.assertEqual(r.status, 502)
         self.assertEqual(len(r.interim), 64)  # the ones before the limit went out
