@@ -788,6 +788,15 @@ dm_http_check_response(const char *head, size_t head_len, const struct dm_http_m
         *reason = "server answered with an unsupported HTTP version";
         return 502;
     }
+    /* The status line goes to the client as it came: no control byte in
+     * its reason phrase (RFC 9112 section 4: HTAB, SP, VCHAR, obs-text). */
+    for (size_t i = 0; i < head_len && head[i] != '\r' && head[i] != '\n'; i++) {
+        unsigned char ch = (unsigned char)head[i];
+        if ((ch < 0x20 && ch != '\t') || ch == 0x7f) {
+            *reason = "control byte in the status line";
+            return 502;
+        }
+    }
     struct te_state te = { 0 };
     struct conn_tokens ct = { .msg = msg, .info = info };
     unsigned nlength = 0;

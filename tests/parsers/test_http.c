@@ -1191,6 +1191,19 @@ test_transfer_encoding_in_http10_is_refused(void **state)
                          &o, 502);
 }
 
+/* A status line goes out as it came: a control byte in its reason is the server's fault. */
+static void
+test_control_byte_in_a_status_line_is_refused(void **state)
+{
+    (void)state;
+    const struct opts o = { .response = true };
+    assert_check_answers(LIT("HTTP/1.1 200 O\x01K\r\nContent-Length: 0\r\n\r\n"), &o, 502);
+    assert_check_answers(LIT("HTTP/1.1 200 O\x7fK\r\nContent-Length: 0\r\n\r\n"), &o, 502);
+    struct run *r = parse_all(LIT("HTTP/1.1 200 O\tK \xe9\r\nContent-Length: 0\r\n\r\n"), &o);
+    assert_int_equal(r->head[0].check, 0);
+    free(r);
+}
+
 static void
 test_obs_fold_is_refused(void **state)
 {
@@ -2030,6 +2043,7 @@ main(void)
         cmocka_unit_test(test_transfer_encoding_with_codings_before_chunked_is_501),
         cmocka_unit_test(test_transfer_encoding_in_http10_is_refused),
         cmocka_unit_test(test_obs_fold_is_refused),
+        cmocka_unit_test(test_control_byte_in_a_status_line_is_refused),
         cmocka_unit_test(test_whitespace_before_colon_is_refused),
         cmocka_unit_test(test_control_bytes_in_a_value_are_refused),
         cmocka_unit_test(test_bare_line_feeds_are_refused),
