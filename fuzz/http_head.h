@@ -95,9 +95,13 @@ fuzz_http(const uint8_t *data, size_t size, bool is_request, fuzz_head_cb cb)
             trailers = pos;
         } else if (ev == DM_HTTP_MSG_DONE) {
             if (trailers != SIZE_MAX) {
-                /* The held trailer section, as the proxy checks it. */
+                /* The held trailer section, as the proxy checks it: a
+                 * request's, or a response's (bounded by its field count). */
                 const char *reason = NULL;
-                int st = dm_http_check_trailers(buf + trailers, pos - trailers, &reason);
+                int st = is_request
+                             ? dm_http_check_trailers(buf + trailers, pos - trailers, &reason)
+                             : dm_http_check_response_trailers(buf + trailers, pos - trailers,
+                                                               FUZZ_FIELDS, &reason);
                 if ((st == 0) != (reason == NULL)) {
                     abort();
                 }
