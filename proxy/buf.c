@@ -3,7 +3,9 @@
  */
 #include "proxy/buf.h"
 
+#include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "proxy/internal.h"
 
@@ -46,6 +48,29 @@ dm_buf_get(struct dm_worker *w, uint32_t cap)
     b->off = 0;
     b->len = 0;
     return b;
+}
+
+int
+dm_buf_append(struct dm_worker *w, struct dm_buf **b, const char *p, uint32_t n)
+{
+    struct dm_buf *h = *b;
+    if (h == NULL || h->len + n > h->cap) {
+        uint32_t len = h != NULL ? h->len : 0;
+        uint32_t cap = h != NULL ? h->cap * 2 : DM_SMALL_CAP;
+        struct dm_buf *nh = dm_buf_get(w, cap > len + n ? cap : len + n);
+        if (nh == NULL) {
+            return -ENOMEM;
+        }
+        if (h != NULL) {
+            memcpy(nh->data, h->data, h->len);
+            nh->len = h->len;
+            dm_buf_unref(w, h);
+        }
+        *b = h = nh;
+    }
+    memcpy(h->data + h->len, p, n);
+    h->len += n;
+    return 0;
 }
 
 struct dm_buf *

@@ -34,6 +34,14 @@ struct dm_buf *dm_buf_get(struct dm_worker *w, uint32_t cap);
  * request's head). */
 struct dm_buf *dm_buf_get_exact(struct dm_worker *w, uint32_t cap);
 
+/*
+ * Appends n bytes at p to *b, which it makes (DM_SMALL_CAP, or n) when NULL
+ * and replaces by one twice as large when full; *b must have no other
+ * reference. Returns 0, or -ENOMEM (*b as it was). Held sections: a
+ * request's trailers, a response's last chunk and trailers.
+ */
+int dm_buf_append(struct dm_worker *w, struct dm_buf **b, const char *p, uint32_t n);
+
 /* Drops one reference to b (NULL: nothing); the last one pools or frees it. */
 void dm_buf_unref(struct dm_worker *w, struct dm_buf *b);
 

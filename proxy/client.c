@@ -1239,20 +1239,10 @@ client_hold_trailers(struct dm_client *c, uint32_t from, uint32_t to)
         dm_client_respond_error(c, 431, "request trailers larger than limits.header_bytes");
         return -1;
     }
-    if (t->len + n > t->cap) {
-        uint32_t cap = t->cap * 2 > t->len + n ? t->cap * 2 : t->len + n;
-        struct dm_buf *nt = dm_buf_get(c->w, cap);
-        if (nt == NULL) {
-            dm_client_respond_error(c, 500, "out of memory");
-            return -1;
-        }
-        memcpy(nt->data, t->data, t->len);
-        nt->len = t->len;
-        dm_buf_unref(c->w, t);
-        req->trailers = t = nt;
+    if (dm_buf_append(c->w, &req->trailers, c->in->data + from, n) < 0) {
+        dm_client_respond_error(c, 500, "out of memory");
+        return -1;
     }
-    memcpy(t->data + t->len, c->in->data + from, n);
-    t->len += n;
     return 0;
 }
 

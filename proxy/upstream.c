@@ -631,38 +631,20 @@ up_head_done(struct dm_upstream *up)
     up->state = DM_U_BODY;
 }
 
-/* Appends [from, to) of the read buffer to up->held, up to max bytes in all. */
+/* Appends [from, to) of the read buffer to up->held, up to max bytes in all:
+ * 0, -1 past max, -2 out of memory. */
 static int
 up_hold(struct dm_upstream *up, uint32_t from, uint32_t to, size_t max)
 {
     uint32_t n = to - from;
-    struct dm_buf *h = up->held;
+    size_t len = up->held != NULL ? up->held->len : 0;
     if (n == 0) {
         return 0;
     }
-    if (h == NULL) {
-        h = up->held = dm_buf_get(up->w, DM_SMALL_CAP);
-        if (h == NULL) {
-            return -2;
-        }
-    }
-    if ((size_t)h->len + n > max) {
+    if (len + n > max) {
         return -1;
     }
-    if (h->len + n > h->cap) {
-        uint32_t cap = h->cap * 2 > h->len + n ? h->cap * 2 : h->len + n;
-        struct dm_buf *nh = dm_buf_get(up->w, cap);
-        if (nh == NULL) {
-            return -2;
-        }
-        memcpy(nh->data, h->data, h->len);
-        nh->len = h->len;
-        dm_buf_unref(up->w, h);
-        up->held = h = nh;
-    }
-    memcpy(h->data + h->len, up->in->data + from, n);
-    h->len += n;
-    return 0;
+    return dm_buf_append(up->w, &up->held, up->in->data + from, n) < 0 ? -2 : 0;
 }
 
 /*

@@ -7,6 +7,7 @@
 #include "dm_test.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "proxy/buf.h"
 #include "proxy/internal.h"
@@ -122,6 +123,30 @@ test_trim_empties_the_pools_and_the_marks(void **state)
     assert_int_equal(w->nfree_bufs, 3);
 }
 
+/* Appending makes the buffer, then grows it, the bytes kept in order. */
+static void
+test_append_makes_and_grows(void **state)
+{
+    struct pools *p = *state;
+    struct dm_worker *w = &p->w;
+    struct dm_buf *b = NULL;
+    char chunk[1000];
+    for (unsigned i = 0; i < 10; i++) {
+        memset(chunk, 'a' + (int)i, sizeof(chunk));
+        assert_int_equal(dm_buf_append(w, &b, chunk, sizeof(chunk)), 0);
+        assert_non_null(b);
+        assert_int_equal(b->len, (i + 1) * sizeof(chunk));
+        assert_true(b->cap >= b->len);
+    }
+    for (unsigned i = 0; i < 10; i++) {
+        assert_int_equal(b->data[i * sizeof(chunk)], 'a' + (int)i);
+        assert_int_equal(b->data[i * sizeof(chunk) + sizeof(chunk) - 1], 'a' + (int)i);
+    }
+    assert_int_equal(dm_buf_append(w, &b, chunk, 0), 0);
+    assert_int_equal(b->len, 10 * sizeof(chunk));
+    dm_buf_unref(w, b);
+}
+
 int
 main(void)
 {
@@ -129,6 +154,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_decay_frees_what_sat_unused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_each_size_class_decays_on_its_own, setup, teardown),
         cmocka_unit_test_setup_teardown(test_trim_empties_the_pools_and_the_marks, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_append_makes_and_grows, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
