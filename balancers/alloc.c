@@ -416,27 +416,6 @@ dm_alloc_put(struct dm_alloc *a, size_t gi, size_t tier, int s)
 }
 
 int
-dm_alloc_regroup(struct dm_alloc *a, size_t gi)
-{
-    const struct dm_alloc_problem *p = a->problem;
-    if (p == NULL || gi >= p->ngroups || gi >= a->max_groups ||
-        !group_is_valid(p, &p->groups[gi])) {
-        return -EINVAL;
-    }
-    compute_ok(a, gi);
-    int s = a->server[gi];
-    if (s != DM_ALLOC_NONE) {
-        return ok_on(a, gi, s) ? 0 : -ERANGE;
-    }
-    for (s = 0; s < (int)p->nservers; s++) {
-        if (ok_on(a, gi, s)) {
-            return 0;
-        }
-    }
-    return -ERANGE;
-}
-
-int
 dm_alloc_place_random(struct dm_alloc *a, size_t gi, size_t tier, struct dm_rng *rng)
 {
     int rc = check_slot(a, gi, tier);

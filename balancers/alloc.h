@@ -199,17 +199,6 @@ int dm_alloc_place_on(struct dm_alloc *a, size_t gi, size_t tier, int s);
  */
 int dm_alloc_put(struct dm_alloc *a, size_t gi, size_t tier, int s);
 
-/*
- * The caller has changed the clients of group gi (nclients, delay_ms), not
- * its load (frame_load, rates, request): refreshes what the allocation knows
- * of its delays. For a placed group, returns 0 when C3 and C4 still hold on
- * its server, -ERANGE when they do not; either way gi stays where it is, so
- * on -ERANGE the caller puts the old clients back and calls this again
- * (which then returns 0). An unplaced group: 0 when some server holds C3
- * and C4 for it, -ERANGE when none does. -EINVAL for a bad slot.
- */
-int dm_alloc_regroup(struct dm_alloc *a, size_t gi);
-
 /* As dm_alloc_place(), but on a server drawn uniformly among those where gi fits. */
 int dm_alloc_place_random(struct dm_alloc *a, size_t gi, size_t tier, struct dm_rng *rng);
 

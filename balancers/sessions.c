@@ -771,7 +771,6 @@ refuse(struct dm_sessions *t, struct sgroup *g, int why)
 /* A batch pass: copies of everything its solve reads, so that it runs without the table. */
 struct dm_sessions_pass {
     uint64_t gen;
-    size_t nservers, ngroups;
     struct dm_alloc_server *sv;
     struct dm_alloc_group *gr;
     double *rates; /* ngroups x DM_SESSIONS_RATES_MAX */
@@ -855,8 +854,6 @@ dm_sessions_pass_take(struct dm_sessions *t, struct dm_sessions_pass **out)
         .dvmax_ms = t->cf.dvmax_ms,
     };
     p->gen = t->gen;
-    p->nservers = m;
-    p->ngroups = w;
     p->solve = t->cf.solve;
     t->untaken = 0;
     t->pass_out = true;
@@ -867,7 +864,7 @@ dm_sessions_pass_take(struct dm_sessions *t, struct dm_sessions_pass **out)
 int
 dm_sessions_pass_solve(struct dm_sessions_pass *p, struct dm_rng *rng)
 {
-    int rc = dm_alloc_init(&p->sa, &p->p, p->ngroups);
+    int rc = dm_alloc_init(&p->sa, &p->p, p->p.ngroups);
     if (rc == 0) {
         rc = dm_alloc_solve(&p->sa, &p->solve, rng);
     }
@@ -881,7 +878,7 @@ int
 dm_sessions_pass_commit(struct dm_sessions *t, struct dm_sessions_pass *p)
 {
     bool apply = p->solved && p->gen == t->gen;
-    struct sgroup **gs = apply ? zalloc(p->ngroups, sizeof(*gs)) : NULL;
+    struct sgroup **gs = apply ? zalloc(p->p.ngroups, sizeof(*gs)) : NULL;
     apply = apply && gs != NULL;
     /* The pass's groups that still wait, by their index in it; the others
      * left (their last client went) while it was solved. */
@@ -901,7 +898,7 @@ dm_sessions_pass_commit(struct dm_sessions *t, struct dm_sessions_pass *p)
         return p->solved && p->gen != t->gen ? -ESTALE : -ENOMEM;
     }
     int decided = 0;
-    for (size_t k = 0; k < p->ngroups; k++) {
+    for (size_t k = 0; k < p->p.ngroups; k++) {
         struct sgroup *g = gs[k];
         if (g == NULL) {
             continue;

@@ -752,43 +752,6 @@ test_place_on_put_and_nan_delays(void **state)
     dm_alloc_fini(&a);
 }
 
-/* regroup: a placed group that gains a client keeps its server only within C3-C4. */
-static void
-test_regroup_checks_new_clients_on_the_groups_server(void **state)
-{
-    (void)state;
-    static const double rates[] = { 10 };
-    /* Two clients' rows over two servers: the second is far from server 0. */
-    double delay[4] = { 10, 50, 90, 60 };
-    struct dm_alloc_server sv[2] = { { .capacity = 100 }, { .capacity = 100 } };
-    struct dm_alloc_group g = {
-        .frame_load = 1, .rates = rates, .nrates = 1, .nclients = 1, .delay_ms = delay
-    };
-    struct dm_alloc_problem p = { sv, 2, &g, 1, 100, 50 };
-    struct dm_alloc a;
-    assert_int_equal(dm_alloc_init(&a, &p, 0), 0);
-    assert_int_equal(dm_alloc_place(&a, 0, 0), 0); /* both empty: the lowest index */
-    assert_int_equal(dm_alloc_regroup(&a, 0), 0);
-    g.nclients = 2; /* 10 and 90 on server 0: spread 80 > dvmax 50 */
-    assert_int_equal(dm_alloc_regroup(&a, 0), -ERANGE);
-    assert_int_equal(a.server[0], 0);
-    g.nclients = 1;
-    assert_int_equal(dm_alloc_regroup(&a, 0), 0);
-    /* On server 1 the spread is 10: the same client may join there. */
-    dm_alloc_remove(&a, 0);
-    assert_int_equal(dm_alloc_place_on(&a, 0, 0, 1), 1);
-    g.nclients = 2;
-    assert_int_equal(dm_alloc_regroup(&a, 0), 0);
-    assert_true(fabs(a.load[1] - 10) < TOL); /* the load did not change */
-    /* Unplaced: whether some server holds C3 and C4 for it; bad slots. */
-    dm_alloc_remove(&a, 0);
-    assert_int_equal(dm_alloc_regroup(&a, 0), 0); /* server 1 */
-    delay[3] = 200; /* dmax 100: client 1 out of reach of server 1 too */
-    assert_int_equal(dm_alloc_regroup(&a, 0), -ERANGE);
-    assert_int_equal(dm_alloc_regroup(&a, 1), -EINVAL);
-    dm_alloc_fini(&a);
-}
-
 int
 main(void)
 {
@@ -804,7 +767,6 @@ main(void)
         cmocka_unit_test(test_random_placement_uses_only_feasible_servers),
         cmocka_unit_test(test_bad_empty_and_oversized_inputs),
         cmocka_unit_test(test_place_on_put_and_nan_delays),
-        cmocka_unit_test(test_regroup_checks_new_clients_on_the_groups_server),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

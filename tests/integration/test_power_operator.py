@@ -373,13 +373,17 @@ class PowerOperatorTest(H.DimmerTest):
             self.assertEqual(self.state("n0"), "active")
         self.assertEqual(self.d.proc.stderr().count("no longer drained for sleep, active"), 2)
 
-    def test_admin_request_line_and_token(self):
+    def start_with_token(self):
+        """dimmer with one node, n0, and the admin token TOKEN (from a file)."""
         n0 = self.node("n0")
         tok = self.path("token")
         with open(tok, "w") as f:
             f.write(TOKEN + "\n")
         self.start(self.line("n0", n0, 'control: "%s:%d"' % (H.HOST, n0.control)),
                    extra="power:\n  admin_token_file: %s\n" % tok)
+
+    def test_admin_request_line_and_token(self):
+        self.start_with_token()
         auth = [("Authorization", "Bearer " + TOKEN)]
         # A target over 511 bytes is refused whole, not cut and acted on
         # (cut, "servers=000...01999" read as 1).
@@ -399,12 +403,7 @@ class PowerOperatorTest(H.DimmerTest):
         self.assertEqual(self.power()["pools"][0]["pinned"], 1)
 
     def test_admin_token_is_one_header_holding_it_whole(self):
-        n0 = self.node("n0")
-        tok = self.path("token")
-        with open(tok, "w") as f:
-            f.write(TOKEN + "\n")
-        self.start(self.line("n0", n0, 'control: "%s:%d"' % (H.HOST, n0.control)),
-                   extra="power:\n  admin_token_file: %s\n" % tok)
+        self.start_with_token()
         target = "/power/web/pin?servers=1"
         start = time.monotonic()  # before the first refusal
         # The token and something after it: not the token (each was taken).
