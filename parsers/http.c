@@ -707,7 +707,9 @@ dm_http_check_request(const char *head, size_t head_len, const struct dm_http_ms
         } else if (dm_span_ieq(f->name, "upgrade")) {
             has_upgrade = true;
         } else if (dm_span_ieq(f->name, "expect")) {
-            if (dm_span_ieq(trim(f->value), "100-continue")) {
+            /* RFC 9110, 10.1.1: an HTTP/1.0 request's 100-continue is ignored
+             * (and not forwarded: dm_http_write_request). */
+            if (version == 11 && dm_span_ieq(trim(f->value), "100-continue")) {
                 info->expect_continue = true;
             }
         }
@@ -933,6 +935,10 @@ dm_http_write_request(char *out, size_t cap, const struct dm_http_msg *msg,
         }
         if (dropped(msg, info, i)) {
             continue;
+        }
+        if (info->version == 10 && dm_span_ieq(f->name, "expect") &&
+            dm_span_ieq(trim(f->value), "100-continue")) {
+            continue; /* ignored in an HTTP/1.0 request: the upstream request is 1.1 */
         }
         if (dm_span_ieq(f->name, "x-forwarded-proto")) {
             continue;

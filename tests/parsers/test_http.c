@@ -1558,6 +1558,40 @@ test_expect_continue_is_detected(void **state)
     r = parse_accepted(LIT("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\n\r\nok"));
     assert_false(r->head[0].expect_continue);
     free(r);
+    /* An HTTP/1.0 client sends its body without waiting (RFC 9110, 10.1.1). */
+    r = parse_accepted(LIT("POST / HTTP/1.0\r\nExpect: 100-continue\r\n"
+                           "Content-Length: 2\r\n\r\nok"));
+    assert_false(r->head[0].expect_continue);
+    free(r);
+}
+
+static void
+test_rewrite_request_drops_expect_continue_of_http_1_0(void **state)
+{
+    (void)state;
+    const struct opts o = { 0 };
+    /* The upstream request is HTTP/1.1: forwarded, the expectation would count. */
+    assert_rewritten(LIT("POST / HTTP/1.0\r\nHost: a\r\nExpect: 100-continue\r\n"
+                         "Content-Length: 2\r\n\r\nok"),
+                     &o,
+                     "POST / HTTP/1.1\r\n"
+                     "Host: a\r\n"
+                     "Content-Length: 2\r\n"
+                     "X-Forwarded-For: 10.0.0.9\r\n"
+                     "X-Forwarded-Proto: http\r\n"
+                     "Via: 1.1 dimmer\r\n"
+                     "\r\n");
+    assert_rewritten(LIT("POST / HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\n"
+                         "Content-Length: 2\r\n\r\nok"),
+                     &o,
+                     "POST / HTTP/1.1\r\n"
+                     "Host: a\r\n"
+                     "Expect: 100-continue\r\n"
+                     "Content-Length: 2\r\n"
+                     "X-Forwarded-For: 10.0.0.9\r\n"
+                     "X-Forwarded-Proto: http\r\n"
+                     "Via: 1.1 dimmer\r\n"
+                     "\r\n");
 }
 
 /* ---- rewriting ---- */
@@ -2062,6 +2096,7 @@ main(void)
         cmocka_unit_test(test_keep_alive_follows_version_and_connection),
         cmocka_unit_test(test_upgrade_needs_connection_token_and_upgrade_field),
         cmocka_unit_test(test_expect_continue_is_detected),
+        cmocka_unit_test(test_rewrite_request_drops_expect_continue_of_http_1_0),
         cmocka_unit_test(test_rewrite_request_removes_hop_by_hop_fields),
         cmocka_unit_test(test_rewrite_request_appends_client_to_x_forwarded_for),
         cmocka_unit_test(test_rewrite_request_replaces_x_forwarded_proto),
