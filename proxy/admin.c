@@ -727,9 +727,65 @@ authorized(struct admin_conn *ac)
     return false;
 }
 
+/* Decodes the %XX of path in place; false for a bad one, or one that gives NUL. */
+static bool
+percent_decode(char *path)
+{
+    char *out = path;
+    for (const char *in = path; *in != 0; in++) {
+        if (*in != '%') {
+            *out++ = *in;
+            continue;
+        }
+        if (!isxdigit((unsigned char)in[1]) || !isxdigit((unsigned char)in[2])) {
+            return false;
+        }
+        char hex[3] = { in[1], in[2], 0 };
+        long v = strtol(hex, NULL, 16);
+        if (v == 0) {
+            return false;
+        }
+        *out++ = (char)v;
+        in += 2;
+    }
+    *out = 0;
+    return true;
+}
+
+/*
+ * The one parameter a POST takes: the query is empty (*val NULL) or
+ * "key=VALUE", VALUE percent-decoded in place into *val. Anything else (another
+ * key, a second parameter, a bad %XX) is answered 400 here and gives false:
+ * an operator's typo is never taken for no parameter. key NULL: none at all.
+ */
+static bool
+query_param(struct admin_conn *ac, char *query, const char *key, char **val)
+{
+    *val = NULL;
+    if (query == NULL || *query == 0) {
+        return true;
+    }
+    size_t klen = key != NULL ? strlen(key) : 0;
+    if (key == NULL || strncmp(query, key, klen) != 0 || query[klen] != '=' ||
+        strchr(query, '&') != NULL || strchr(query, ';') != NULL) {
+        char msg[160];
+        snprintf(msg, sizeof(msg), "%s%s%s", key != NULL ? "expected ?" : "",
+                 key != NULL ? key : "this command takes no parameter",
+                 key != NULL ? "=VALUE and no other parameter" : "");
+        respond_text(ac, "400 Bad Request", msg);
+        return false;
+    }
+    *val = query + klen + 1;
+    if (!percent_decode(*val)) {
+        respond_text(ac, "400 Bad Request", "bad percent-encoding in the query");
+        return false;
+    }
+    return true;
+}
+
 /* POST /power/POOL/pin?servers=N, /power/POOL/unpin and /power/POOL/policy?name=P. */
 static void
-pin(struct admin_conn *ac, const char *path, const char *query)
+pin(struct admin_conn *ac, const char *path, char *query)
 {
     char pool[ADMIN_TARGET_MAX], msg[256];
     const char *slash = strrchr(path, '/');
@@ -744,13 +800,12 @@ pin(struct admin_conn *ac, const char *path, const char *query)
     long servers = -1;
     if (strcmp(slash + 1, "policy") == 0) {
         /* ?name=POLICY runs that policy; no name gives the config's back. */
-        const char *name = strncmp(query, "name=", 5) == 0 ? query + 5 : query;
-        if (name == query && *query != 0) {
-            respond_text(ac, "400 Bad Request",
-                         "expected ?name=POLICY, or nothing for the config's");
+        char *name;
+        if (!query_param(ac, query, "name", &name)) {
             return;
         }
-        int st = dm_power_choose(ac->admin->power, pool, name, msg, sizeof(msg));
+        int st =
+            dm_power_choose(ac->admin->power, pool, name != NULL ? name : "", msg, sizeof(msg));
         respond_text(ac,
                      st == 200   ? "200 OK"
                      : st == 400 ? "400 Bad Request"
@@ -759,11 +814,14 @@ pin(struct admin_conn *ac, const char *path, const char *query)
         return;
     }
     if (strcmp(slash + 1, "pin") == 0) {
-        char *end = NULL;
-        if (strncmp(query, "servers=", 8) == 0 && query[8] >= '0' && query[8] <= '9') {
-            servers = strtol(query + 8, &end, 10);
+        char *n, *end = NULL;
+        if (!query_param(ac, query, "servers", &n)) {
+            return;
         }
-        if (end == NULL || end == query + 8 || *end != 0 || servers < 0 || servers > 100000) {
+        if (n != NULL && n[0] >= '0' && n[0] <= '9') {
+            servers = strtol(n, &end, 10);
+        }
+        if (end == NULL || *end != 0 || servers < 0 || servers > 100000) {
             respond_text(ac, "400 Bad Request",
                          "expected ?servers=N, N a whole number from 0 to the pool's servers");
             return;
@@ -772,6 +830,11 @@ pin(struct admin_conn *ac, const char *path, const char *query)
         respond_text(ac, "404 Not Found",
                      "expected POST /power/POOL/pin?servers=N, unpin or policy?name=P");
         return;
+    } else {
+        char *none;
+        if (!query_param(ac, query, NULL, &none)) {
+            return;
+        }
     }
     int st = dm_power_pin(ac->admin->power, pool, servers, msg, sizeof(msg));
     respond_text(ac, st == 200 ? "200 OK" : st == 400 ? "400 Bad Request" : "404 Not Found", msg);
@@ -817,31 +880,6 @@ host_is_local_name(const char *v, size_t len)
     /* inet_aton stops at a blank: only the characters of a number. */
     struct in_addr a4;
     return n > 0 && strspn(name, "0123456789abcdefABCDEFxX.") == n && inet_aton(name, &a4) != 0;
-}
-
-/* Decodes the %XX of path in place; false for a bad one, or one that gives NUL. */
-static bool
-percent_decode(char *path)
-{
-    char *out = path;
-    for (const char *in = path; *in != 0; in++) {
-        if (*in != '%') {
-            *out++ = *in;
-            continue;
-        }
-        if (!isxdigit((unsigned char)in[1]) || !isxdigit((unsigned char)in[2])) {
-            return false;
-        }
-        char hex[3] = { in[1], in[2], 0 };
-        long v = strtol(hex, NULL, 16);
-        if (v == 0) {
-            return false;
-        }
-        *out++ = (char)v;
-        in += 2;
-    }
-    *out = 0;
-    return true;
 }
 
 /*
@@ -983,7 +1021,7 @@ answer(struct admin_conn *ac)
         dm_power_json(ac->admin->power, &body);
         respond(ac, "200 OK", "application/json", body);
     } else if (strncmp(target, "/power/", 7) == 0 && post) {
-        pin(ac, target + 7, q != NULL ? q : "");
+        pin(ac, target + 7, q);
     } else if (strcmp(target, "/metrics") == 0 && get) {
         struct dm_sbuf body = { 0 };
         const struct dm_admin *a = ac->admin;
@@ -1024,7 +1062,10 @@ answer(struct admin_conn *ac)
                      "  POST /power/POOL/policy?name=P   run policy P (no name: the config's)\n"
                      "  (each POST answers once every worker has acknowledged it)");
     } else if (strncmp(target, "/hosts/", 7) == 0 && post) {
-        command(ac, target + 7);
+        char *none;
+        if (query_param(ac, q, NULL, &none)) {
+            command(ac, target + 7);
+        }
     } else if (strcmp(target, "/stats") == 0 || strcmp(target, "/") == 0 ||
                strcmp(target, "/metrics") == 0 || strcmp(target, "/help") == 0 ||
                strncmp(target, "/hosts/", 7) == 0 || strcmp(target, "/power") == 0 ||

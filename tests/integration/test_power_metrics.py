@@ -283,6 +283,22 @@ class PowerMetricsTest(H.DimmerTest):
         self.assertIn(b"boot-aware", r.body)  # the policies there are
         self.assertEqual(H.request(self.d.admin, "POST", "/power/web/policy?multi",
                                    headers=auth).status, 400)
+        # A query is one known parameter, its value percent-decoded: a second
+        # parameter or an unknown one is refused, never read as none.
+        for target in ("/power/web/policy?name=always-on&x=1", "/power/web/policy?nam=always-on",
+                       "/power/web/pin?servers=2&servers=1", "/power/web/pin?servers=2;x",
+                       "/power/web/unpin?now=1", "/power/web/policy?name=%zz",
+                       "/hosts/%s/drain?x=1" % addr):
+            r = H.request(self.d.admin, "POST", target, headers=auth)
+            self.assertEqual(r.status, 400, (target, r.body))
+        self.assertEqual((self.power()["pools"][0]["policy"], self.power()["pools"][0]["pinned"]),
+                         ("multi", 1))
+        self.assertEqual(self.server("b1")["state"], "active")
+        r = H.request(self.d.admin, "POST", "/power/web/policy?name=%64ual", headers=auth)
+        self.assertEqual(r.status, 200, r.body)
+        self.assertEqual(self.power()["pools"][0]["policy"], "dual")
+        r = H.request(self.d.admin, "POST", "/power/web/policy?name=multi", headers=auth)
+        self.assertEqual(r.status, 200, r.body)
         self.assertEqual(H.request(self.d.admin, "POST", "/power/nope/policy?name=multi",
                                    headers=auth).status, 404)
         self.assertEqual(self.power()["pools"][0]["policy"], "multi")
