@@ -883,8 +883,30 @@ host_is_local_name(const char *v, size_t len)
 }
 
 /*
+ * Whether every header line of the head is "name: value", its name a token
+ * right before the colon: a folded line (obs-fold, RFC 9112, 5.2) or a line
+ * without a name is refused, not read as part of another header or skipped.
+ */
+static bool
+fields_ok(const char *head)
+{
+    for (const char *p = strchr(head, '\n'); p != NULL; p = strchr(p + 1, '\n')) {
+        const char *line = p + 1;
+        if (*line == '\n' || (line[0] == '\r' && line[1] == '\n') || *line == 0) {
+            return true;
+        }
+        size_t name = strspn(line, "!#$%&'*+-.^_`|~0123456789"
+                                   "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ");
+        if (name == 0 || line[name] != ':') {
+            return false;
+        }
+    }
+    return true;
+}
+
+/*
  * What every request must be before it is acted on: a request line
- * "METHOD TARGET HTTP/1.x", one Host (HTTP/1.1), no body; on a loopback
+ * "METHOD TARGET HTTP/1.x", header lines "name: value", one Host (HTTP/1.1), no body; on a loopback
  * listener (where POSTs need no token), a Host that names the machine by
  * address or as localhost, so that a page a browser loaded from a name
  * rebound to 127.0.0.1 is refused (DNS rebinding). Answers and returns false
@@ -918,6 +940,10 @@ request_ok(struct admin_conn *ac, char *method, size_t msize, char *target, size
     }
     if (v[5] != '1') {
         respond_text(ac, "505 HTTP Version Not Supported", "HTTP/1.0 and HTTP/1.1 only");
+        return false;
+    }
+    if (!fields_ok(req)) {
+        respond_text(ac, "400 Bad Request", "a header line that is not \"name: value\"");
         return false;
     }
     memcpy(method, req, mlen);

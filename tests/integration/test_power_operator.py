@@ -490,6 +490,11 @@ class PowerOperatorTest(H.DimmerTest):
                             (b"GET /help HTTP/1.1\r\nHost: %s\r\nHost: %s\r\n\r\n", 400),
                             (b"GET /he\0lp HTTP/1.1\r\nHost: %s\r\n\r\n", 400),
                             (b"GET /h%%zzelp HTTP/1.1\r\nHost: %s\r\n\r\n", 400),
+                            (b"GET /help HTTP/1.1\r\nHost: %s\r\nX-A: 1\r\n fold\r\n\r\n", 400),
+                            (b"GET /help HTTP/1.1\r\nHost: %s\r\nno colon\r\n\r\n", 400),
+                            (b"GET /help HTTP/1.1\r\nHost : %s\r\n\r\n", 400),
+                            (b"GET /help HTTP/1.1\r\n: %s\r\nHost: %s\r\n\r\n", 400),
+                            (b"GET /help HTTP/1.1\nHost: %s\nX-A: 1\n\n", 200),
                             (b"GET /help HTTP/1.0\r\n\r\n", 200)):
             with H.Conn(self.d.admin) as c:
                 c.send(raw.replace(b"%s", own.encode()).replace(b"%%", b"%"))
