@@ -292,6 +292,7 @@ struct dm_conf {
     size_t metrics_key_len;
     uint64_t report_max_age_ms; /* default 5000: a report's timestamp may be this far off */
     char *admin_token;          /* the admin token file, final newlines dropped; NULL: none */
+    bool admin_token_reads;     /* GETs of the admin's data need the token too */
 };
 
 /*

@@ -586,12 +586,13 @@ get_token(struct dm_conf_loader *ld, const yaml_node_t *n, const char *key, char
     return true;
 }
 
-enum { TP_METRICS, TP_KEY_FILE, TP_MAX_AGE, TP_ADMIN_TOKEN, TP_N };
+enum { TP_METRICS, TP_KEY_FILE, TP_MAX_AGE, TP_ADMIN_TOKEN, TP_TOKEN_READS, TP_N };
 static const char *const top_power_keys[TP_N] = {
     [TP_METRICS] = "metrics",
     [TP_KEY_FILE] = "key_file",
     [TP_MAX_AGE] = "report_max_age",
     [TP_ADMIN_TOKEN] = "admin_token_file",
+    [TP_TOKEN_READS] = "admin_token_reads",
 };
 
 void
@@ -614,6 +615,12 @@ dm_conf_load_power(struct dm_conf_loader *ld, const yaml_node_t *n)
     }
     if (v[TP_ADMIN_TOKEN] != NULL) {
         (void)get_token(ld, v[TP_ADMIN_TOKEN], "admin_token_file", &c->admin_token);
+    }
+    if (v[TP_TOKEN_READS] != NULL &&
+        dm_conf_get_bool(ld, v[TP_TOKEN_READS], &c->admin_token_reads) && c->admin_token_reads &&
+        v[TP_ADMIN_TOKEN] == NULL) {
+        dm_conf_fail_at(ld, v[TP_TOKEN_READS],
+                        "power: admin_token_reads needs admin_token_file (the token to ask for)");
     }
     if (c->metrics.text != NULL && v[TP_KEY_FILE] == NULL) {
         dm_conf_fail_at(ld, n, "power: metrics needs key_file (reports are signed with it)");

@@ -73,6 +73,7 @@ struct dm_admin {
     struct dm_powermgr *power;
     const char *token; /* POSTs need "Authorization: Bearer <token>"; NULL: none */
     bool loopback;     /* bound to a loopback address: POSTs without a token are taken */
+    bool token_reads;  /* GETs of /stats, /metrics and /power need the token too */
     double start_unix_s;
     /* Refused requests (401, 403) are logged one a second at most: when the last was, and how
      * many were refused since without a line of their own. */
@@ -681,7 +682,8 @@ deny(struct admin_conn *ac, const char *status, const char *text)
 }
 
 /*
- * POSTs change state: taken from anyone on a loopback admin listener without
+ * POSTs change state (and with token_reads, GETs of the data need the token
+ * too): taken from anyone on a loopback admin listener without
  * a token, else only with one "Authorization: Bearer <token>" whose value
  * after the scheme (in any case) and its spaces is the token and nothing
  * else (a 400, 401 or 403 is answered here).
@@ -1039,6 +1041,12 @@ answer(struct admin_conn *ac)
     if (post && (!same_origin(ac) || !authorized(ac))) {
         return;
     }
+    /* The pages that are the same for everyone (the dashboard's, the help)
+     * need no token: the dashboard sends it with its reads. */
+    if (get && ac->admin->token_reads && strcmp(target, "/") != 0 && strcmp(target, "/help") != 0 &&
+        !authorized(ac)) {
+        return;
+    }
     if (!no_body(ac)) {
         return;
     }
@@ -1256,11 +1264,12 @@ fail:
 }
 
 void
-dm_admin_set_power(struct dm_admin *a, struct dm_powermgr *pm, const char *token)
+dm_admin_set_power(struct dm_admin *a, struct dm_powermgr *pm, const char *token, bool token_reads)
 {
     if (a != NULL) {
         a->power = pm;
         a->token = token;
+        a->token_reads = token != NULL && token_reads;
     }
 }
 

@@ -391,6 +391,7 @@ void dm_admin_set_catalog(struct dm_catalog *c);
  * an admin listener bound to a loopback address takes them). Both borrowed.
  */
 struct dm_powermgr;
-void dm_admin_set_power(struct dm_admin *a, struct dm_powermgr *pm, const char *token);
+void dm_admin_set_power(struct dm_admin *a, struct dm_powermgr *pm, const char *token,
+                        bool token_reads);
 
 #endif

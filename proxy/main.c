@@ -273,7 +273,7 @@ reload_conf(struct control *ctl)
     dm_log_set_level((enum dm_log_level)rt->conf->log_level);
     dm_workers_reload(ctl->workers, ctl->nworkers);
     dm_power_reload(ctl->power, rt);
-    dm_admin_set_power(ctl->admin, ctl->power, rt->conf->admin_token);
+    dm_admin_set_power(ctl->admin, ctl->power, rt->conf->admin_token, rt->conf->admin_token_reads);
     dm_health_stop(ctl->health, health_stopped, ctl->servers);
     if (health_start(ctl, rt) < 0) {
         dm_log_error("reload: out of memory: no health checks until the next reload");
@@ -860,7 +860,7 @@ main(int argc, char **argv)
                 r < -1000 ? uv_strerror(r) : strerror(-r));
         goto stop_workers;
     }
-    dm_admin_set_power(ctl.admin, ctl.power, cf->admin_token);
+    dm_admin_set_power(ctl.admin, ctl.power, cf->admin_token, cf->admin_token_reads);
     dm_workers_fit_open_files(nworkers, cf->limits.max_conns);
     for (size_t i = 0; i < cf->nlisteners; i++) {
         char at[DM_ADDR_TEXT];

@@ -6,6 +6,7 @@ it; then it saves a screenshot under the build folder (dashboard.png).
 Without Chromium (apt-get install chromium) the test is skipped, saying why.
 """
 import os
+import subprocess
 import sys
 import tempfile
 
@@ -83,6 +84,53 @@ class DashboardTest(H.DimmerTest):
         with open(shot, "rb") as f:
             self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
         sys.stderr.write("  screenshot: %s\n" % shot)
+
+    def test_reads_need_the_token_with_admin_token_reads(self):
+        b1 = self.start_backend("b1")
+        tok = self.path("admin.token")
+        with open(tok, "w") as f:
+            f.write("s3cret-reads\n")
+        self.d = self.start_dimmer({"web": self.pool(b1)},
+                                   extra="power:\n  admin_token_file: %s\n"
+                                         "  admin_token_reads: true\n" % tok)
+        auth = [("Authorization", "Bearer s3cret-reads")]
+        for path in ("/stats", "/metrics", "/power"):
+            for method in ("GET", "HEAD"):
+                r = H.request(self.d.admin, method, path)
+                self.assertEqual(r.status, 401, (method, path, r.body))
+            r = H.request(self.d.admin, "GET", path, headers=[("Authorization", "Bearer x")])
+            self.assertEqual(r.status, 401, (path, r.body))
+            r = H.request(self.d.admin, "GET", path, headers=auth)
+            self.assertEqual(r.status, 200, (path, r.body))
+        # The pages that are the same for everyone are not.
+        self.assertEqual(H.get(self.d.admin, "/").status, 200)
+        self.assertEqual(H.get(self.d.admin, "/help").status, 200)
+        # The dashboard sends the token of its #token= fragment with its reads.
+        path = cdp.find_browser()
+        if path is None:
+            reason = "chromium not installed (apt-get install chromium): dashboard not checked"
+            sys.stderr.write("  SKIPPED: %s\n" % reason)
+            self.skipTest(reason)
+        browser = cdp.Browser(path, tempfile.mkdtemp(prefix="chromium-", dir=self.tmp))
+        self.addCleanup(browser.quit)
+        browser.call("Page.enable")
+        status = "(document.getElementById('status') || {}).textContent"
+        browser.call("Page.navigate", url="http://%s:%d/" % (H.HOST, self.d.admin))
+        H.wait_until(lambda: browser.evaluate(status) == "needs #token=", 10,
+                     "the page saying it needs the token")
+        browser.call("Page.navigate",
+                     url="http://%s:%d/#token=s3cret-reads" % (H.HOST, self.d.admin))
+        H.wait_until(lambda: browser.evaluate(status) == "live", 10, "the page live")
+        self.assertEqual(browser.evaluate(CELL % ("web/b1", "power")), "awake")
+
+    def test_admin_token_reads_needs_a_token(self):
+        conf = self.write_config(H.yaml_config(0, {"web": {"servers": [("b1", 9)]}}, admin=0,
+                                               extra="power:\n  admin_token_reads: true\n"))
+        r = subprocess.run([H.DIMMER, "-t", "-c", conf], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, timeout=30)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertRegex(r.stderr.decode(), r"dimmer\.yaml:\d+:\d+: power: admin_token_reads "
+                                             r"needs admin_token_file")
 
 
 if __name__ == "__main__":
