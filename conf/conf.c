@@ -407,6 +407,10 @@ dm_conf_destroy(struct dm_conf *c)
         return;
     }
     free(c->file);
+    for (size_t i = 0; i < c->nwarnings; i++) {
+        free(c->warnings[i]);
+    }
+    free(c->warnings);
     for (size_t i = 0; i < c->nlisteners; i++) {
         free(c->listeners[i].text);
         if (c->listener_tls != NULL) {

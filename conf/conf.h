@@ -293,6 +293,10 @@ struct dm_conf {
     uint64_t report_max_age_ms; /* default 5000: a report's timestamp may be this far off */
     char *admin_token;          /* the admin token file, final newlines dropped; NULL: none */
     bool admin_token_reads;     /* GETs of the admin's data need the token too */
+    /* "file:line:column: warning: ..." of a config that loads (a certificate
+     * out of its dates, say): the caller says them, as nginx -t does. */
+    char **warnings;
+    size_t nwarnings;
 };
 
 /*

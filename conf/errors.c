@@ -104,6 +104,32 @@ dm_conf_fail_mark(struct dm_conf_loader *ld, yaml_mark_t mark, const char *fmt, 
 }
 
 void
+dm_conf_warn_at(struct dm_conf_loader *ld, const yaml_node_t *node, const char *fmt, ...)
+{
+    struct dm_conf *c = ld->c;
+    if (c->nwarnings >= DM_CONF_MSGS_MAX) {
+        return;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    char *what = vformat(fmt, ap);
+    va_end(ap);
+    char *text = what != NULL
+                     ? dm_conf_format("%s:%zu:%zu: warning: %s", ld->name,
+                                      node->start_mark.line + 1, node->start_mark.column + 1, what)
+                     : NULL;
+    free(what);
+    char **w = text != NULL ? realloc(c->warnings, (c->nwarnings + 1) * sizeof(*w)) : NULL;
+    if (w == NULL) {
+        free(text);
+        ld->oom = true;
+        return;
+    }
+    c->warnings = w;
+    c->warnings[c->nwarnings++] = text;
+}
+
+void
 dm_conf_fail_at(struct dm_conf_loader *ld, const yaml_node_t *node, const char *fmt, ...)
 {
     va_list ap;

@@ -112,6 +112,10 @@ char *dm_conf_format(const char *fmt, ...) __attribute__((format(printf, 1, 2)))
 void dm_conf_fail_mark(struct dm_conf_loader *ld, yaml_mark_t mark, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* A warning at node's position, kept in ld->c->warnings: the config still loads. */
+void dm_conf_warn_at(struct dm_conf_loader *ld, const yaml_node_t *node, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
 /* dm_conf_fail_mark() at the start of node. */
 void dm_conf_fail_at(struct dm_conf_loader *ld, const yaml_node_t *node, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

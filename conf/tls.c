@@ -308,6 +308,28 @@ use_key(struct dm_conf_loader *ld, SSL_CTX *ctx, const yaml_node_t *key_n, const
     return false;
 }
 
+/*
+ * A certificate out of its dates still loads, as in nginx and HAProxy (a
+ * restart must not take a site down), but clients refuse it: a warning says
+ * so, at start, on reload and with -t.
+ */
+static void
+warn_dates(struct dm_conf_loader *ld, const yaml_node_t *n, const char *path, const X509 *x)
+{
+    const ASN1_TIME *after = X509_get0_notAfter(x), *before = X509_get0_notBefore(x);
+    bool expired = X509_cmp_current_time(after) < 0;
+    if (!expired && X509_cmp_current_time(before) <= 0) {
+        return;
+    }
+    struct tm tm;
+    char when[32] = "?";
+    if (ASN1_TIME_to_tm(expired ? after : before, &tm) == 1) {
+        strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S UTC", &tm);
+    }
+    dm_conf_warn_at(ld, n, "cert %s %s %s: clients will refuse it", path,
+                    expired ? "expired on" : "is not valid before", when);
+}
+
 static const char *
 subject_of(X509 *x, char *buf, size_t size)
 {
@@ -784,6 +806,7 @@ load_cert(struct dm_conf_loader *ld, const yaml_node_t *at, const yaml_node_t *c
     if (!check_chain(ld, cert_n, cert, chain, trusted, &issuer)) {
         goto done;
     }
+    warn_dates(ld, cert_n, cert, leaf);
     c->ctx = server_ctx(ld, at, cm, t);
     if (c->ctx == NULL) {
         goto done;
@@ -1136,8 +1159,8 @@ dm_conf_load_pool_tls(struct dm_conf_loader *ld, const yaml_node_t *n,
         if (SSL_CTX_use_certificate_chain_file(ctx, cert) != 1) {
             dm_conf_fail_at(ld, v[TP_CERT], "cert %s: %s", cert,
                             ssl_why(why, sizeof(why), "cannot use the certificate"));
-        } else {
-            (void)use_key(ld, ctx, v[TP_KEY], key, cert);
+        } else if (use_key(ld, ctx, v[TP_KEY], key, cert)) {
+            warn_dates(ld, v[TP_CERT], cert, SSL_CTX_get0_certificate(ctx));
         }
     }
     ERR_clear_error();

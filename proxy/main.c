@@ -215,6 +215,9 @@ reload_conf(struct control *ctl)
         return;
     }
     dm_conf_errors_fini(&err);
+    for (size_t i = 0; i < conf->nwarnings; i++) {
+        dm_log_warn("reload: %s", conf->warnings[i]);
+    }
     if (!same_listeners(conf, ctl)) {
         /* The sockets stay those bound at start, and listener i takes the tls
          * block of the new listener i: one that would speak TLS where it did
@@ -730,6 +733,9 @@ main(int argc, char **argv)
                 goto destroy_conf;
             }
         }
+        for (size_t i = 0; i < conf->nwarnings; i++) {
+            fprintf(stderr, "%s\n", conf->warnings[i]);
+        }
         printf("configuration ok\n");
         rc = 0;
         goto destroy_conf;
@@ -740,6 +746,9 @@ main(int argc, char **argv)
         goto destroy_conf;
     }
     dm_log_set_level((enum dm_log_level)conf->log_level);
+    for (size_t i = 0; i < conf->nwarnings; i++) {
+        dm_log_warn("%s", conf->warnings[i]);
+    }
     access_fd = open_access_log(conf);
     if (access_fd == -2) {
         goto destroy_conf;

@@ -502,6 +502,41 @@ class TlsTest(H.DimmerTest):
         rc, err = self.check(self.site_tls(", ciphers: \"aNULL:eNULL\""))  # TLS 1.3 serves
         self.assertEqual(rc, 0, err)
 
+    def dated_cert(self, name, start, end):
+        """A self-signed certificate for localhost valid from start to end (YYYYMMDDhhmmssZ)."""
+        d = os.path.join(self.pki, name)
+        os.makedirs(d)
+        with open(os.path.join(d, "ca.cnf"), "w") as f:
+            f.write("[ca]\ndefault_ca = d\n[d]\ndatabase = index.txt\nnew_certs_dir = .\n"
+                    "serial = serial\ndefault_md = sha256\npolicy = p\n[p]\n"
+                    "commonName = supplied\n")
+        open(os.path.join(d, "index.txt"), "w").close()
+        with open(os.path.join(d, "serial"), "w") as f:
+            f.write("01\n")
+        H.openssl("req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                  "-keyout", "k.pem", "-out", "r.csr", "-subj", "/CN=localhost", cwd=d)
+        H.openssl("ca", "-batch", "-config", "ca.cnf", "-selfsign", "-keyfile", "k.pem", "-in",
+                  "r.csr", "-out", "c.pem", "-startdate", start, "-enddate", end, "-notext", cwd=d)
+        return os.path.join(d, "c.pem"), os.path.join(d, "k.pem")
+
+    def test_a_certificate_out_of_its_dates_loads_with_a_warning(self):
+        old = self.dated_cert("expired", "20200101000000Z", "20200201000000Z")
+        new = self.dated_cert("future", "20990101000000Z", "20990201000000Z")
+        for (cert, key), want in ((old, r"expired on 2020-02-01 00:00:00 UTC"),
+                                  (new, r"is not valid before 2099-01-01 00:00:00 UTC")):
+            rc, err = self.check("{cert: \"%s\", key: \"%s\"}" % (cert, key))
+            self.assertEqual(rc, 0, err)
+            self.assertRegex(err, r"check\.yaml:3:\d+: warning: cert %s %s: clients will refuse "
+                             r"it" % (re.escape(cert), want))
+        rc, err = self.check(self.site_tls())
+        self.assertEqual((rc, err), (0, ""))
+        # A pool's client certificate too; and a running dimmer logs it.
+        self.b = self.start_backend("b")
+        self.front("  web:\n    tls: {cert: \"%s\", key: \"%s\"}\n    servers:\n"
+                   "      - {name: b1, address: \"127.0.0.1:%d\"}\n" % (old[0], old[1], self.b.port))
+        self.assertRegex(self.front_log(), r"front\.yaml:\d+:\d+: warning: cert %s expired on "
+                         r"2020-02-01" % re.escape(old[0]))
+
     # ---- TLS to the servers ----
 
     def front(self, pools, extra="", env=None):
