@@ -47,7 +47,7 @@ static int
 on_method(llhttp_t *ll, const char *at, size_t len)
 {
     struct dm_http_parser *p = self(ll);
-    if (p->msg != NULL) {
+    if (p->msg != NULL && !p->_method_own) {
         span_extend(&p->msg->method, at, len);
     }
     return 0;
@@ -178,6 +178,8 @@ static int
 on_message_complete(llhttp_t *ll)
 {
     self(ll)->_open = false;
+    self(ll)->_method_at = NULL;
+    self(ll)->_method_own = false;
     self(ll)->_ev = DM_HTTP_MSG_DONE;
     return HPE_PAUSED;
 }
@@ -205,10 +207,109 @@ dm_http_parser_init(struct dm_http_parser *p, bool is_request)
     p->_ll.data = p;
 }
 
+/* The request methods llhttp 8.1 knows (HTTP's, not RTSP's). */
+static const char *const known_methods[] = {
+#define DM_KNOWN_METHOD(num, name, string) #string,
+    HTTP_METHOD_MAP(DM_KNOWN_METHOD)
+#undef DM_KNOWN_METHOD
+        "PRI",
+};
+
+/* The characters of a method: nginx's (upper case letters, '-' and '_'). */
+static size_t
+method_span(const char *s, size_t len)
+{
+    size_t i = 0;
+    while (i < len && ((s[i] >= 'A' && s[i] <= 'Z') || s[i] == '-' || s[i] == '_')) {
+        i++;
+    }
+    return i;
+}
+
+/*
+ * A request's method is read whole before llhttp sees it, so that one llhttp
+ * does not know (QUERY, BAN, a site's own) is forwarded, as nginx and HAProxy
+ * do, and not refused: llhttp is given GET in its place, and the method span
+ * stays the client's. Whatever the reads' sizes, the same method is taken
+ * the same way. Returns how many bytes of data were taken (the method so
+ * far, all of data when it goes on), or -1 after an llhttp error.
+ */
+static long
+take_method(struct dm_http_parser *p, const char *data, size_t len, bool *done)
+{
+    *done = false;
+    if (p->_method_at == NULL) {
+        size_t crlf = 0;
+        while (crlf < len && (data[crlf] == '\r' || data[crlf] == '\n')) {
+            crlf++;
+        }
+        if (crlf > 0) {
+            /* Blank lines before a request line: llhttp's to take or refuse. */
+            llhttp_errno_t e = llhttp_execute(&p->_ll, data, crlf);
+            return e == HPE_OK ? (long)crlf : -1;
+        }
+        if (len == 0 || method_span(data, 1) == 0) {
+            *done = true; /* not a method: llhttp says why */
+            return 0;
+        }
+        p->_method_at = data;
+        p->_method_len = 0;
+    }
+    size_t n = method_span(data, len);
+    p->_method_len += n;
+    if (n == len) {
+        return (long)n; /* it goes on in the next read */
+    }
+    *done = true;
+    bool known = false;
+    for (size_t i = 0; i < sizeof(known_methods) / sizeof(known_methods[0]) && !known; i++) {
+        known = strlen(known_methods[i]) == p->_method_len &&
+                memcmp(known_methods[i], p->_method_at, p->_method_len) == 0;
+    }
+    /* Not followed by a space: llhttp refuses it as it is. */
+    p->_method_own = !known && data[n] == ' ';
+    llhttp_errno_t e = p->_method_own ? llhttp_execute(&p->_ll, "GET", 3)
+                                      : llhttp_execute(&p->_ll, p->_method_at, p->_method_len);
+    if (e != HPE_OK) {
+        return -1;
+    }
+    if (p->_method_own && p->msg != NULL) {
+        p->msg->method = (struct dm_span){ p->_method_at, p->_method_len };
+    }
+    return (long)n;
+}
+
+static int parse_on(struct dm_http_parser *p, const char *data, size_t len, size_t *consumed);
+
 int
 dm_http_parse(struct dm_http_parser *p, const char *data, size_t len, size_t *consumed)
 {
     p->_ev = DM_HTTP_AGAIN;
+    size_t taken = 0;
+    if (p->_ll.type == HTTP_REQUEST && !p->_open) {
+        bool done = false;
+        while (!done && taken < len) {
+            long n = take_method(p, data + taken, len - taken, &done);
+            if (n < 0) {
+                return -1;
+            }
+            taken += (size_t)n;
+        }
+        if (!done) {
+            *consumed = len;
+            return DM_HTTP_AGAIN;
+        }
+    }
+    int r = parse_on(p, data + taken, len - taken, consumed);
+    *consumed += taken;
+    return r;
+}
+
+/* dm_http_parse() once a request's method is llhttp's. */
+static int
+parse_on(struct dm_http_parser *p, const char *data, size_t len, size_t *consumed)
+{
+    *consumed = 0;
     p->_call_start = data;
     p->_data_end = NULL;
     /* A request's body only: a server's framing is its own affair. */

@@ -71,6 +71,12 @@ struct dm_http_parser {
     const char *_call_start;
     const char *_data_end;
     bool _last_chunk; /* past the last chunk: trailers, bounded as a head is, not framing */
+    /* A request's method, read before llhttp is given it (dm_http_parse):
+     * where it starts (NULL: not begun) and its length so far; a method
+     * llhttp does not know is given to it as GET, with _method_own set. */
+    const char *_method_at;
+    size_t _method_len;
+    bool _method_own;
 };
 
 /* The most bytes a chunked request body may have between two chunks' data

@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import re
+import socket
 import struct
 import sys
 import threading
@@ -469,6 +470,56 @@ class ProxyTest(H.DimmerTest):
             # Connection: close from the client: answered, then closed.
             self.assertEqual((r.header("Connection") or "").lower(), "close")
             self.assertTrue(c.closed_by_peer(3))
+
+    def test_a_method_llhttp_does_not_know_is_forwarded(self):
+        # A server of our own that records what reaches it (dimmer-backend
+        # parses with llhttp, which knows a fixed list of methods).
+        srv = socket.create_server((H.HOST, 0))
+        self.addCleanup(srv.close)
+        srv.settimeout(10)
+        got = []
+
+        def serve():
+            conn, _ = srv.accept()
+            with conn:
+                conn.settimeout(10)
+                data = b""
+                # Each request is a head and a 2-byte body; one answer each.
+                for answer in (b"one", b"two"):
+                    while len(data) < sum(len(x) for x in got) + 2 or b"\r\n\r\n" not in \
+                            data[sum(len(x) for x in got):]:
+                        more = conn.recv(65536)
+                        if not more:
+                            return
+                        data += more
+                    start = sum(len(x) for x in got)
+                    end = data.index(b"\r\n\r\n", start) + 4
+                    while len(data) < end + 2:
+                        more = conn.recv(65536)
+                        if not more:
+                            return
+                        data += more
+                    got.append(data[start:end + 2])
+                    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\n" + answer)
+
+        t = threading.Thread(target=serve, daemon=True)
+        t.start()
+        port = srv.getsockname()[1]
+        self.d2 = self.start_dimmer({"raw": {"servers": [("r", port)]}})
+        with H.Conn(self.d2.port) as c:
+            # Pipelined: QUERY with a body, then a site's own method.
+            c.send(b"QUERY /search HTTP/1.1\r\nHost: t\r\nContent-Length: 2\r\n\r\nq="
+                   b"PURGE-ALL_X /x HTTP/1.1\r\nHost: t\r\nContent-Length: 2\r\n\r\nok")
+            self.assertEqual(c.read_response().body, b"one")
+            self.assertEqual(c.read_response().body, b"two")
+        t.join(10)
+        self.assertEqual(len(got), 2)
+        self.assertRegex(got[0], rb"^QUERY /search HTTP/1\.1\r\n(.*\r\n)*\r\nq=$")
+        self.assertRegex(got[1], rb"^PURGE-ALL_X /x HTTP/1\.1\r\n(.*\r\n)*\r\nok$")
+        # Lower case is no method (nginx's rule): 400, and nothing forwarded.
+        with H.Conn(self.d2.port) as c:
+            c.send(b"query /search HTTP/1.1\r\nHost: t\r\n\r\n")
+            self.assertEqual(c.read_response().status, 400)
 
     def test_backend_receives_added_headers(self):
         with H.Conn(self.d.port) as c:

@@ -1543,6 +1543,52 @@ test_upgrade_needs_connection_token_and_upgrade_field(void **state)
     free(r);
 }
 
+/* A method llhttp does not know is the client's to send (nginx and HAProxy
+ * forward it), however the bytes are split; the same rules as nginx's. */
+static void
+test_a_method_llhttp_does_not_know_is_forwarded(void **state)
+{
+    (void)state;
+    static const char two[] = "QUERY /q?a=1 HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\n\r\nok"
+                              "\r\nBAN-ALL_X / HTTP/1.1\r\nHost: a\r\n\r\n"
+                              "GET /g HTTP/1.1\r\nHost: a\r\n\r\n";
+    struct run *r = parse_accepted(LIT(two));
+    assert_int_equal(r->nheads, 3);
+    assert_string_equal(r->head[0].method.s, "QUERY");
+    assert_int_equal(r->head[0].method.off, 0);
+    assert_string_equal(r->head[0].target.s, "/q?a=1");
+    assert_int_equal(r->nbody, 2);
+    assert_string_equal(r->head[1].method.s, "BAN-ALL_X");
+    assert_string_equal(r->head[2].method.s, "GET");
+    assert_int_equal(r->head[2].method.off,
+                     strlen(two) - strlen("GET /g HTTP/1.1\r\nHost: a\r\n\r\n"));
+    assert_int_equal(r->ev[r->nev - 1], DM_HTTP_MSG_DONE);
+    free(r);
+    /* Known ones are still llhttp's, prefixes of them included. */
+    r = parse_accepted(LIT("PROPFINDX / HTTP/1.1\r\nHost: a\r\n\r\n"));
+    assert_string_equal(r->head[0].method.s, "PROPFINDX");
+    free(r);
+    r = parse_accepted(LIT("M-SEARCH / HTTP/1.1\r\nHost: a\r\n\r\n"));
+    assert_string_equal(r->head[0].method.s, "M-SEARCH");
+    free(r);
+    assert_rewritten(LIT("QUERY /q HTTP/1.1\r\nHost: a\r\n\r\n"), &(const struct opts){ 0 },
+                     "QUERY /q HTTP/1.1\r\n"
+                     "Host: a\r\n"
+                     "X-Forwarded-For: 10.0.0.9\r\n"
+                     "X-Forwarded-Proto: http\r\n"
+                     "Via: 1.1 dimmer\r\n"
+                     "\r\n");
+    /* Not a method: lower case, a digit or another byte in it, no space after it. */
+    assert_request_refused(LIT("query / HTTP/1.1\r\nHost: a\r\n\r\n"), 400);
+    assert_request_refused(LIT("head / HTTP/1.1\r\nHost: a\r\n\r\n"), 400);
+    assert_request_refused(LIT("QUERY2 / HTTP/1.1\r\nHost: a\r\n\r\n"), 400);
+    assert_request_refused(LIT("QU.ERY / HTTP/1.1\r\nHost: a\r\n\r\n"), 400);
+    assert_request_refused(LIT("QUERY\t/ HTTP/1.1\r\nHost: a\r\n\r\n"), 400);
+    assert_request_refused(LIT("QUERY\r\nHost: a\r\n\r\n"), 400);
+    assert_request_refused(LIT("QU ERY / HTTP/1.1\r\nHost: a\r\n\r\n"), 400);
+    assert_request_refused(LIT(" QUERY / HTTP/1.1\r\nHost: a\r\n\r\n"), 400);
+}
+
 static void
 test_expect_continue_is_detected(void **state)
 {
@@ -2095,6 +2141,7 @@ main(void)
         cmocka_unit_test(test_absolute_and_asterisk_forms_are_checked),
         cmocka_unit_test(test_keep_alive_follows_version_and_connection),
         cmocka_unit_test(test_upgrade_needs_connection_token_and_upgrade_field),
+        cmocka_unit_test(test_a_method_llhttp_does_not_know_is_forwarded),
         cmocka_unit_test(test_expect_continue_is_detected),
         cmocka_unit_test(test_rewrite_request_drops_expect_continue_of_http_1_0),
         cmocka_unit_test(test_rewrite_request_removes_hop_by_hop_fields),
