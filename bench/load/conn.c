@@ -232,7 +232,10 @@ read_cb(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
     lc->bytes += (uint64_t)nread;
     const char *p = buf->base;
     size_t left = (size_t)nread;
-    while (left > 0) {
+    /* Parsed until the input is used up (DM_HTTP_AGAIN), not while bytes are
+     * left: a message without a body (Content-Length: 0, a 204 or 304, an
+     * interim response) ends in a call after its head's, with no bytes. */
+    for (;;) {
         size_t used = 0;
         int ev = dm_http_parse(&lc->parser, p, left, &used);
         if (ev < 0) {
@@ -249,6 +252,9 @@ read_cb(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
                 conn_fail(lc, DM_FAIL_PARSE);
                 return;
             }
+        }
+        if (ev == DM_HTTP_AGAIN) {
+            break;
         }
         if (ev == DM_HTTP_HEAD_DONE) {
             lc->in_head = false;

@@ -41,6 +41,9 @@ connection (a GET without a body); the path chooses the behaviour:
   /fault/early401         once the request head is read (its body may not be), a 401 with
                           Content-Length: 4 ("nope"), the connection kept; waits for the close
   /fault/split_end        the same with the good end, its bytes one every 20 ms after the data
+  /fault/bodiless         responses without a body, the connection kept: a 204, a 304 with
+                          Content-Length: 10, a 200 with Content-Length: 0, in turn, to this
+                          request and every next one on the connection
   anything else           200 "ok" with Connection: close
 
 "hold" waits until GET /release (on this server, from the test) or 10 s. Each
@@ -205,6 +208,15 @@ def handle(s):
             for b in b"\r\n3\r\nabc\r\n" + ENDINGS["good"]:
                 time.sleep(0.02)
                 s.sendall(bytes([b]))
+        elif mode == "bodiless":
+            answers = (b"HTTP/1.1 204 No Content\r\n\r\n",
+                       b"HTTP/1.1 304 Not Modified\r\nContent-Length: 10\r\n\r\n",
+                       b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+            n = 0
+            while head is not None:
+                s.sendall(answers[n % 3])
+                n += 1
+                head = read_head(s)
         elif mode == "ok":
             s.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
         elif mode == "overlong":

@@ -159,6 +159,18 @@ class LoadTest(H.DimmerTest):
                 self.assertGreater(sc["fail_by_kind"]["parse"], 2, sc)
                 self.assertEqual(sc["fail"], sc["fail_by_kind"]["parse"], sc)
 
+    def test_bodiless_responses_end_at_their_head(self):
+        # A 204, a 304 (its Content-Length not a body) and a 200 with
+        # Content-Length: 0 end with their head: dimmer-load waited for more
+        # bytes and scored none of them until its timeout.
+        fb = self.start_fault_backend()
+        code, s, out = self.load("-c", "2", "-d", "1", self.url(fb.port, "/fault/bodiless"))
+        self.assertEqual(code, 0, out)
+        sc = s["score"]
+        self.assertGreater(sc["good"], 30, sc)
+        self.assertEqual(sc["fail"], 0, sc)
+        self.assertEqual(s["connects"], 2, s)
+
     def test_rate_mode_sees_a_stall(self):
         b = self.start_backend("b1")
         # 200 requests/s over 4 connections for 4 s; the backend stops for 1 s at 1.5 s.
