@@ -30,6 +30,24 @@ dm_load_record(struct dm_load_thread *t, const struct dm_load_result *r)
     }
 }
 
+void
+dm_load_unanswered(struct dm_load_thread *t, uint64_t due_ns, uint64_t now_ns)
+{
+    uint64_t age = now_ns > due_ns ? (now_ns - due_ns) / 1000 : 0;
+    t->cur.unanswered++;
+    if (age > t->cur.unanswered_oldest_us) {
+        t->cur.unanswered_oldest_us = age;
+    }
+}
+
+void
+dm_load_conn_unanswered(struct dm_load_conn *lc, uint64_t now_ns)
+{
+    if (lc->done != NULL && (lc->state == DM_LC_BUSY || lc->state == DM_LC_CONNECTING)) {
+        dm_load_unanswered(lc->t, lc->due_ns, now_ns);
+    }
+}
+
 struct dm_load_conn *
 dm_load_conn_get(struct dm_load_thread *t, struct dm_load_conn **where, void *owner)
 {

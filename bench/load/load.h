@@ -108,6 +108,11 @@ struct dm_load_sec {
     uint64_t sessions_started;
     uint64_t sessions_ended;
     uint64_t connects;
+    /* The run's last second only: requests due and not answered when the run
+     * ended (out on a connection, or in rate mode not sent yet), not scored,
+     * and how long ago the oldest of them was due. */
+    uint64_t unanswered;
+    uint64_t unanswered_oldest_us;
     /* Levels, at the end of the second. */
     uint64_t active; /* sessions */
     uint64_t thinking;
@@ -273,6 +278,10 @@ void dm_load_conn_request(struct dm_load_conn *lc, const char *path, size_t len,
 void dm_load_conn_close(struct dm_load_conn *lc);
 /* Records one ended request in the thread's current second. */
 void dm_load_record(struct dm_load_thread *t, const struct dm_load_result *r);
+/* The run ends: counts lc's request as unanswered when one is out on it. */
+void dm_load_conn_unanswered(struct dm_load_conn *lc, uint64_t now_ns);
+/* Counts a request due at due_ns and not answered at now_ns (the run's end). */
+void dm_load_unanswered(struct dm_load_thread *t, uint64_t due_ns, uint64_t now_ns);
 
 /* session.c */
 void dm_load_page_body(struct dm_load_page *pg, const char *p, size_t len);
@@ -280,6 +289,8 @@ int dm_load_sessions_init(struct dm_load_thread *t);
 void dm_load_sessions_fini(struct dm_load_thread *t);
 void dm_load_sessions_sched(struct dm_load_thread *t, double elapsed_s);
 void dm_load_sessions_stop(struct dm_load_thread *t);
+/* The run ends: counts the requests out on the sessions' connections as unanswered. */
+void dm_load_sessions_unanswered(struct dm_load_thread *t, uint64_t now_ns);
 /* The page to load: index by popularity (Zipf over the pages). */
 unsigned dm_load_pick_page(struct dm_load_thread *t);
 

@@ -738,6 +738,10 @@ sec_add_counts(struct dm_load_sec *into, const struct dm_load_sec *s)
     into->sessions_started += s->sessions_started;
     into->sessions_ended += s->sessions_ended;
     into->connects += s->connects;
+    into->unanswered += s->unanswered;
+    if (s->unanswered_oldest_us > into->unanswered_oldest_us) {
+        into->unanswered_oldest_us = s->unanswered_oldest_us;
+    }
 }
 
 /* One thread's second into the whole run's: its counts and its levels. */
@@ -791,6 +795,32 @@ thread_stop(struct dm_load_thread *t)
     }
 }
 
+/*
+ * The run ends: the requests due and not answered go into its last second,
+ * not scored (their latency is not known) but counted, so that a server that
+ * stopped answering does not look like one that was only asked less.
+ */
+static void
+count_unanswered(struct dm_load_thread *t, uint64_t now)
+{
+    if (t->o->mode == DM_LOAD_SESSIONS) {
+        dm_load_sessions_unanswered(t, now);
+    }
+    for (unsigned i = 0; i < t->nfixed; i++) {
+        struct dm_load_fixed *f = &t->fixed[i];
+        if (f->lc != NULL) {
+            dm_load_conn_unanswered(f->lc, now);
+        }
+        uint64_t step = (uint64_t)t->interval_ns;
+        if (t->o->mode != DM_LOAD_RATE || step == 0 || f->next_due_ns > now) {
+            continue;
+        }
+        /* Rate mode: those due while the connection was busy, not sent. */
+        dm_load_unanswered(t, f->next_due_ns, now);
+        t->cur.unanswered += (now - f->next_due_ns) / step;
+    }
+}
+
 static void
 sec_cb(uv_timer_t *timer)
 {
@@ -799,8 +829,12 @@ sec_cb(uv_timer_t *timer)
     /* Publish every second that has ended (one, unless the loop was late). */
     while (now >= t->t0_ns + (t->sec + 1) * 1000000000ull) {
         uint64_t s = t->sec;
+        bool last = s + 1 >= atomic_load(t->stop_sec);
+        if (last) {
+            count_unanswered(t, now);
+        }
         publish(t);
-        if (s + 1 >= atomic_load(t->stop_sec)) {
+        if (last) {
             thread_stop(t);
             return;
         }
@@ -991,6 +1025,8 @@ write_json(const char *path, const struct dm_load_opts *o, double secs, const st
             (unsigned long long)t->bytes, (unsigned long long)t->connects);
     fprintf(f, "\"sessions_started\":%llu,\"sessions_ended\":%llu,",
             (unsigned long long)t->sessions_started, (unsigned long long)t->sessions_ended);
+    fprintf(f, "\"unanswered\":%llu,\"unanswered_oldest_ms\":%.3f,",
+            (unsigned long long)t->unanswered, (double)t->unanswered_oldest_us / 1000.0);
     fprintf(f, "\"score\":");
     json_scores(f, &t->score);
     fprintf(f, ",\"pages\":");
@@ -1190,6 +1226,10 @@ main(int argc, char **argv)
             }
         }
         printf("\n");
+    }
+    if (m->unanswered > 0) {
+        printf("unanswered at the end: %llu requests, the oldest due %.3f s before\n",
+               (unsigned long long)m->unanswered, (double)m->unanswered_oldest_us / 1e6);
     }
     if (o.mode == DM_LOAD_SESSIONS) {
         uint64_t pt = score_total(&m->pages);

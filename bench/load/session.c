@@ -391,6 +391,19 @@ dm_load_sessions_sched(struct dm_load_thread *t, double elapsed_s)
 }
 
 void
+dm_load_sessions_unanswered(struct dm_load_thread *t, uint64_t now_ns)
+{
+    for (unsigned i = 0; i < t->max_sessions; i++) {
+        struct dm_load_session *s = &t->sessions[i];
+        for (unsigned j = 0; s->state != DM_LS_FREE && j < DM_LOAD_MAX_CPU; j++) {
+            if (s->conns[j] != NULL) {
+                dm_load_conn_unanswered(s->conns[j], now_ns);
+            }
+        }
+    }
+}
+
+void
 dm_load_sessions_stop(struct dm_load_thread *t)
 {
     for (unsigned i = 0; i < t->max_sessions; i++) {

@@ -171,6 +171,22 @@ class LoadTest(H.DimmerTest):
         self.assertEqual(sc["fail"], 0, sc)
         self.assertEqual(s["connects"], 2, s)
 
+    def test_unanswered_at_the_end_are_counted(self):
+        # A server that never answers, at 40 requests/s for 1 s: nothing is
+        # scored (the 10 s timeout is not reached), and the summary said 0
+        # responses, no failure, as if nothing had been asked. The requests
+        # due and unanswered are counted: the 2 out and the 38 or so due
+        # while their connection waited.
+        fb = self.start_fault_backend()
+        code, s, out = self.load("--rate", "40", "-c", "2", "-d", "1",
+                                 self.url(fb.port, "/fault/silent"))
+        self.assertEqual(code, 0, out)
+        self.assertEqual(s["responses"], 0, s)
+        self.assertGreaterEqual(s["unanswered"], 38, s)
+        self.assertLessEqual(s["unanswered"], 42, s)
+        self.assertGreaterEqual(s["unanswered_oldest_ms"], 900, s)
+        self.assertIn("unanswered at the end: %d requests" % s["unanswered"], out)
+
     def test_rate_mode_sees_a_stall(self):
         b = self.start_backend("b1")
         # 200 requests/s over 4 connections for 4 s; the backend stops for 1 s at 1.5 s.
