@@ -142,18 +142,34 @@ parse_url(struct dm_load_opts *o, const char *url)
         die_usage("%s: expected http://HOST[:PORT][/PATH]", url);
     }
     const char *h = url + 7;
-    const char *slash = strchr(h, '/');
-    size_t hlen = slash != NULL ? (size_t)(slash - h) : strlen(h);
+    /* The authority ends at the path, the query or the fragment (RFC 3986, 3.2). */
+    size_t hlen = strcspn(h, "/?#");
     if (hlen == 0 || hlen >= sizeof(o->host)) {
         die_usage("%s: expected http://HOST[:PORT][/PATH]", url);
     }
     memcpy(o->host, h, hlen);
     o->host[hlen] = 0;
-    const char *path = slash != NULL ? slash : "/";
-    if (strlen(path) >= sizeof(o->path)) {
+    if (memchr(o->host, '@', hlen) != NULL) {
+        die_usage("%s: a user name in the URL is not supported", url);
+    }
+    /* The request target: the path (/ when there is none) and the query; the
+     * fragment is the client's own, never sent (as curl and wrk do). */
+    const char *rest = h + hlen;
+    size_t plen = strcspn(rest, "#");
+    const char *lead = *rest == '/' ? "" : "/";
+    if (strlen(lead) + plen >= sizeof(o->path)) {
         die_usage("%s: path too long", url);
     }
-    strcpy(o->path, path);
+    snprintf(o->path, sizeof(o->path), "%s%.*s", lead, (int)plen, rest);
+    for (const char *c = o->path; *c != 0; c++) {
+        if ((unsigned char)*c <= ' ' || *c == 0x7f) {
+            /* It would end the request line or start a header of its own. */
+            die_usage("%.*s: a space or control character (0x%02x) in the path (percent-encode "
+                      "it)",
+                      (int)(rest - url) + (int)(c - o->path) - (int)strlen(lead), url,
+                      (unsigned char)*c);
+        }
+    }
     char name[300];
     const char *port = "80";
     memcpy(name, o->host, hlen + 1);
@@ -215,7 +231,11 @@ read_urls(struct dm_load_opts *o, const char *path)
         if (*p == 0 || *p == '#') {
             continue;
         }
-        if (*p != '/' || strpbrk(p, " \t") != NULL) {
+        bool bad = *p != '/';
+        for (const char *c = p; *c != 0 && !bad; c++) {
+            bad = (unsigned char)*c <= ' ' || *c == 0x7f; /* it would break the request line */
+        }
+        if (bad) {
             die_usage("%s:%u: expected a path such as /index.html", path, lineno);
         }
         char **u = realloc(o->urls, (o->nurls + 1) * sizeof(*u));

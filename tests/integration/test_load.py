@@ -171,6 +171,21 @@ class LoadTest(H.DimmerTest):
         self.assertEqual(sc["fail"], 0, sc)
         self.assertEqual(s["connects"], 2, s)
 
+    def test_url_fragment_not_sent(self):
+        # The fragment is the client's: /slow/300#x asks for /slow/300 (sent
+        # whole, the backend refused it at once with a 400).
+        b = self.start_backend("b1")
+        code, s, out = self.load("-c", "1", "-d", "1", "--good", "200",
+                                 "http://%s:%d/slow/300#x" % (H.HOST, b.port))
+        self.assertEqual(code, 0, out)
+        self.assertGreater(s["score"]["total"], 0, s)
+        self.assertEqual(s["score"]["tolerable"], s["score"]["total"], s)
+        # No path at all, only a query: the target is /?q.
+        code, s, out = self.load("-c", "1", "-d", "1", "http://%s:%d?q" % (H.HOST, b.port),
+                                 name="query")
+        self.assertEqual(code, 0, out)
+        self.assertGreater(s["score"]["good"], 0, s)
+
     def test_unanswered_at_the_end_are_counted(self):
         # A server that never answers, at 40 requests/s for 1 s: nothing is
         # scored (the 10 s timeout is not reached), and the summary said 0
@@ -249,6 +264,12 @@ class LoadTest(H.DimmerTest):
                            # Refused before the run, not after it.
                            (["-d", "30", "--json", self.path("no-such-dir/x.json"),
                              "http://127.0.0.1:1/"], "x.json"),
+                           # A space or CRLF would break the request line or add a header.
+                           (["http://127.0.0.1:1/a b"], "space or control character"),
+                           (["http://127.0.0.1:1/a\r\nX-Injected: 1"], "space or control character"),
+                           (["--urls", self.pattern("/a\x01b\n", "urls.txt"), "http://127.0.0.1:1/"],
+                            "urls.txt:1"),
+                           (["http://user@127.0.0.1:1/"], "user name"),
                            ([], "no URL")):
             self.assert_usage_error(H.DIMMER_LOAD, args, what)
 
