@@ -1248,8 +1248,9 @@ main(int argc, char **argv)
         printf("\n");
     }
     if (m->unanswered > 0) {
-        printf("unanswered at the end: %llu requests, the oldest due %.3f s before\n",
-               (unsigned long long)m->unanswered, (double)m->unanswered_oldest_us / 1e6);
+        printf("unanswered at the end: %llu request%s, the oldest due %.3f s before\n",
+               (unsigned long long)m->unanswered, m->unanswered == 1 ? "" : "s",
+               (double)m->unanswered_oldest_us / 1e6);
     }
     if (o.mode == DM_LOAD_SESSIONS) {
         uint64_t pt = score_total(&m->pages);
