@@ -433,6 +433,7 @@ dm_conf_destroy(struct dm_conf *c)
             free(sp->control.text);
             free(sp->wake_command);
             free(sp->control_token);
+            free(sp->agent_key);
             free(sp->sleep_command);
         }
         free(p->servers);

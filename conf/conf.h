@@ -33,11 +33,13 @@ enum dm_power_act {
 
 /* A server's power model and actuators; defaults from its pool's power block. */
 struct dm_conf_server_power {
-    double idle_w;    /* default 40 */
-    double full_w;    /* default the pool's full_w */
-    double asleep_w;  /* default 3 */
-    double booting_w; /* default the full_w */
-    char *agent;      /* name its agent reports under; default the server's name */
+    double idle_w;      /* default 40 */
+    double full_w;      /* default the pool's full_w */
+    double asleep_w;    /* default 3 */
+    double booting_w;   /* default the full_w */
+    char *agent;        /* name its agent reports under; default the server's name */
+    uint8_t *agent_key; /* its agent's own key (key_file); NULL: power.key_file's */
+    size_t agent_key_len;
     enum dm_power_act wake, sleep;
     uint8_t mac[6];
     bool has_mac;

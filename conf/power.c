@@ -314,6 +314,7 @@ enum {
     SP_WAKE_COMMAND,
     SP_SLEEP_COMMAND,
     SP_KEEP_ON,
+    SP_KEY_FILE,
     SP_N
 };
 static const char *const server_power_keys[SP_N] = {
@@ -331,10 +332,13 @@ static const char *const server_power_keys[SP_N] = {
     [SP_WAKE_COMMAND] = "wake_command",
     [SP_SLEEP_COMMAND] = "sleep_command",
     [SP_KEEP_ON] = "keep_on",
+    [SP_KEY_FILE] = "key_file",
 };
 static const char *const act_names[] = { "none", "wol", "http", "command" };
 
 static bool get_token(struct dm_conf_loader *ld, const yaml_node_t *n, const char *key, char **out);
+static bool get_secret(struct dm_conf_loader *ld, const yaml_node_t *n, const char *key,
+                       uint8_t **out, size_t *out_len);
 
 /* A name as the agent report format allows it: 1-63 of [A-Za-z0-9._-]. */
 static bool
@@ -438,6 +442,9 @@ dm_conf_load_server_power(struct dm_conf_loader *ld, struct dm_conf_pool *p,
     }
     if (v[SP_SLEEP_COMMAND] != NULL) {
         (void)dm_conf_get_string(ld, v[SP_SLEEP_COMMAND], &sp->sleep_command);
+    }
+    if (v[SP_KEY_FILE] != NULL) {
+        (void)get_secret(ld, v[SP_KEY_FILE], "key_file", &sp->agent_key, &sp->agent_key_len);
     }
     if (v[SP_KEEP_ON] != NULL) {
         (void)dm_conf_get_bool(ld, v[SP_KEEP_ON], &sp->keep_on);

@@ -111,6 +111,10 @@ struct pm_server {
     unsigned oks_at;
     /* The agent's last accepted report. */
     struct dm_report_last last; /* its last accepted report */
+    /* The key its reports are checked with (its own, else the shared one), as
+     * of the last configure: a new one starts its sequence numbers afresh. */
+    uint8_t key[DM_REPORT_KEY_MAX];
+    size_t key_len;
     uint64_t report_us, agent_tcp;
     double agent_w, measured_w;
     bool has_measured, has_report;
@@ -1249,11 +1253,21 @@ metrics_recv(uv_udp_t *u, ssize_t n, const uv_buf_t *buf, const struct sockaddr 
     const struct dm_conf *cf = pm->rt->conf;
     struct dm_report r;
     enum dm_report_verdict v = DM_REPORT_MALFORMED;
-    if ((flags & UV_UDP_PARTIAL) == 0 && (size_t)n <= DM_REPORT_MAX) {
-        v = dm_report_decode(buf->base, (size_t)n, cf->metrics_key, cf->metrics_key_len, &r);
-    }
     struct pm_server *s = NULL;
-    if (v == DM_REPORT_OK && (s = find_agent(pm, r.name)) == NULL) {
+    if ((flags & UV_UDP_PARTIAL) == 0 && (size_t)n <= DM_REPORT_MAX) {
+        /* Parsed first with no key (nothing trusted): its name says whose key
+         * checks it, the server's own or the shared one. */
+        v = dm_report_decode(buf->base, (size_t)n, NULL, 0, &r);
+        if (v == DM_REPORT_BAD_HMAC) {
+            s = find_agent(pm, r.name);
+            /* No shared key (metrics gone from the config): nothing is trusted. */
+            bool own = s != NULL && s->cf->power.agent_key != NULL && cf->metrics_key_len > 0;
+            v = dm_report_decode(buf->base, (size_t)n,
+                                 own ? s->cf->power.agent_key : cf->metrics_key,
+                                 own ? s->cf->power.agent_key_len : cf->metrics_key_len, &r);
+        }
+    }
+    if (v == DM_REPORT_OK && s == NULL) {
         v = DM_REPORT_UNKNOWN;
     }
     if (v == DM_REPORT_OK) {
@@ -1417,6 +1431,18 @@ configure(struct dm_powermgr *pm, struct dm_runtime *rt)
             s->cf = &cf->servers[j];
             s->pcf = cf;
             s->index = j;
+            const struct dm_conf_server_power *sp = &s->cf->power;
+            const uint8_t *key = sp->agent_key != NULL ? sp->agent_key : rt->conf->metrics_key;
+            size_t key_len = sp->agent_key != NULL ? sp->agent_key_len : rt->conf->metrics_key_len;
+            if (key_len != s->key_len || (key_len > 0 && memcmp(key, s->key, key_len) != 0)) {
+                /* What was taken under the old key (a number that key could
+                 * push to any height) says nothing of what the new one signs. */
+                s->last = (struct dm_report_last){ 0, 0 };
+                if (key_len > 0) {
+                    memcpy(s->key, key, key_len);
+                }
+                s->key_len = key_len;
+            }
         }
     }
     for (size_t i = 0; i < pm->nservers; i++) {
@@ -1485,19 +1511,10 @@ dm_power_reload(struct dm_powermgr *pm, struct dm_runtime *rt)
     }
     dm_runtime_ref(rt);
     const struct dm_conf *was = pm->rt->conf, *cf = rt->conf;
-    if (was->metrics_key_len != cf->metrics_key_len ||
-        (cf->metrics_key_len > 0 &&
-         memcmp(was->metrics_key, cf->metrics_key, cf->metrics_key_len) != 0)) {
-        /* A new key starts the agents' sequence numbers afresh: what was
-         * taken under the old one (a number that key could push to any
-         * height) says nothing of the reports the new one signs. */
-        for (size_t i = 0; i < pm->nservers; i++) {
-            pm->servers[i]->last = (struct dm_report_last){ 0, 0 };
-        }
-        if (cf->metrics_key_len == 0 && pm->metrics_open) {
-            dm_log_warn("power: no key_file any more: every agent report is dropped until the "
-                        "next restart closes the metrics listener");
-        }
+    /* A new key starts its agents' sequence numbers afresh (configure). */
+    if (was->metrics_key_len > 0 && cf->metrics_key_len == 0 && pm->metrics_open) {
+        dm_log_warn("power: no key_file any more: every agent report is dropped until the "
+                    "next restart closes the metrics listener");
     }
     /* The new config's first: configure's changes of state speak of its pools. */
     struct dm_runtime *old = pm->rt;

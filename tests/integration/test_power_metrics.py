@@ -185,6 +185,33 @@ class PowerMetricsTest(H.DimmerTest):
         self.assertIn("power metrics listener changes take effect at the next restart", log)
         self.assertIn("every agent report is dropped", log)
 
+    def test_a_server_with_its_own_key_takes_reports_signed_with_it_only(self):
+        self.start(report_timeout="5s")
+        self.send(report("b2", 1000))
+        H.wait_until(lambda: self.reports()["ok"] == 1, 10, "the shared key's report")
+        own = self.path("b2.key")
+        with open(own, "wb") as f:
+            f.write(b"b2's own key\n")
+        entry = '{name: b2, address: "127.0.0.1:%d"}' % self.b2.port
+        self.reload_conf(lambda t: t.replace(entry, entry[:-1] + ", power: {key_file: %s}}" % own))
+        # b2 takes its own key only, numbered afresh; b1 still the shared one,
+        # which no longer speaks for b2 (a backend holding it cannot pass
+        # for b2), nor b2's for b1.
+        self.send(report("b2", 1001))
+        self.send(report("b1", 1, key=b"b2's own key"))
+        H.wait_until(lambda: self.reports()["bad_hmac"] == 2, 10, "both refused")
+        self.send(report("b2", 3, key=b"b2's own key"))
+        self.send(report("b1", 2))
+        H.wait_until(lambda: self.reports()["ok"] == 3, 10, "b2's own and b1's shared key's")
+        self.assertEqual((self.server("b1")["agent"]["seq"], self.server("b2")["agent"]["seq"]),
+                         (2, 3))
+        self.assertEqual(self.reports()["replay"], 0)
+        # Back to the shared key: b2's sequence starts afresh again.
+        self.reload_conf(lambda t: re.sub(r", power: \{key_file: [^}]*\}", "", t))
+        self.send(report("b2", 1))
+        H.wait_until(lambda: self.reports()["ok"] == 4, 10, "the shared key's again")
+        self.assertEqual(self.reports()["bad_hmac"], 2)
+
     def test_tcp_max_auto_is_learned_from_the_reports_and_kept_on_reload(self):
         # The agents' TCP counts (tcp: agent) against their power: b1 at half
         # of its span (idle 40 W, full 70 W) with 60 connections, b2 at a
