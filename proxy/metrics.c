@@ -155,7 +155,9 @@ static const struct {
     [SM_PICKS] = { "dimmer_server_picks_total", "counter",
                    "Times the pool's balancer chose the server (retries included)." },
     [SM_FAILURES] = { "dimmer_server_failures_total", "counter",
-                      "Connect failures, resets and timeouts of the server through the pool." },
+                      "Requests the server failed through the pool: connect failures, resets, "
+                      "timeouts "
+                      "and response heads refused." },
     [SM_RETRIES] = { "dimmer_server_retries_total", "counter",
                      "Attempts after the first of the requests the server answered." },
     [SM_BYTES_IN] = { "dimmer_server_bytes_in_total", "counter",

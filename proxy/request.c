@@ -595,7 +595,8 @@ req_upstream_ready(struct dm_req *req, struct dm_upstream *up, int status)
         dm_upstream_failed(c->rt, req->pool, req->server,
                            status == UV_ETIMEDOUT                        ? "connect timed out"
                            : status == UV_EPROTO && c->w->up_why[0] != 0 ? c->w->up_why
-                                                                         : uv_strerror(status));
+                                                                         : uv_strerror(status),
+                           true);
         req->server = DM_NO_SERVER;
         /* Nothing was sent yet: another server may take it. */
         dm_req_pick_and_connect(req);

@@ -25,16 +25,19 @@
 #define DM_INTERIM_MAX 64
 
 void
-dm_upstream_failed(struct dm_runtime *rt, size_t pool, int server, const char *why)
+dm_upstream_failed(struct dm_runtime *rt, size_t pool, int server, const char *why, bool passive)
 {
     struct dm_server *s = dm_runtime_server(rt, pool, server);
     struct dm_host *h = s->host;
     const struct dm_conf_pool *pc = &rt->conf->pools[pool];
     dm_counter_add(&s->failures, 1);
+    dm_log_warn("server %s/%s: %s", pc->name, pc->servers[server].name, why);
+    if (!passive) {
+        return;
+    }
     /* Consecutive failures are the host's, whichever pool saw them; the
      * threshold and the down period are those of the pool that saw the last. */
     unsigned fails = atomic_fetch_add_explicit(&h->fails, 1, memory_order_relaxed) + 1;
-    dm_log_warn("server %s/%s: %s", pc->name, pc->servers[server].name, why);
     if (pc->passive.max_fails > 0 && fails >= pc->passive.max_fails) {
         atomic_store_explicit(&h->down_until_us, dm_mono_us() + pc->passive.fail_timeout_ms * 1000,
                               memory_order_relaxed);
@@ -318,25 +321,47 @@ dm_upstream_read_start(struct dm_upstream *up)
     }
 }
 
-static void up_fail_as(struct dm_upstream *up, unsigned status, const char *why, bool server_fault);
+/* Whose failure a failed request is. */
+enum up_fault {
+    UP_LOCAL,   /* this process's (out of memory): the server is not counted */
+    UP_SILENT,  /* the server gave no response head: counted towards passive.max_fails */
+    UP_REFUSED, /* the server answered a head refused here: logged, not counted */
+};
+
+static void up_fail_as(struct dm_upstream *up, unsigned status, const char *why,
+                       enum up_fault fault);
 
 /* Fails the request on this connection, the server's fault: 502/504 when nothing was answered yet.
  */
 static void
 up_fail(struct dm_upstream *up, unsigned status, const char *why)
 {
-    up_fail_as(up, status, why, true);
+    up_fail_as(up, status, why, UP_SILENT);
+}
+
+/*
+ * The same for a response head the server sent and this proxy refuses
+ * (malformed, too large, a status or a switch it may not send): the server
+ * answers, so it is not taken out for it (as nginx's default
+ * proxy_next_upstream leaves invalid_header out). A server that reflects a
+ * client's bytes into its head would otherwise let any client take it out
+ * with three requests.
+ */
+static void
+up_fail_refused(struct dm_upstream *up, const char *why)
+{
+    up_fail_as(up, 502, why, UP_REFUSED);
 }
 
 /* The same for a failure of this process (out of memory): the server is not counted. */
 static void
 up_fail_local(struct dm_upstream *up, const char *why)
 {
-    up_fail_as(up, 503, why, false);
+    up_fail_as(up, 503, why, UP_LOCAL);
 }
 
 static void
-up_fail_as(struct dm_upstream *up, unsigned status, const char *why, bool server_fault)
+up_fail_as(struct dm_upstream *up, unsigned status, const char *why, enum up_fault fault)
 {
     struct dm_req *req = up->req;
     if (req == NULL) {
@@ -346,8 +371,8 @@ up_fail_as(struct dm_upstream *up, unsigned status, const char *why, bool server
     struct dm_client *c = req->c;
     /* No valid response head (nothing, half a status line, a malformed head):
      * the server failed. Once a head came, a cut body is not counted. */
-    if (server_fault && up->state != DM_U_BODY && up->state != DM_U_TUNNEL) {
-        dm_upstream_failed(up->rt, up->pool, up->server, why);
+    if (fault != UP_LOCAL && up->state != DM_U_BODY && up->state != DM_U_TUNNEL) {
+        dm_upstream_failed(up->rt, up->pool, up->server, why, fault == UP_SILENT);
     }
     req->up = NULL;
     up->req = NULL;
@@ -543,12 +568,12 @@ up_head_done(struct dm_upstream *up)
     unsigned version = dm_http_parser_version(&up->parser);
     if (dm_http_check_response(up->in->data + up->head_start, head_len, &req->rmsg, version,
                                &req->rinfo, &reason) != 0) {
-        up_fail(up, 502, reason);
+        up_fail_refused(up, reason);
         return;
     }
     unsigned status = dm_http_parser_status(&up->parser);
     if (status < 100 || status > 599) {
-        up_fail(up, 502, "invalid status code (RFC 9110: 100 to 599)");
+        up_fail_refused(up, "invalid status code (RFC 9110: 100 to 599)");
         return;
     }
     if (status == 101) {
@@ -560,10 +585,10 @@ up_head_done(struct dm_upstream *up)
             named = dm_span_ieq(req->rmsg.fields[i].name, "upgrade");
         }
         if (!req->info.upgrade || !named) {
-            up_fail(up, 502,
-                    !req->info.upgrade
-                        ? "server switched protocols (101) for a request that asked for none"
-                        : "server switched protocols (101) without an Upgrade field");
+            up_fail_refused(up, !req->info.upgrade ? "server switched protocols (101) for a "
+                                                     "request that asked for none"
+                                                   : "server switched protocols (101) without an "
+                                                     "Upgrade field");
             return;
         }
     }
@@ -571,7 +596,7 @@ up_head_done(struct dm_upstream *up)
                           memory_order_relaxed);
     bool informational = status >= 100 && status < 200 && status != 101;
     if (informational && ++req->interim > DM_INTERIM_MAX) {
-        up_fail(up, 502, "more than 64 interim (1xx) responses");
+        up_fail_refused(up, "more than 64 interim (1xx) responses");
         return;
     }
     if (informational && req->info.version == 10) {
@@ -590,7 +615,8 @@ up_head_done(struct dm_upstream *up)
             /* The chunked framing comes off for it, the other codings could
              * not (and dropped, they would leave it a body it cannot read).
              * Not the server's failure: a client's version must not take it out. */
-            up_fail_as(up, 502, "transfer coding other than chunked for an HTTP/1.0 client", false);
+            up_fail_as(up, 502, "transfer coding other than chunked for an HTTP/1.0 client",
+                       UP_LOCAL);
             return;
         }
         bool needs_eof = !req->rinfo.chunked && !req->rinfo.has_length && status != 204 &&
@@ -612,7 +638,7 @@ up_head_done(struct dm_upstream *up)
                                       &req->rmsg, &req->rinfo, req->info.version, close);
     if (n == 0) {
         dm_buf_unref(c->w, b);
-        up_fail(up, 502, "response head too large");
+        up_fail_refused(up, "response head too large");
         return;
     }
     if (!informational && c->rt->pools[req->pool].work) {
@@ -724,7 +750,7 @@ up_enter_tunnel(struct dm_upstream *up)
     if (!req->body_done) {
         /* Held trailers or body bytes still to come would be read as the new
          * protocol: a server that switches this early is not followed. */
-        up_fail(up, 502, "server switched protocols before the request was complete");
+        up_fail_refused(up, "server switched protocols before the request was complete");
         return;
     }
     up->state = DM_U_TUNNEL;
@@ -793,7 +819,9 @@ up_process(struct dm_upstream *up)
         size_t used = 0;
         int r = dm_http_parse(&up->parser, in->data + in->off, in->len - in->off, &used);
         if (r < 0) {
-            up_fail(up, 502, dm_http_parser_error(&up->parser));
+            /* Bytes came: a head that does not parse is one refused (in a
+             * body, nothing is counted either way). */
+            up_fail_refused(up, dm_http_parser_error(&up->parser));
             return;
         }
         in->off += (uint32_t)used;
@@ -804,7 +832,7 @@ up_process(struct dm_upstream *up)
             }
             if (in->len - up->head_start > up->rt->conf->limits.header_bytes ||
                 in->len == in->cap) {
-                up_fail(up, 502, "response head too large");
+                up_fail_refused(up, "response head too large");
             }
             return;
         }

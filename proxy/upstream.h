@@ -84,9 +84,11 @@ void dm_upstream_read_start(struct dm_upstream *up);
 void dm_upstream_resume(struct dm_upstream *up);
 
 /*
- * Counts a failure of server `server` of pool `pool` of rt and logs why; after
- * passive.max_fails failures in a row the server is down for fail_timeout.
+ * Counts a failure of server `server` of pool `pool` of rt and logs why;
+ * passive: one towards passive.max_fails (after that many in a row the
+ * server is down for fail_timeout), else the server answered.
  */
-void dm_upstream_failed(struct dm_runtime *rt, size_t pool, int server, const char *why);
+void dm_upstream_failed(struct dm_runtime *rt, size_t pool, int server, const char *why,
+                        bool passive);
 
 #endif
