@@ -13,9 +13,12 @@
 #include "conf/tls.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <yaml.h>
 
@@ -321,25 +324,36 @@ dm_conf_load_string(const char *yaml, size_t len, const char *name, struct dm_co
 }
 
 /*
- * Reads the whole file; 0 or -errno (-EFBIG past CONF_MAX_BYTES), with *stage
- * naming the step that failed for the message.
+ * Reads the whole file; 0 or -errno (-EFBIG past CONF_MAX_BYTES, -ENOTSUP for
+ * what is not a regular file), with *stage naming the step that failed for
+ * the message. Opened without blocking and refused unless regular: a FIFO
+ * would hang the start, or a reload on the control thread (no SIGTERM heard
+ * again), waiting for a writer; a device such as /dev/zero never ends.
  */
 static int
 read_file(const char *path, char **out, size_t *outlen, const char **stage)
 {
-    FILE *f;
+    struct stat st;
     char *buf = NULL;
     size_t len = 0, cap = 0;
+    int fd;
     int rc = 0;
 
     *stage = "open";
-    f = fopen(path, "rb");
-    if (f == NULL) {
+    fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    if (fd < 0) {
         return -errno;
     }
     *stage = "read";
-    for (;;) {
-        size_t got;
+    if (fstat(fd, &st) != 0) {
+        rc = -errno;
+    } else if (S_ISDIR(st.st_mode)) {
+        rc = -EISDIR;
+    } else if (!S_ISREG(st.st_mode)) {
+        rc = -ENOTSUP;
+    }
+    while (rc == 0) {
+        ssize_t got;
         if (len == cap) {
             char *b;
             if (cap >= CONF_MAX_BYTES) {
@@ -354,17 +368,19 @@ read_file(const char *path, char **out, size_t *outlen, const char **stage)
             }
             buf = b;
         }
-        errno = 0;
-        got = fread(buf + len, 1, cap - len, f);
-        len += got;
-        if (got == 0) {
-            if (ferror(f)) {
-                rc = errno != 0 ? -errno : -EIO;
+        got = read(fd, buf + len, cap - len);
+        if (got < 0) {
+            if (errno != EINTR) {
+                rc = -errno;
             }
+            continue;
+        }
+        if (got == 0) {
             break;
         }
+        len += (size_t)got;
     }
-    fclose(f);
+    close(fd);
     if (rc != 0) {
         free(buf);
         return rc;
@@ -387,8 +403,9 @@ dm_conf_load(const char *path, struct dm_conf_errors *err)
     if (rc != 0) {
         struct dm_conf_loader ld = { .name = path };
         char ebuf[128];
-        const char *what =
-            rc == -EFBIG ? "file too large (over 16 MiB)" : strerror_r(-rc, ebuf, sizeof(ebuf));
+        const char *what = rc == -EFBIG     ? "file too large (over 16 MiB)"
+                           : rc == -ENOTSUP ? "not a regular file"
+                                            : strerror_r(-rc, ebuf, sizeof(ebuf));
         dm_conf_fail_plain(&ld, "%s: cannot %s: %s", path, stage, what);
         dm_conf_flush_msgs(&ld, err);
         return NULL;

@@ -1041,6 +1041,27 @@ test_unreadable_files(void **state)
     assert_string_equal(err.msg[1], expected);
     dm_conf_errors_fini(&err);
 
+    /*
+     * Nor a FIFO, which would block the load until a writer came (a start,
+     * or a reload on the control thread, which then heard no SIGTERM), nor
+     * a device (/dev/zero never ends). The alarm fails the test that hangs.
+     */
+    char dir[] = "/tmp/dm-conf-fifo-XXXXXX", fifo[64];
+    assert_non_null(mkdtemp(dir));
+    snprintf(fifo, sizeof(fifo), "%s/dimmer.yaml", dir);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    alarm(10);
+    assert_null(dm_conf_load(fifo, &err));
+    assert_null(dm_conf_load("/dev/zero", &err));
+    alarm(0);
+    unlink(fifo);
+    rmdir(dir);
+    assert_int_equal(err.n, 2);
+    snprintf(expected, sizeof(expected), "%s: cannot read: not a regular file", fifo);
+    assert_string_equal(err.msg[0], expected);
+    assert_string_equal(err.msg[1], "/dev/zero: cannot read: not a regular file");
+    dm_conf_errors_fini(&err);
+
     /* No sink: errors are dropped, the result is still NULL. */
     assert_null(dm_conf_load(missing, NULL));
     assert_null(dm_conf_load_string("x", 1, "t.yaml", NULL));

@@ -80,6 +80,14 @@ class ConfigCheckTest(H.DimmerTest):
         self.assertNotEqual(r.returncode, 0)
         self.assertIn(b"none.yaml", r.stderr)
 
+    def test_check_refuses_a_fifo_or_device_for_config(self):
+        fifo = self.path("fifo.yaml")
+        os.mkfifo(fifo)
+        for path in (fifo, "/dev/zero"):
+            r = run([H.DIMMER, "-t", "-c", path], timeout=10)
+            self.assertEqual(r.returncode, 1, r.stderr)
+            self.assertEqual(r.stderr.decode(), "%s: cannot read: not a regular file\n" % path)
+
     def test_bad_config_does_not_listen(self):
         conf = self.write_config(BAD_CONFIG.format(port=0), "bad.yaml")
         ports_file = self.path("bad.ports")
@@ -298,6 +306,23 @@ class RunTest(H.DimmerTest):
             f.write(H.yaml_config(0, {"web": self.pool(self.b2)}, admin=0))
         d.proc.signal(signal.SIGHUP)
         H.wait_until(lambda: self.backend_of_new_connection(d) == "b2", 5, "the good reload")
+
+    def test_sighup_with_a_fifo_for_config_keeps_running_config(self):
+        # A config path that became a FIFO (or a device) is refused at once:
+        # the reload runs on the control thread, which waited for a writer
+        # forever, and then heard no SIGTERM and ran no health check.
+        d = self.start_dimmer({"web": self.pool(self.b1)})
+        os.unlink(d.conf_path)
+        os.mkfifo(d.conf_path)
+        d.proc.signal(signal.SIGHUP)
+        H.wait_until(lambda: "not a regular file" in d.proc.stderr(), 5,
+                     "the reload error in the log")
+        self.assertIn("reload failed", d.proc.stderr())
+        self.assertIn("%s: cannot read: not a regular file" % d.conf_path, d.proc.stderr())
+        self.assertEqual(d.admin_stats()["generation"], 1)
+        self.assertEqual({self.backend_of_new_connection(d) for _ in range(3)}, {"b1"})
+        d.proc.signal(signal.SIGTERM)
+        self.assertEqual(d.proc.wait(5), 0)
 
     def test_sigterm_drains_in_flight_request(self):
         d = self.start_dimmer({"web": self.pool(self.b1)}, timeouts={"shutdown": "8s"})
