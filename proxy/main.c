@@ -648,6 +648,7 @@ main(int argc, char **argv)
     const char *listen = NULL;
     const char *backends = NULL;
     const char *ports_file = NULL;
+    const char *workers_text = NULL;
     long workers_arg = -1;
     bool test_only = false;
     /* SIGHUP and SIGUSR1 wait until their handlers are in (below): one sent
@@ -661,24 +662,29 @@ main(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         bool has_next = i + 1 < argc;
-        if ((strcmp(a, "-c") == 0 || strcmp(a, "--config") == 0) && has_next) {
-            conf_path = argv[++i];
-        } else if (strcmp(a, "-t") == 0 || strcmp(a, "--test") == 0) {
-            test_only = true;
-        } else if (strcmp(a, "--listen") == 0 && has_next) {
-            listen = argv[++i];
-        } else if (strcmp(a, "--backend") == 0 && has_next) {
-            backends = argv[++i];
-        } else if (strcmp(a, "--ports-file") == 0 && has_next) {
-            ports_file = argv[++i];
-        } else if (strcmp(a, "--workers") == 0 && has_next) {
-            char *end = NULL;
-            workers_arg = strtol(argv[++i], &end, 10);
-            if (*end != 0 || workers_arg < 1 || workers_arg > 1024) {
-                /* The config's own bound (workers: 1..1024). */
-                fprintf(stderr, "dimmer: --workers: expected 1..1024, got \"%s\"\n", argv[i]);
+        const char **slot = NULL;
+        if (strcmp(a, "-c") == 0 || strcmp(a, "--config") == 0) {
+            slot = &conf_path;
+        } else if (strcmp(a, "--listen") == 0) {
+            slot = &listen;
+        } else if (strcmp(a, "--backend") == 0) {
+            slot = &backends;
+        } else if (strcmp(a, "--ports-file") == 0) {
+            slot = &ports_file;
+        } else if (strcmp(a, "--workers") == 0) {
+            slot = &workers_text;
+        }
+        if (slot != NULL && has_next) {
+            /* A second one would silently replace the first: HAProxy loads
+             * every -f, and --backend a --backend b reads as two servers. */
+            if (*slot != NULL) {
+                fprintf(stderr, "dimmer: %s given twice%s\n", a,
+                        slot == &backends ? " (give one, the addresses separated by commas)" : "");
                 return 2;
             }
+            *slot = argv[++i];
+        } else if (strcmp(a, "-t") == 0 || strcmp(a, "--test") == 0) {
+            test_only = true;
         } else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
             usage(stdout);
             return 0;
@@ -690,6 +696,20 @@ main(int argc, char **argv)
             usage(stderr);
             return 2;
         }
+    }
+    if (workers_text != NULL) {
+        /* Digits only, as the config's workers (strtol took " 4" and "+4"). */
+        size_t nd = strspn(workers_text, "0123456789");
+        workers_arg = nd > 0 && nd <= 4 && workers_text[nd] == '\0' ? atol(workers_text) : 0;
+        if (workers_arg < 1 || workers_arg > 1024) {
+            /* The config's own bound (workers: 1..1024). */
+            fprintf(stderr, "dimmer: --workers: expected 1..1024, got \"%s\"\n", workers_text);
+            return 2;
+        }
+    }
+    if (conf_path != NULL && *conf_path == '\0') {
+        fprintf(stderr, "dimmer: -c: empty file name\n");
+        return 2;
     }
     struct dm_conf_errors err = { 0 };
     struct dm_conf *conf = NULL;

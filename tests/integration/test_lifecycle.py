@@ -111,6 +111,20 @@ class ConfigCheckTest(H.DimmerTest):
         self.assert_usage_error(H.DIMMER, ["-c", conf, "--listen", "127.0.0.1:0", "--backend",
                                            "127.0.0.1:1"], "not both")
         self.assert_usage_error(H.DIMMER, ["-c", conf, "--workers", "1025"], "1..1024")
+        for bad in (" 4", "+4", "", "4x"):
+            self.assert_usage_error(H.DIMMER, ["-t", "-c", conf, "--workers", bad], "1..1024")
+        # A repeated option silently replaced the first: HAProxy loads every
+        # -f, and --backend a --backend b reads as two servers.
+        for args, what in ((["-c", conf, "-c", conf], "-c given twice"),
+                           (["-c", conf, "--config", conf], "--config given twice"),
+                           (["-c", conf, "--workers", "1", "--workers", "2"],
+                            "--workers given twice"),
+                           (["--listen", "127.0.0.1:0", "--listen", "127.0.0.1:0",
+                             "--backend", "127.0.0.1:1"], "--listen given twice"),
+                           (["--listen", "127.0.0.1:0", "--backend", "127.0.0.1:1",
+                             "--backend", "127.0.0.1:2"], "separated by commas")):
+            self.assert_usage_error(H.DIMMER, ["-t"] + args, what)
+        self.assert_usage_error(H.DIMMER, ["-t", "-c", ""], "-c: empty file name")
         r = run([H.DIMMER, "--listen", "127.0.0.1:0", "--backend", "x"])
         self.assertNotEqual(r.returncode, 0)
         self.assertIn(b'--backend: bad address "x"', r.stderr)
