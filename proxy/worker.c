@@ -257,9 +257,44 @@ flush_cb(uv_check_t *h)
 
 /* ---- listeners ---- */
 
+/*
+ * -EADDRINUSE when something listens on addr already, else 0. With
+ * SO_REUSEPORT on both sides, a second dimmer (or any server that sets it)
+ * on the same address would bind too, silently, and each would get some of
+ * the connections: bind once without it first, as nginx binds, and refuse.
+ */
+static int
+address_in_use(const struct sockaddr *addr, socklen_t len)
+{
+    in_port_t port = addr->sa_family == AF_INET6 ? ((const struct sockaddr_in6 *)addr)->sin6_port
+                                                 : ((const struct sockaddr_in *)addr)->sin_port;
+    if (port == 0) {
+        return 0; /* the kernel picks a free one */
+    }
+    int fd = socket(addr->sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        return 0; /* the real bind reports what is wrong */
+    }
+    int one = 1;
+    int r = 0;
+    /* SO_REUSEADDR: a connection of an earlier run in TIME_WAIT is no listener. */
+    if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) == 0 &&
+        bind(fd, addr, len) < 0 && errno == EADDRINUSE) {
+        r = -EADDRINUSE;
+    }
+    close(fd);
+    return r;
+}
+
 int
 dm_listen_socket(const struct sockaddr *addr, int backlog, struct sockaddr_storage *bound)
 {
+    socklen_t len =
+        addr->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+    /* The first socket of an address (bound asked for): the others share its port. */
+    if (bound != NULL && address_in_use(addr, len) < 0) {
+        return -EADDRINUSE;
+    }
     int fd = socket(addr->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) {
         return -errno;
@@ -272,8 +307,6 @@ dm_listen_socket(const struct sockaddr *addr, int backlog, struct sockaddr_stora
         close(fd);
         return -e;
     }
-    socklen_t len =
-        addr->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
     if (bind(fd, addr, len) < 0 || listen(fd, backlog) < 0) {
         int e = errno;
         close(fd);

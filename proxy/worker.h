@@ -21,8 +21,10 @@ struct dm_runtime;
 /*
  * Opens a listening socket on addr with SO_REUSEPORT set before bind, so every
  * worker can have its own. When bound is not NULL, it receives the address
- * the socket is bound to (with port 0 in addr: the port the kernel picked).
- * Returns the fd or -errno.
+ * the socket is bound to (with port 0 in addr: the port the kernel picked);
+ * and, as the first socket of its address, it is refused with -EADDRINUSE
+ * when something listens there already (SO_REUSEPORT would share the port
+ * with another process silently). Returns the fd or -errno.
  */
 int dm_listen_socket(const struct sockaddr *addr, int backlog, struct sockaddr_storage *bound);
 

@@ -139,6 +139,30 @@ class PortZeroTest(H.DimmerTest):
             with open(d.ports_file) as f:
                 self.assertIn("listen [::1]:0 [::1]:%d\n" % d.ports[2], f.read())
 
+    def test_an_address_another_process_listens_on_stops_the_start(self):
+        # SO_REUSEPORT on both sides let a second dimmer bind the first's
+        # port too, silently, each then getting some of the connections
+        # (nginx, which binds without it, refuses: Address already in use).
+        d = self.start_dimmer({"web": self.pool(self.b1)}, workers=2)
+        p = self.start_proc("dimmer-second", [H.DIMMER, "--listen", "127.0.0.1:%d" % d.port,
+                                              "--backend", "127.0.0.1:%d" % self.b1.port,
+                                              "--ports-file", self.path("second.ports")])
+        self.assertEqual(p.wait(10), 1)
+        self.assertIn("cannot listen on 127.0.0.1:%d" % d.port, p.stderr())
+        self.assertIn("Address already in use", p.stderr())
+        self.assertFalse(os.path.exists(self.path("second.ports")))
+        conf = self.write_config(H.yaml_config(0, {"web": self.pool(self.b1)}, admin=d.admin),
+                                 "second.yaml")
+        p = self.start_proc("dimmer-second-admin", [H.DIMMER, "-c", conf])
+        self.assertEqual(p.wait(10), 1)
+        self.assertIn("cannot listen on admin address 127.0.0.1:%d: Address already in use"
+                      % d.admin, p.stderr())
+        # The first one has every connection still.
+        self.assertEqual(listening_sockets(d.proc.pid, d.port), 2)
+        for i in range(10):
+            self.assertEqual(H.get(d.port, "/bytes/5").status, 200, "connection %d" % i)
+        H.wait_until(lambda: d.servers()["b1"]["requests"] == 10, 5, "10 requests counted")
+
     def test_unwritable_ports_file_stops_the_start(self):
         ports_file = self.path("no-such-dir/ports")
         p = self.start_proc("dimmer-nofile", [H.DIMMER, "--listen", "127.0.0.1:0", "--backend",

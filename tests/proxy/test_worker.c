@@ -78,7 +78,18 @@ test_listen_socket_reports_the_port_it_got(void **state)
     int fd2 = dm_listen_socket((struct sockaddr *)&bound, 16, NULL);
     assert_true(fd2 >= 0);
     assert_int_equal(fd_port(fd2), port_of(&bound));
+
+    /* But the first socket of an address (bound asked for) on a port that
+     * something listens on already is refused: a second dimmer would share
+     * it silently, each getting some of the connections. */
+    struct sockaddr_storage again;
+    assert_int_equal(dm_listen_socket((struct sockaddr *)&bound, 16, &again), -EADDRINUSE);
     close(fd2);
+    close(fd);
+    /* Once nothing listens there, the port is free again. */
+    fd = dm_listen_socket((struct sockaddr *)&bound, 16, &again);
+    assert_true(fd >= 0);
+    assert_int_equal(port_of(&again), port_of(&bound));
     close(fd);
     free(a.text);
 }
