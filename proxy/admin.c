@@ -1210,7 +1210,10 @@ dm_admin_start(uv_loop_t *loop, const struct dm_conf_addr *addr, struct sockaddr
     if (a == NULL) {
         goto fail;
     }
-    int fd = dm_listen_socket((const struct sockaddr *)&addr->sa, 128, bound);
+    int fd = dm_listen_probe((const struct sockaddr *)&addr->sa);
+    if (fd == 0) {
+        fd = dm_listen_socket((const struct sockaddr *)&addr->sa, 128, bound);
+    }
     if (fd < 0) {
         r = fd;
         goto free_admin;

@@ -263,9 +263,11 @@ flush_cb(uv_check_t *h)
  * on the same address would bind too, silently, and each would get some of
  * the connections: bind once without it first, as nginx binds, and refuse.
  */
-static int
-address_in_use(const struct sockaddr *addr, socklen_t len)
+int
+dm_listen_probe(const struct sockaddr *addr)
 {
+    socklen_t len =
+        addr->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
     in_port_t port = addr->sa_family == AF_INET6 ? ((const struct sockaddr_in6 *)addr)->sin6_port
                                                  : ((const struct sockaddr_in *)addr)->sin_port;
     if (port == 0) {
@@ -289,12 +291,6 @@ address_in_use(const struct sockaddr *addr, socklen_t len)
 int
 dm_listen_socket(const struct sockaddr *addr, int backlog, struct sockaddr_storage *bound)
 {
-    socklen_t len =
-        addr->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
-    /* The first socket of an address (bound asked for): the others share its port. */
-    if (bound != NULL && address_in_use(addr, len) < 0) {
-        return -EADDRINUSE;
-    }
     int fd = socket(addr->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) {
         return -errno;
@@ -307,6 +303,8 @@ dm_listen_socket(const struct sockaddr *addr, int backlog, struct sockaddr_stora
         close(fd);
         return -e;
     }
+    socklen_t len =
+        addr->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
     if (bind(fd, addr, len) < 0 || listen(fd, backlog) < 0) {
         int e = errno;
         close(fd);
@@ -759,6 +757,15 @@ static int
 worker_listen(struct dm_worker *w, unsigned i, const struct dm_conf *cf,
               struct sockaddr_storage *bound)
 {
+    /* Every address is probed before any is bound: the config's own listeners
+     * may overlap (*:80 and 127.0.0.1:80) and share their port. */
+    for (size_t l = 0; i == 0 && l < cf->nlisteners; l++) {
+        if (dm_listen_probe((const struct sockaddr *)&cf->listeners[l].sa) < 0) {
+            dm_log_error("cannot listen on %s: %s (another process listens there)",
+                         cf->listeners[l].text, strerror(EADDRINUSE));
+            return -EADDRINUSE;
+        }
+    }
     for (size_t l = 0; l < cf->nlisteners; l++) {
         /* Port 0: worker 0 gets a free port from the kernel, the others share it. */
         struct sockaddr_storage sa = worker_listen_addr(&cf->listeners[l], i, &bound[l]);

@@ -21,12 +21,17 @@ struct dm_runtime;
 /*
  * Opens a listening socket on addr with SO_REUSEPORT set before bind, so every
  * worker can have its own. When bound is not NULL, it receives the address
- * the socket is bound to (with port 0 in addr: the port the kernel picked);
- * and, as the first socket of its address, it is refused with -EADDRINUSE
- * when something listens there already (SO_REUSEPORT would share the port
- * with another process silently). Returns the fd or -errno.
+ * the socket is bound to (with port 0 in addr: the port the kernel picked).
+ * Returns the fd or -errno.
  */
 int dm_listen_socket(const struct sockaddr *addr, int backlog, struct sockaddr_storage *bound);
+
+/*
+ * -EADDRINUSE when another socket listens on addr already (a port of 0: never),
+ * else 0: SO_REUSEPORT would share the port with another process silently,
+ * so each address is probed once before its first socket is bound.
+ */
+int dm_listen_probe(const struct sockaddr *addr);
 
 /* Enough bytes for any text of dm_addr_text(), "[v6%scope]:port" included. */
 #define DM_ADDR_TEXT 96

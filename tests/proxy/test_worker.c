@@ -79,14 +79,15 @@ test_listen_socket_reports_the_port_it_got(void **state)
     assert_true(fd2 >= 0);
     assert_int_equal(fd_port(fd2), port_of(&bound));
 
-    /* But the first socket of an address (bound asked for) on a port that
-     * something listens on already is refused: a second dimmer would share
-     * it silently, each getting some of the connections. */
-    struct sockaddr_storage again;
-    assert_int_equal(dm_listen_socket((struct sockaddr *)&bound, 16, &again), -EADDRINUSE);
+    /* But the probe before an address's first socket finds something
+     * listening there: a second dimmer would share the port silently, each
+     * getting some of the connections. */
+    assert_int_equal(dm_listen_probe((struct sockaddr *)&bound), -EADDRINUSE);
     close(fd2);
     close(fd);
     /* Once nothing listens there, the port is free again. */
+    assert_int_equal(dm_listen_probe((struct sockaddr *)&bound), 0);
+    struct sockaddr_storage again;
     fd = dm_listen_socket((struct sockaddr *)&bound, 16, &again);
     assert_true(fd >= 0);
     assert_int_equal(port_of(&again), port_of(&bound));
