@@ -441,6 +441,13 @@ dm_conf_walk(struct dm_conf_loader *ld, const yaml_node_t *map, bool null_ok,
             vals[i] = dm_conf_node(ld, p->value);
             continue;
         }
+        if (strcmp(key, "<<") == 0) {
+            /* YAML 1.1's merge key, which libyaml leaves to the application. */
+            dm_conf_fail_at(ld, k,
+                            "merge keys (<<) are not supported: write the keys out "
+                            "(an alias may stand for a whole value)");
+            continue;
+        }
         near = dm_conf_suggest(key, known, n);
         if (near != NULL) {
             dm_conf_fail_at(ld, k, "unknown key %s (did you mean \"%s\"?)",

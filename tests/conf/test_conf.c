@@ -663,6 +663,15 @@ test_unknown_keys_suggest_the_nearest_known_key(void **state)
                  "t.yaml:7:9: unknown key \"wieght\" (did you mean \"weight\"?)");
     expect_error(LISTEN POOL_WEB "colour: red\n", "t.yaml:7:1: unknown key \"colour\"");
     expect_error(LISTEN POOL_WEB "limits: {bytes: 1}\n", "t.yaml:7:10: unknown key \"bytes\"");
+    /* A merge key is named as such, not as a key that might be misspelt. */
+    expect_errors(LISTEN POOL_WEB "t: &t {connect: 1s}\ntimeouts:\n  <<: *t\n",
+                  (const char *const[]){ "t.yaml:7:1: unknown key \"t\"",
+                                         "t.yaml:9:3: merge keys (<<) are not supported: write "
+                                         "the keys out (an alias may stand for a whole value)",
+                                         NULL });
+    expect_error(LISTEN POOL_WEB "timeouts:\n  <<: {connect: 1s}\n",
+                 "t.yaml:8:3: merge keys (<<) are not supported: write the keys out (an alias "
+                 "may stand for a whole value)");
 }
 
 static void
