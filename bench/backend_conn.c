@@ -835,7 +835,7 @@ bad_request(struct dm_backend_conn *c, int status, const char *why)
     c->r = (struct dm_backend_resp){ 0 };
     c->r.close_after = true;
     char body[128];
-    int n = snprintf(body, sizeof body, "bad request: %s\n", why);
+    int n = snprintf(body, sizeof body, "%s%s\n", status < 500 ? "bad request: " : "", why);
     dm_backend_respond_text(c, status, "text/plain", body, (size_t)n, NULL);
     dm_backend_begin_shutdown(c);
 }
@@ -905,6 +905,10 @@ parse_http(struct dm_backend_conn *c)
             /* An Upgrade or CONNECT we did not take: keep speaking HTTP. */
             c->parse_off = (size_t)(llhttp_get_error_pos(&c->parser) - c->in);
             llhttp_resume_after_upgrade(&c->parser);
+        } else if (err == HPE_INVALID_METHOD) {
+            /* A method it does not implement (RFC 9110, 9.1: 501), which a
+             * proxy in front forwards: not the client's mistake. */
+            bad_request(c, 501, "method not implemented");
         } else {
             bad_request(c, 400, llhttp_errno_name(err));
         }

@@ -520,6 +520,10 @@ class ProxyTest(H.DimmerTest):
         with H.Conn(self.d2.port) as c:
             c.send(b"query /search HTTP/1.1\r\nHost: t\r\n\r\n")
             self.assertEqual(c.read_response().status, 400)
+        # The demo backend does not implement it, and says so (RFC 9110: 501).
+        r = H.request(self.d.port, "QUERY", "/bytes/5")
+        self.assertEqual((r.status, r.body), (501, b"method not implemented\n"))
+        self.assertIsNotNone(r.header("X-Backend"))
 
     def test_backend_receives_added_headers(self):
         with H.Conn(self.d.port) as c:
