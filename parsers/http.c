@@ -350,6 +350,9 @@ parse_on(struct dm_http_parser *p, const char *data, size_t len, size_t *consume
         llhttp_resume(&p->_ll);
         return p->_ev;
     }
+    if (e == HPE_PAUSED_H2_UPGRADE) {
+        p->_reason = "an HTTP/2 connection preface (PRI *): this listener speaks HTTP/1.1";
+    }
     return -1;
 }
 

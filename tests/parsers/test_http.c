@@ -1587,6 +1587,14 @@ test_a_method_llhttp_does_not_know_is_forwarded(void **state)
     assert_request_refused(LIT("QUERY\r\nHost: a\r\n\r\n"), 400);
     assert_request_refused(LIT("QU ERY / HTTP/1.1\r\nHost: a\r\n\r\n"), 400);
     assert_request_refused(LIT(" QUERY / HTTP/1.1\r\nHost: a\r\n\r\n"), 400);
+    /* PRI is llhttp's: HTTP/2's preface, refused saying what it is. */
+    struct dm_http_parser p;
+    struct dm_http_msg msg = { .fields = NULL, .max_fields = 0 };
+    p.msg = &msg;
+    dm_http_parser_init(&p, true);
+    size_t used = 0;
+    assert_true(dm_http_parse(&p, LIT("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"), &used) < 0);
+    assert_non_null(strstr(dm_http_parser_error(&p), "HTTP/2 connection preface"));
 }
 
 static void
