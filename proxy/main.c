@@ -322,6 +322,14 @@ control_close(struct control *ctl, bool signals)
             uv_unref((uv_handle_t *)&ctl->signals[i]); /* the loop may run out */
         }
     }
+    if (signals && ctl->nsignals > 0) {
+        /* Closing a handler gives its signal the default action back: a
+         * SIGHUP (systemctl reload) or SIGUSR1 (logrotate) in the rest of the
+         * exit, the workers drained, then killed dimmer, which exited on the
+         * signal, not 0, and without its last log line. */
+        signal(SIGHUP, SIG_IGN);
+        signal(SIGUSR1, SIG_IGN);
+    }
     ctl->nsignals = signals ? 0 : ctl->nsignals;
     if (ctl->watchdog_open) {
         uv_close((uv_handle_t *)&ctl->watchdog, NULL);

@@ -380,6 +380,31 @@ class RunTest(H.DimmerTest):
                 self.assertEqual(d.proc.wait(8), 0)
                 self.assertIn("info: stopped", d.proc.stderr())
 
+    def test_a_sighup_in_the_rest_of_the_exit_does_not_kill(self):
+        # Once the workers drained, the signal handlers were closed, which gave
+        # SIGHUP its default action back for the rest of the exit: a reload
+        # asked then (systemctl reload, a loop of kill -HUP) killed dimmer,
+        # which exited on the signal (129) and without "stopped". The exit is
+        # longest under the leak checker, which makes the window wide enough
+        # to hit in most rounds; SIGHUPs go out every millisecond until the exit.
+        env = {"ASAN_OPTIONS": "detect_leaks=1"}
+        for round in range(3):
+            with self.subTest(round=round):
+                conf = self.write_config(H.yaml_config(0, {"web": self.pool(self.b1)}, admin=0,
+                                                       timeouts={"shutdown": "5s"}))
+                d = self.start_dimmer_conf(conf, env=env)
+                self.assertEqual(H.get(d.port, "/bytes/10").status, 200)
+                d.proc.signal(signal.SIGTERM)
+                H.wait_until(lambda: "stopping: draining" in d.proc.stderr(), 5,
+                             "the drain to begin")
+                deadline = time.monotonic() + 20
+                while d.proc.alive() and time.monotonic() < deadline:
+                    d.proc.signal(signal.SIGHUP)
+                    time.sleep(0.001)
+                code = d.proc.wait(5)
+                self.assertEqual(code, 0, "dimmer exited %s, not 0, after its drain" % code)
+                self.assertIn("info: stopped", d.proc.stderr())
+
     def test_sigterm_closes_idle_connections_at_once(self):
         d = self.start_dimmer({"web": self.pool(self.b1)}, timeouts={"shutdown": "8s"})
         with H.Conn(d.port) as idle:
