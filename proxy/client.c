@@ -1951,6 +1951,24 @@ dm_clients_drain(struct dm_worker *w)
     }
 }
 
+size_t
+dm_clients_refuse_waiting(struct dm_worker *w)
+{
+    size_t n = 0;
+    struct dm_client *c = w->clients;
+    while (c != NULL) {
+        struct dm_client *next = c->next;
+        if (!c->closing && c->state == DM_C_CONNECT && c->req != NULL && c->req->up == NULL &&
+            !c->req->resp_started) {
+            /* Written at once (the socket takes it, or it is lost with the close). */
+            dm_client_respond_error(c, 503, "dimmer stopped before a server took the request");
+            n++;
+        }
+        c = next;
+    }
+    return n;
+}
+
 void
 dm_clients_close_all(struct dm_worker *w)
 {

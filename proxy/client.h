@@ -41,6 +41,10 @@ void dm_clients_drain(struct dm_worker *w);
 /* Closes every client connection of w, abandoning their requests. */
 void dm_clients_close_all(struct dm_worker *w);
 
+/* Answers 503 (Retry-After) every request no server took yet: queued, held
+ * for a wake, waiting for a session pass. Returns how many. */
+size_t dm_clients_refuse_waiting(struct dm_worker *w);
+
 /*
  * Holds c's request, which found no server awake, when its pool is power
  * managed with a hold queue (scale to zero): it waits, in state CONNECT,

@@ -495,8 +495,14 @@ stop_timer_cb(uv_timer_t *t)
 {
     struct dm_worker *w = t->data;
     if (w->nclients > 0) {
-        dm_log_warn("worker %u: %zu connections still open at the shutdown bound: closing them",
-                    w->id, w->nclients);
+        /* A request no server took yet (queued, held for a wake, waiting for
+         * a session pass) is answered 503 with Retry-After, not cut: it was
+         * never sent, so the client may send it again elsewhere. */
+        size_t open = w->nclients;
+        size_t refused = dm_clients_refuse_waiting(w);
+        dm_log_warn("worker %u: %zu connections still open at the shutdown bound: closing them "
+                    "(answered 503, as no server took their request: %zu)",
+                    w->id, open, refused);
     }
     worker_finish(w);
 }

@@ -429,6 +429,27 @@ class RunTest(H.DimmerTest):
             self.assertLess(took, 3, "exit took %.2fs with shutdown: 300ms" % took)
             self.assertTrue(slow.closed_by_peer(2))
 
+    def test_a_request_no_server_took_is_answered_503_at_the_shutdown_bound(self):
+        # One place on the server: the second request waits in the queue.
+        # At the bound it was cut with its connection; never sent, it is
+        # answered 503 (Retry-After), so the client may send it elsewhere.
+        pool = {"servers": [(self.b1.name, self.b1.port, {"max_conns": 1})]}
+        d = self.start_dimmer({"web": pool}, timeouts={"shutdown": "300ms", "queue": "60s"})
+        with H.Conn(d.port, timeout=10) as slow, H.Conn(d.port, timeout=10) as queued:
+            slow.send(H.build_request("GET", "/slow/5000"))
+            H.wait_until(lambda: d.servers()["b1"]["inflight"] == 1, 5, "the slow request")
+            queued.send(H.build_request("GET", "/bytes/3"))
+            H.wait_until(lambda: d.admin_stats()["pools"][0]["queue"]["now"] == 1, 5,
+                         "the second request queued")
+            d.proc.signal(signal.SIGTERM)
+            r = queued.read_response()
+            self.assertEqual(r.status, 503, r.body)
+            self.assertEqual(r.header("Retry-After"), "1")
+            self.assertIn(b"dimmer stopped before a server took the request", r.body)
+            self.assertEqual(d.proc.wait(4), 0)
+            self.assertTrue(slow.closed_by_peer(2))
+        self.assertIn("(answered 503, as no server took their request: 1)", d.proc.stderr())
+
     def test_admin_connections_do_not_hold_the_stop(self):
         # One admin connection with half a request and one with nothing: a stop
         # does not wait for them (it waited until they closed).
