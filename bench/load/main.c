@@ -116,6 +116,20 @@ parse_number(const char *opt, const char *v, double lo, double hi)
     return d;
 }
 
+/* A whole number from lo to hi, digits only: a count is never rounded or cut. */
+static uint64_t
+parse_count(const char *opt, const char *v, uint64_t lo, uint64_t hi)
+{
+    char *end;
+    errno = 0;
+    unsigned long long n = v[0] >= '0' && v[0] <= '9' ? strtoull(v, &end, 10) : 0;
+    if (v[0] < '0' || v[0] > '9' || errno != 0 || *end != 0 || n < lo || n > hi) {
+        die_usage("%s: expected a whole number from %llu to %llu, got \"%s\"", opt,
+                  (unsigned long long)lo, (unsigned long long)hi, v);
+    }
+    return (uint64_t)n;
+}
+
 /* Seconds, with an optional s, m or h suffix. */
 static double
 parse_seconds(const char *opt, const char *v)
@@ -460,7 +474,7 @@ parse_args(int argc, char **argv, struct dm_load_opts *o, struct outputs *out)
             o->rate = parse_number(a, v, 0.001, 1e8);
         } else if (strcmp(a, "-c") == 0) {
             VALUE();
-            o->conns = (unsigned)parse_number(a, v, 1, 100000);
+            o->conns = (unsigned)parse_count(a, v, 1, 100000);
             have_c = true;
         } else if (strcmp(a, "-d") == 0) {
             VALUE();
@@ -480,13 +494,13 @@ parse_args(int argc, char **argv, struct dm_load_opts *o, struct outputs *out)
             ramp = parse_number(a, v, 0, 1e6);
         } else if (strcmp(a, "--conns-per-user") == 0) {
             VALUE();
-            o->conns_per_user = (unsigned)parse_number(a, v, 1, DM_LOAD_MAX_CPU);
+            o->conns_per_user = (unsigned)parse_count(a, v, 1, DM_LOAD_MAX_CPU);
         } else if (strcmp(a, "--think") == 0) {
             VALUE();
             o->think_ms = parse_number(a, v, 0, 1e9);
         } else if (strcmp(a, "--session-pages") == 0) {
             VALUE();
-            o->session_pages = (unsigned)parse_number(a, v, 0, 1e9);
+            o->session_pages = (unsigned)parse_count(a, v, 0, 1000000000);
         } else if (strcmp(a, "--session-time") == 0) {
             VALUE();
             o->session_s = parse_number(a, v, 0, 1e9);
@@ -495,7 +509,7 @@ parse_args(int argc, char **argv, struct dm_load_opts *o, struct outputs *out)
             o->keepalive_ms = (uint64_t)parse_number(a, v, 0, 1e9);
         } else if (strcmp(a, "--pages") == 0) {
             VALUE();
-            o->site_pages = (unsigned)parse_number(a, v, 1, 100000);
+            o->site_pages = (unsigned)parse_count(a, v, 1, 100000);
         } else if (strcmp(a, "--urls") == 0) {
             VALUE();
             urls = v;
@@ -509,10 +523,10 @@ parse_args(int argc, char **argv, struct dm_load_opts *o, struct outputs *out)
             o->scan = false;
         } else if (strcmp(a, "--scan-limit") == 0) {
             VALUE();
-            o->scan_limit = (uint64_t)parse_number(a, v, 0, 1e15);
+            o->scan_limit = parse_count(a, v, 0, 1000000000000000ull);
         } else if (strcmp(a, "--threads") == 0) {
             VALUE();
-            o->threads = (unsigned)parse_number(a, v, 1, 256);
+            o->threads = (unsigned)parse_count(a, v, 1, 256);
         } else if (strcmp(a, "--timeout") == 0) {
             VALUE();
             o->timeout_ms = (uint64_t)parse_number(a, v, 0, 1e9);
@@ -527,7 +541,7 @@ parse_args(int argc, char **argv, struct dm_load_opts *o, struct outputs *out)
             o->bounds.tolerable_us = (uint64_t)(parse_number(a, v, 0.001, 1e9) * 1000);
         } else if (strcmp(a, "--seed") == 0) {
             VALUE();
-            o->seed = (uint64_t)parse_number(a, v, 0, 1e18);
+            o->seed = parse_count(a, v, 0, 1000000000000000000ull);
         } else if (strcmp(a, "--csv") == 0) {
             VALUE();
             out->csv = v;

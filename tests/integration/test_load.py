@@ -270,6 +270,10 @@ class LoadTest(H.DimmerTest):
                            (["--urls", self.pattern("/a\x01b\n", "urls.txt"), "http://127.0.0.1:1/"],
                             "urls.txt:1"),
                            (["http://user@127.0.0.1:1/"], "user name"),
+                           # A count is whole: 2.5 was cut to 2, a seed over 2^53 rounded.
+                           (["-c", "2.5", "http://127.0.0.1:1/"], "-c: expected a whole number"),
+                           (["--seed", "9007199254740993.0", "http://127.0.0.1:1/"],
+                            "--seed: expected a whole number"),
                            ([], "no URL")):
             self.assert_usage_error(H.DIMMER_LOAD, args, what)
 
