@@ -18,6 +18,7 @@
 
 #include "balancers/hosts.h"
 #include "parsers/catalog.h"
+#include "proxy/inherit.h"
 #include "proxy/internal.h"
 #include "proxy/log.h"
 #include "proxy/metrics.h"
@@ -1210,8 +1211,15 @@ dm_admin_start(uv_loop_t *loop, const struct dm_conf_addr *addr, struct sockaddr
     if (a == NULL) {
         goto fail;
     }
-    int fd = dm_listen_probe((const struct sockaddr *)&addr->sa);
-    if (fd == 0) {
+    /* One handed over by the process this one replaces listens already. */
+    int fd = -1;
+    socklen_t blen = sizeof(*bound);
+    if (dm_inherit_take(dm_inherited, DM_INHERIT_ADMIN, addr->text, &fd, 1) == 1) {
+        memset(bound, 0, sizeof(*bound));
+        if (getsockname(fd, (struct sockaddr *)bound, &blen) < 0) {
+            fd = -errno;
+        }
+    } else if ((fd = dm_listen_probe((const struct sockaddr *)&addr->sa)) == 0) {
         fd = dm_listen_socket((const struct sockaddr *)&addr->sa, 128, bound);
     }
     if (fd < 0) {
@@ -1309,4 +1317,11 @@ dm_admin_stop(struct dm_admin *a)
     }
     a->timer_open = false;
     uv_close((uv_handle_t *)&a->timer, timer_closed);
+}
+
+int
+dm_admin_fd(const struct dm_admin *a)
+{
+    uv_os_fd_t fd = -1;
+    return a != NULL && uv_fileno((const uv_handle_t *)&a->tcp, &fd) == 0 ? fd : -1;
 }

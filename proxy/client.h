@@ -35,7 +35,12 @@ struct dm_worker;
  */
 int dm_client_accept(struct dm_worker *w, uv_stream_t *listener);
 
-/* Graceful stop: closes idle connections, the others after their response. */
+/*
+ * Graceful stop: closes idle keep-alive connections, the others after their
+ * response; a connection with no request served yet, or with one waiting
+ * in its socket, gets that request answered first (a second at most for
+ * one still to come).
+ */
 void dm_clients_drain(struct dm_worker *w);
 
 /* Closes every client connection of w, abandoning their requests. */

@@ -319,11 +319,17 @@ struct dm_worker {
     bool tls_idle_ready;
     char up_why[200]; /* why a server connection failed, for the request's log line */
     unsigned ticks;
+    /* The listening sockets: one per configured listener, or those handed
+     * over by the process this one replaced (proxy/inherit.h), which may be
+     * more or fewer; lof[] says which listener each belongs to. */
     uv_tcp_t *listeners;
-    bool *held; /* per listener: a connection left pending at max_conns (libuv holds its fd) */
+    bool *held;  /* per socket: a connection left pending at max_conns (libuv holds its fd) */
+    size_t *lof; /* per socket: its listener */
+    int *hfd;    /* per socket: its descriptor, fixed before the thread runs */
+    size_t nhandles;
     struct dm_lst_stats *lstats; /* per listener */
     size_t nlisteners;
-    size_t held_next;      /* the listener to resume first, so none starves */
+    size_t held_next;      /* the socket to resume first, so none starves */
     struct dm_runtime *rt; /* the runtime this worker last saw */
     struct dm_rng rng;
     struct dm_buf *free_bufs; /* read buffers (rt->buf_cap) */
@@ -374,6 +380,8 @@ struct dm_admin;
 struct dm_admin *dm_admin_start(uv_loop_t *loop, const struct dm_conf_addr *addr,
                                 struct sockaddr_storage *bound, int *err);
 void dm_admin_stop(struct dm_admin *a);
+/* The admin listener's descriptor (for the process that replaces this one), or -1. */
+int dm_admin_fd(const struct dm_admin *a);
 /*
  * The hosts and the running workers that the admin's commands address (after
  * dm_workers_start(); NULL workers: commands answer 503).

@@ -25,6 +25,7 @@
 #include "parsers/catalog.h"
 #include "proxy/accesslog.h"
 #include "proxy/health.h"
+#include "proxy/inherit.h"
 #include "proxy/internal.h"
 #include "proxy/log.h"
 #include "proxy/peers.h"
@@ -32,11 +33,13 @@
 #include "proxy/session.h"
 #include "proxy/worker.h"
 
-#define DM_SESSIONS_TICK_MS 10 /* how often the session placers' batch windows are looked at */
+#define DM_SESSIONS_TICK_MS 10
+/* How long the new process of a SIGUSR2 may take to be ready (a big catalog loads). */
+#define DM_UPGRADE_READY_S 60 /* how often the session placers' batch windows are looked at */
 
 struct control {
     uv_loop_t *loop;
-    uv_signal_t signals[5];  /* handled_signals[] */
+    uv_signal_t signals[6];  /* handled_signals[] */
     unsigned nsignals;       /* initialized and not closed */
     struct dm_runtime *rt;   /* live runtime (our reference) */
     struct dm_runtime *prev; /* the one before, kept until the next reload */
@@ -44,6 +47,16 @@ struct control {
     char **bound_text;
     bool *bound_tls;
     size_t nbound;
+    char *admin_text; /* the admin and metrics listeners' addresses as written at start */
+    char *metrics_text;
+    char **argv;          /* as started: SIGUSR2 starts the program of argv[0] again */
+    uv_process_t upgrade; /* SIGUSR2: the new process, until it is ready or gone */
+    bool upgrade_open;
+    uv_pipe_t upgrade_pipe; /* on which it says it is ready */
+    bool upgrade_pipe_open;
+    uv_timer_t upgrade_timer; /* bounds how long it may take */
+    bool upgrade_timer_open;
+    char upgrade_byte;
     struct dm_servers **servers;
     struct dm_servers **old_servers;
     struct dm_health *health;
@@ -73,7 +86,7 @@ struct control {
 
 /* SIGQUIT stops gracefully too, as nginx's; while dimmer drains, each is
  * still handled (taken and set aside), never the default action's kill. */
-static const int handled_signals[5] = { SIGTERM, SIGINT, SIGQUIT, SIGHUP, SIGUSR1 };
+static const int handled_signals[6] = { SIGTERM, SIGINT, SIGQUIT, SIGHUP, SIGUSR1, SIGUSR2 };
 
 static void
 usage(FILE *f)
@@ -94,7 +107,9 @@ usage(FILE *f)
                "                      configured; port 0 binds a free port)\n"
                "  -v, --version       print the version\n"
                "signals: SIGHUP reloads the configuration, SIGTERM drains and stops, SIGUSR1\n"
-               "reopens the error and access logs (after logrotate moved them)\n");
+               "reopens the error and access logs (after logrotate moved them), SIGUSR2\n"
+               "starts the program again (a new binary at the same path) with the listening\n"
+               "sockets open, and drains and stops once it is ready\n");
 }
 
 static void
@@ -231,23 +246,25 @@ reload_conf(struct control *ctl)
                 i < conf->nlisteners && conf->listener_tls != NULL && conf->listener_tls[i] != NULL;
             if (!same && (had || has)) {
                 dm_log_error("reload failed, keeping the running configuration: listener %s "
-                             "(TLS) moved or changed; listener changes need a restart",
+                             "(TLS) moved or changed; listener changes need a restart or SIGUSR2",
                              ctl->bound_text[i] != NULL ? ctl->bound_text[i] : "?");
                 dm_conf_destroy(conf);
                 return;
             }
         }
-        dm_log_warn("reload: listener changes take effect at the next restart");
+        dm_log_warn("reload: listener changes take effect at the next restart or SIGUSR2");
     }
     if (!same_text(conf->admin.text, ctl->rt->conf->admin.text)) {
-        dm_log_warn("reload: admin listener changes take effect at the next restart");
+        dm_log_warn("reload: admin listener changes take effect at the next restart or SIGUSR2");
     }
     if (!same_text(conf->metrics.text, ctl->rt->conf->metrics.text)) {
-        dm_log_warn("reload: power metrics listener changes take effect at the next restart");
+        dm_log_warn(
+            "reload: power metrics listener changes take effect at the next restart or SIGUSR2");
     }
     const struct dm_conf *was = ctl->rt->conf;
     if (conf->workers != was->workers) {
-        dm_log_warn("reload: workers take effect at the next restart (%u running)", ctl->nworkers);
+        dm_log_warn("reload: workers take effect at the next restart or SIGUSR2 (%u running)",
+                    ctl->nworkers);
     }
     if (conf->catalog.memory != was->catalog.memory) {
         dm_log_warn("reload: catalog.memory takes effect at the next restart");
@@ -297,9 +314,12 @@ reload_conf(struct control *ctl)
  * signal must not get its default action (SIGHUP, SIGUSR1 and a second
  * SIGTERM killed dimmer in the middle of its drain).
  */
+static void upgrade_end(struct control *ctl);
+
 static void
 control_close(struct control *ctl, bool signals)
 {
+    upgrade_end(ctl); /* a new process not ready yet runs on alone */
     dm_admin_stop(ctl->admin);
     ctl->admin = NULL;
     dm_power_stop(ctl->power);
@@ -329,6 +349,7 @@ control_close(struct control *ctl, bool signals)
          * signal, not 0, and without its last log line. */
         signal(SIGHUP, SIG_IGN);
         signal(SIGUSR1, SIG_IGN);
+        signal(SIGUSR2, SIG_IGN);
     }
     ctl->nsignals = signals ? 0 : ctl->nsignals;
     if (ctl->watchdog_open) {
@@ -517,6 +538,244 @@ on_reload(uv_timer_t *t)
     reload(t->data);
 }
 
+/* ---- SIGUSR2: a new process takes over the listening sockets ---- */
+
+static void
+upgrade_handle_closed(uv_handle_t *h)
+{
+    (void)h;
+}
+
+/* Closes what the upgrade has open; the new process, detached, runs on. */
+static void
+upgrade_end(struct control *ctl)
+{
+    if (ctl->upgrade_pipe_open) {
+        uv_close((uv_handle_t *)&ctl->upgrade_pipe, upgrade_handle_closed);
+        ctl->upgrade_pipe_open = false;
+    }
+    if (ctl->upgrade_timer_open) {
+        uv_close((uv_handle_t *)&ctl->upgrade_timer, upgrade_handle_closed);
+        ctl->upgrade_timer_open = false;
+    }
+    if (ctl->upgrade_open) {
+        uv_close((uv_handle_t *)&ctl->upgrade, upgrade_handle_closed);
+        ctl->upgrade_open = false;
+    }
+}
+
+static void
+upgrade_exited(uv_process_t *p, int64_t status, int signum)
+{
+    struct control *ctl = p->data;
+    if (signum != 0) {
+        dm_log_error("SIGUSR2: the new process (pid %d) was killed by %s before it was ready: "
+                     "this one serves on",
+                     p->pid, strsignal(signum));
+    } else {
+        dm_log_error("SIGUSR2: the new process (pid %d) exited with status %lld before it was "
+                     "ready (its error is above or in its log): this one serves on",
+                     p->pid, (long long)status);
+    }
+    upgrade_end(ctl);
+}
+
+static void
+upgrade_alloc(uv_handle_t *h, size_t size, uv_buf_t *buf)
+{
+    struct control *ctl = h->data;
+    (void)size;
+    *buf = uv_buf_init(&ctl->upgrade_byte, 1);
+}
+
+/* The new process said it is ready, or closed the pipe (it exits: see upgrade_exited). */
+static void
+upgrade_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
+{
+    struct control *ctl = s->data;
+    (void)buf;
+    if (nread == 0) {
+        return;
+    }
+    uv_close((uv_handle_t *)&ctl->upgrade_pipe, upgrade_handle_closed);
+    ctl->upgrade_pipe_open = false;
+    if (nread < 0 || ctl->upgrade_byte != 'R' || ctl->stopping) {
+        return;
+    }
+    int pid = ctl->upgrade.pid;
+    dm_log_info("SIGUSR2: the new process (pid %d) is ready: this one drains and stops", pid);
+    /* systemd follows the new one (the old is the main process, whose word counts). */
+    sd_notifyf(0, "MAINPID=%d", pid);
+    upgrade_end(ctl);
+    stop(ctl);
+}
+
+static void
+upgrade_timeout(uv_timer_t *t)
+{
+    struct control *ctl = t->data;
+    if (ctl->upgrade_open) {
+        dm_log_error("SIGUSR2: the new process (pid %d) was not ready within %d s: it is asked "
+                     "to stop (SIGTERM), and this one serves on",
+                     ctl->upgrade.pid, DM_UPGRADE_READY_S);
+        uv_process_kill(&ctl->upgrade, SIGTERM);
+    }
+}
+
+/* The environment of the new process: ours, DIMMER_INHERIT set, WATCHDOG_PID
+ * left out (systemd's watchdog would not be fed by a process of another pid). */
+static char **
+upgrade_env(char *inherit)
+{
+    size_t n = 0;
+    while (environ[n] != NULL) {
+        n++;
+    }
+    char **env = calloc(n + 2, sizeof(*env));
+    size_t k = 0;
+    for (size_t i = 0; env != NULL && i < n; i++) {
+        if (strncmp(environ[i], DM_INHERIT_ENV "=", sizeof(DM_INHERIT_ENV)) != 0 &&
+            strncmp(environ[i], "WATCHDOG_PID=", 13) != 0) {
+            env[k++] = environ[i];
+        }
+    }
+    if (env != NULL) {
+        env[k] = inherit;
+    }
+    return env;
+}
+
+/*
+ * SIGUSR2, as nginx's binary upgrade: starts the program again (argv[0] as
+ * started, so a new binary installed at that path runs) with the same
+ * arguments and environment, handing it every listening socket (the
+ * listeners', the admin's, the metrics'), which it takes for the listeners
+ * its configuration still has. Once it says it is ready, this process drains
+ * and stops as on SIGTERM; if it exits first, this one serves on.
+ */
+static void
+upgrade_start(struct control *ctl)
+{
+    if (ctl->upgrade_open) {
+        dm_log_warn("SIGUSR2: a new process (pid %d) is starting already", ctl->upgrade.pid);
+        return;
+    }
+    size_t ns = dm_workers_sockets(ctl->workers, ctl->nworkers);
+    int *fds = calloc(ns + 2, sizeof(*fds));
+    size_t *lis = calloc(ns + 1, sizeof(*lis));
+    uv_stdio_container_t *io = calloc(ns + 6, sizeof(*io));
+    char *inherit = NULL;
+    char **env = NULL;
+    int r = UV_ENOMEM;
+    if (fds == NULL || lis == NULL || io == NULL || dm_inherit_append(&inherit, "ready", 3, NULL)) {
+        goto done;
+    }
+    for (size_t i = 0; i < ctl->nbound; i++) {
+        if (ctl->bound_text[i] == NULL) {
+            goto done; /* its copy failed at start */
+        }
+    }
+    size_t n = dm_workers_listen_fds(ctl->workers, ctl->nworkers, fds, lis, ns);
+    int admin = dm_admin_fd(ctl->admin), metrics = dm_power_metrics_fd(ctl->power);
+    for (int k = 0; k < 3; k++) {
+        io[k].flags = UV_INHERIT_FD;
+        io[k].data.fd = k;
+    }
+    if ((r = uv_pipe_init(ctl->loop, &ctl->upgrade_pipe, 0)) < 0) {
+        goto done;
+    }
+    ctl->upgrade_pipe.data = ctl;
+    ctl->upgrade_pipe_open = true;
+    io[3].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE; /* the child's side writes */
+    io[3].data.stream = (uv_stream_t *)&ctl->upgrade_pipe;
+    int nio = 4;
+    r = UV_ENOMEM;
+    for (size_t i = 0; i < n; i++, nio++) {
+        io[nio].flags = UV_INHERIT_FD;
+        io[nio].data.fd = fds[i];
+        size_t before = 0;
+        for (size_t j = 0; lis[i] < ctl->nbound && j < lis[i]; j++) {
+            before += strcmp(ctl->bound_text[j], ctl->bound_text[lis[i]]) == 0;
+        }
+        char key[512];
+        if (lis[i] >= ctl->nbound ||
+            dm_inherit_append(
+                &inherit, "listen", nio,
+                dm_inherit_listen_key(key, sizeof(key), ctl->bound_text[lis[i]], before)) < 0) {
+            goto done;
+        }
+    }
+    if (admin >= 0 && ctl->admin_text != NULL) {
+        io[nio].flags = UV_INHERIT_FD;
+        io[nio].data.fd = admin;
+        if (dm_inherit_append(&inherit, "admin", nio++, ctl->admin_text) < 0) {
+            goto done;
+        }
+    }
+    if (metrics >= 0 && ctl->metrics_text != NULL) {
+        io[nio].flags = UV_INHERIT_FD;
+        io[nio].data.fd = metrics;
+        if (dm_inherit_append(&inherit, "metrics", nio++, ctl->metrics_text) < 0) {
+            goto done;
+        }
+    }
+    size_t vlen = strlen(inherit);
+    char *var = malloc(sizeof(DM_INHERIT_ENV) + 1 + vlen);
+    if (var == NULL) {
+        goto done;
+    }
+    memcpy(var, DM_INHERIT_ENV "=", sizeof(DM_INHERIT_ENV));
+    memcpy(var + sizeof(DM_INHERIT_ENV), inherit, vlen + 1);
+    free(inherit);
+    inherit = var;
+    if ((env = upgrade_env(inherit)) == NULL) {
+        goto done;
+    }
+    uv_process_options_t o = {
+        .exit_cb = upgrade_exited,
+        .file = ctl->argv[0],
+        .args = ctl->argv,
+        .env = env,
+        .flags = UV_PROCESS_DETACHED, /* its own session: it outlives this one */
+        .stdio_count = nio,
+        .stdio = io,
+    };
+    ctl->upgrade.data = ctl;
+    r = uv_spawn(ctl->loop, &ctl->upgrade, &o);
+    if (r < 0) {
+        /* The handle is to close even so (libuv's uv_spawn). */
+        uv_close((uv_handle_t *)&ctl->upgrade, upgrade_handle_closed);
+        goto done;
+    }
+    ctl->upgrade_open = true;
+    if ((r = uv_read_start((uv_stream_t *)&ctl->upgrade_pipe, upgrade_alloc, upgrade_read)) < 0 ||
+        (r = uv_timer_init(ctl->loop, &ctl->upgrade_timer)) < 0) {
+        dm_log_error("SIGUSR2: cannot wait for the new process (pid %d): %s; it is asked to stop",
+                     ctl->upgrade.pid, uv_strerror(r));
+        uv_process_kill(&ctl->upgrade, SIGTERM);
+        r = 0;
+        goto done;
+    }
+    ctl->upgrade_timer.data = ctl;
+    ctl->upgrade_timer_open = true;
+    uv_timer_start(&ctl->upgrade_timer, upgrade_timeout, DM_UPGRADE_READY_S * 1000ull, 0);
+    dm_log_info("SIGUSR2: started %s again (pid %d), handing it %zu listening socket%s%s%s",
+                ctl->argv[0], ctl->upgrade.pid, n, n == 1 ? "" : "s",
+                admin >= 0 ? ", the admin's" : "", metrics >= 0 ? ", the metrics'" : "");
+
+done:
+    if (r < 0) {
+        dm_log_error("SIGUSR2: cannot start %s again: %s; this one serves on", ctl->argv[0],
+                     uv_strerror(r));
+        upgrade_end(ctl);
+    }
+    free(env);
+    free(inherit);
+    free(io);
+    free(lis);
+    free(fds);
+}
+
 static void
 on_signal(uv_signal_t *h, int signum)
 {
@@ -527,6 +786,8 @@ on_signal(uv_signal_t *h, int signum)
         dm_log_info("%s while stopping: the drain goes on", strsignal(signum));
     } else if (signum == SIGHUP) {
         uv_timer_start(&ctl->reload, on_reload, 0, 0); /* those that came with it, once */
+    } else if (signum == SIGUSR2) {
+        upgrade_start(ctl);
     } else {
         stop(ctl);
     }
@@ -665,6 +926,7 @@ main(int argc, char **argv)
     sigemptyset(&early);
     sigaddset(&early, SIGHUP);
     sigaddset(&early, SIGUSR1);
+    sigaddset(&early, SIGUSR2);
     pthread_sigmask(SIG_BLOCK, &early, NULL);
     dm_hash_key_init(); /* before any table a client fills */
     for (int i = 1; i < argc; i++) {
@@ -749,7 +1011,8 @@ main(int argc, char **argv)
     struct sockaddr_storage *bound = NULL;
     struct sockaddr_storage admin_bound = { 0 };
     struct sockaddr_storage metrics_bound = { 0 };
-    struct control ctl = { .conf_path = conf_path };
+    struct control ctl = { .conf_path = conf_path, .argv = argv };
+    struct dm_inherit inherit = { .ready_fd = -1 };
     if (test_only) {
         /* What the start would open: a log the start cannot open is a failed check. */
         const char *logs[2] = { conf->error_log, conf->access_log };
@@ -769,6 +1032,18 @@ main(int argc, char **argv)
         goto destroy_conf;
     }
     signal(SIGPIPE, SIG_IGN);
+    /* Started by a dimmer's SIGUSR2: its listening sockets are ours to take. */
+    const char *handed = getenv(DM_INHERIT_ENV);
+    if (handed != NULL) {
+        char why[256];
+        if (dm_inherit_parse(handed, &inherit, why, sizeof(why)) < 0 ||
+            dm_inherit_check(&inherit, why, sizeof(why)) < 0) {
+            fprintf(stderr, "dimmer: %s: %s\n", DM_INHERIT_ENV, why);
+            goto destroy_conf;
+        }
+        unsetenv(DM_INHERIT_ENV); /* not handed down again to a process of ours */
+        dm_inherited = &inherit;
+    }
     if (dm_log_open(conf->error_log) < 0) {
         fprintf(stderr, "dimmer: cannot open error log %s: %s\n", conf->error_log, strerror(errno));
         goto destroy_conf;
@@ -847,7 +1122,7 @@ main(int argc, char **argv)
     ctl.reload_open = true;
     /* Handlers first: a SIGHUP that arrives once the listeners answer must
      * reload, not kill the process with the default action. */
-    for (unsigned i = 0; i < 5 && r == 0; i++) {
+    for (unsigned i = 0; i < 6 && r == 0; i++) {
         r = uv_signal_init(ctl.loop, &ctl.signals[i]);
         if (r == 0) {
             ctl.nsignals++;
@@ -898,6 +1173,12 @@ main(int argc, char **argv)
         goto stop_workers;
     }
     dm_admin_set_power(ctl.admin, ctl.power, cf->admin_token, cf->admin_token_reads);
+    /* Handed-over sockets of listeners the configuration no longer has close
+     * here (the process that handed them closes its own as it stops). */
+    dm_inherit_close_rest(dm_inherited);
+    dm_inherited = NULL;
+    ctl.admin_text = cf->admin.text != NULL ? strdup(cf->admin.text) : NULL;
+    ctl.metrics_text = cf->metrics.text != NULL ? strdup(cf->metrics.text) : NULL;
     dm_workers_fit_open_files(nworkers, cf->limits.max_conns);
     for (size_t i = 0; i < cf->nlisteners; i++) {
         char at[DM_ADDR_TEXT];
@@ -936,6 +1217,16 @@ main(int argc, char **argv)
     }
     sd_notifyf(0, "READY=1\nSTATUS=serving on %zu listener%s with %u workers\nMAINPID=%lu",
                cf->nlisteners, cf->nlisteners == 1 ? "" : "s", nworkers, (unsigned long)getpid());
+    if (inherit.ready_fd >= 0) {
+        /* The process that started us drains and stops once it reads this
+         * (gone already, it reads nothing: SIGPIPE is ignored). */
+        if (write(inherit.ready_fd, "R", 1) != 1) {
+            dm_log_warn("the process that started this one did not hear it is ready: %s",
+                        strerror(errno));
+        }
+        close(inherit.ready_fd);
+        inherit.ready_fd = -1;
+    }
     uv_run(ctl.loop, UV_RUN_DEFAULT);
     /* The control loop ran out: signals, admin and health checks are closed. */
     shutdown_ms = ctl.rt->conf->timeouts.shutdown_ms;
@@ -976,6 +1267,12 @@ close_access_log:
     }
     free(ctl.bound_text);
     free(ctl.bound_tls);
+    free(ctl.admin_text);
+    free(ctl.metrics_text);
+    dm_inherit_close_rest(&inherit);
+    if (inherit.ready_fd >= 0) {
+        close(inherit.ready_fd);
+    }
 destroy_conf:
     dm_conf_destroy(conf);
     if (rc == 0 && !test_only) {

@@ -32,6 +32,7 @@
 #include "power/policy.h"
 #include "power/report.h"
 #include "power/wol.h"
+#include "proxy/inherit.h"
 #include "proxy/internal.h"
 #include "proxy/log.h"
 #include "proxy/metrics.h"
@@ -1550,8 +1551,14 @@ dm_power_start(uv_loop_t *loop, struct dm_runtime *rt, struct dm_worker *ws, uns
         pm->metrics.data = pm;
         pm->metrics_open = true;
         /* No SO_REUSEADDR: a second dimmer on the same port is an error, not
-         * a silent split of the reports. */
-        r = uv_udp_bind(&pm->metrics, (const struct sockaddr *)&cf->metrics.sa, 0);
+         * a silent split of the reports. One handed over by the process this
+         * one replaces is bound already. */
+        int fd;
+        if (dm_inherit_take(dm_inherited, DM_INHERIT_METRICS, cf->metrics.text, &fd, 1) == 1) {
+            r = uv_udp_open(&pm->metrics, fd);
+        } else {
+            r = uv_udp_bind(&pm->metrics, (const struct sockaddr *)&cf->metrics.sa, 0);
+        }
         int len = sizeof(*metrics_bound);
         if (r == 0) {
             r = uv_udp_getsockname(&pm->metrics, (struct sockaddr *)metrics_bound, &len);
@@ -2054,4 +2061,13 @@ dm_power_metrics_text(struct dm_powermgr *pm, struct dm_sbuf *b)
             }
         }
     }
+}
+
+int
+dm_power_metrics_fd(const struct dm_powermgr *pm)
+{
+    uv_os_fd_t fd = -1;
+    return pm != NULL && pm->metrics_open && uv_fileno((const uv_handle_t *)&pm->metrics, &fd) == 0
+               ? fd
+               : -1;
 }

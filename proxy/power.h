@@ -54,6 +54,9 @@ struct dm_powermgr *dm_power_start(uv_loop_t *loop, struct dm_runtime *rt, struc
  */
 void dm_power_reload(struct dm_powermgr *pm, struct dm_runtime *rt);
 
+/* The metrics socket's descriptor (for the process that replaces this one), or -1. */
+int dm_power_metrics_fd(const struct dm_powermgr *pm);
+
 /* Something happened that the manager should look at now (a held request). */
 void dm_power_kick(struct dm_powermgr *pm);
 

@@ -17,6 +17,7 @@
 #include "proxy/accesslog.h"
 #include "proxy/buf.h"
 #include "proxy/client.h"
+#include "proxy/inherit.h"
 #include "proxy/internal.h"
 #include "proxy/learn.h"
 #include "proxy/log.h"
@@ -384,7 +385,7 @@ on_connection(uv_stream_t *listener, int status)
     if (status < 0 || w->stopping) {
         return;
     }
-    size_t l = (size_t)((uv_tcp_t *)listener - w->listeners);
+    size_t l = (size_t)((uv_tcp_t *)listener - w->listeners); /* the socket */
     if (worker_full(w) || dm_client_accept(w, listener) < 0) {
         /* Out of memory pauses too: a later close, or the tick, tries again. */
         w->held[l] = true;
@@ -411,8 +412,8 @@ resume_accepting(struct dm_worker *w)
     if (!w->accept_paused || w->stopping) {
         return;
     }
-    for (size_t k = 0; k < w->nlisteners && !worker_full(w); k++) {
-        size_t l = (w->held_next + k) % w->nlisteners;
+    for (size_t k = 0; k < w->nhandles && !worker_full(w); k++) {
+        size_t l = (w->held_next + k) % w->nhandles;
         if (!w->held[l]) {
             continue;
         }
@@ -420,9 +421,9 @@ resume_accepting(struct dm_worker *w)
             return; /* still pending: the next close or tick tries again */
         }
         w->held[l] = false;
-        w->held_next = (l + 1) % w->nlisteners;
+        w->held_next = (l + 1) % w->nhandles;
     }
-    for (size_t l = 0; l < w->nlisteners; l++) {
+    for (size_t l = 0; l < w->nhandles; l++) {
         if (w->held[l]) {
             return;
         }
@@ -466,7 +467,7 @@ worker_close_handles(struct dm_worker *w)
     uv_mutex_lock(&wake_of[w->id].kick_lock);
     wake_of[w->id].alive = false;
     uv_mutex_unlock(&wake_of[w->id].kick_lock);
-    for (size_t i = 0; i < w->nlisteners; i++) {
+    for (size_t i = 0; i < w->nhandles; i++) {
         close_once((uv_handle_t *)&w->listeners[i]);
     }
     close_once((uv_handle_t *)&w->wake);
@@ -581,7 +582,7 @@ wake_cb(uv_async_t *a)
     }
     if ((flags & WAKE_STOP) && !w->stopping) {
         w->stopping = true;
-        for (size_t i = 0; i < w->nlisteners; i++) {
+        for (size_t i = 0; i < w->nhandles; i++) {
             close_once((uv_handle_t *)&w->listeners[i]);
         }
         dm_clients_drain(w);
@@ -715,20 +716,13 @@ worker_init(struct dm_worker *w, unsigned i, struct dm_runtime *rt, int access_l
     if (r < 0) {
         goto close_ack;
     }
-    w->listeners = calloc(rt->conf->nlisteners, sizeof(*w->listeners));
-    w->held = calloc(rt->conf->nlisteners, sizeof(*w->held));
+    /* The sockets come with worker_listen(), which knows how many. */
     w->lstats = calloc(rt->conf->nlisteners, sizeof(*w->lstats));
-    if ((w->listeners == NULL || w->held == NULL || w->lstats == NULL) &&
-        rt->conf->nlisteners > 0) {
-        free(w->listeners);
-        w->listeners = NULL;
-        free(w->held);
-        w->held = NULL;
-        free(w->lstats);
-        w->lstats = NULL;
+    if (w->lstats == NULL && rt->conf->nlisteners > 0) {
         r = UV_ENOMEM;
         goto fini_accesslog;
     }
+    w->nlisteners = rt->conf->nlisteners;
     w->rt = rt;
     dm_runtime_ref(rt);
     return 0;
@@ -753,44 +747,115 @@ close_loop:
     return r;
 }
 
+/* The sockets handed over for each listener (proxy/inherit.h), for every worker. */
+struct handed {
+    int *fd;
+    size_t n;
+};
+
+static void
+worker_free_sockets(struct dm_worker *w)
+{
+    free(w->listeners);
+    free(w->held);
+    free(w->lof);
+    free(w->hfd);
+    w->listeners = NULL;
+    w->held = NULL;
+    w->lof = NULL;
+    w->hfd = NULL;
+}
+
 /*
- * Opens worker i's listener on every listen address of cf (worker 0 first:
- * it fills bound[], whose ports the others share). Returns 0, or <0 after
- * logging which address failed; the listeners made so far are counted in
- * w->nlisteners for worker_abandon().
+ * Makes the worker's next socket, of listener l, listen on *fd; *fd is -1
+ * once the handle has it (closed with it), else still the caller's. 0 or <0.
  */
 static int
-worker_listen(struct dm_worker *w, unsigned i, const struct dm_conf *cf,
-              struct sockaddr_storage *bound)
+worker_socket(struct dm_worker *w, size_t l, int *fd)
+{
+    size_t k = w->nhandles;
+    int r = uv_tcp_init(&w->loop, &w->listeners[k]);
+    if (r < 0) {
+        return r;
+    }
+    w->nhandles = k + 1;
+    w->listeners[k].data = w;
+    w->lof[k] = l;
+    w->hfd[k] = *fd;
+    r = uv_tcp_open(&w->listeners[k], *fd);
+    if (r < 0) {
+        return r;
+    }
+    *fd = -1; /* the handle's now */
+    return uv_listen((uv_stream_t *)&w->listeners[k], 4096, on_connection);
+}
+
+/*
+ * Opens worker i's (of nw) sockets on every listen address of cf (worker 0
+ * first: it fills bound[], whose ports the others share). A listener with
+ * sockets handed over (in[l]) takes them, not new ones: worker i those of
+ * rank i, i + nw, ...; a worker left without one binds its own, which joins
+ * them (SO_REUSEPORT) when this process runs as the user that made them,
+ * and otherwise goes without (said in the log). Returns 0, or <0 after
+ * logging which address failed; the sockets made so far are counted in
+ * w->nhandles for worker_abandon().
+ */
+static int
+worker_listen(struct dm_worker *w, unsigned i, unsigned nw, const struct dm_conf *cf,
+              struct sockaddr_storage *bound, const struct handed *in)
 {
     /* Every address is probed before any is bound: the config's own listeners
-     * may overlap (*:80 and 127.0.0.1:80) and share their port. */
+     * may overlap (*:80 and 127.0.0.1:80) and share their port. One handed
+     * over listens already, and is ours. */
     for (size_t l = 0; i == 0 && l < cf->nlisteners; l++) {
-        if (dm_listen_probe((const struct sockaddr *)&cf->listeners[l].sa) < 0) {
+        if (in[l].n == 0 && dm_listen_probe((const struct sockaddr *)&cf->listeners[l].sa) < 0) {
             dm_log_error("cannot listen on %s: %s (another process listens there)",
                          cf->listeners[l].text, strerror(EADDRINUSE));
             return -EADDRINUSE;
         }
     }
+    size_t total = 0;
     for (size_t l = 0; l < cf->nlisteners; l++) {
+        total += in[l].n > i ? (in[l].n - i + nw - 1) / nw : 1;
+    }
+    w->listeners = calloc(total, sizeof(*w->listeners));
+    w->held = calloc(total, sizeof(*w->held));
+    w->lof = calloc(total, sizeof(*w->lof));
+    w->hfd = calloc(total, sizeof(*w->hfd));
+    if (total > 0 &&
+        (w->listeners == NULL || w->held == NULL || w->lof == NULL || w->hfd == NULL)) {
+        return UV_ENOMEM;
+    }
+    for (size_t l = 0; l < cf->nlisteners; l++) {
+        int r = 0;
+        for (size_t j = i; j < in[l].n && r == 0; j += nw) {
+            int fd = in[l].fd[j];
+            r = worker_socket(w, l, &fd);
+            if (fd >= 0) {
+                close(fd);
+            }
+        }
         /* Port 0: worker 0 gets a free port from the kernel, the others share it. */
         struct sockaddr_storage sa = worker_listen_addr(&cf->listeners[l], i, &bound[l]);
-        int fd = dm_listen_socket((const struct sockaddr *)&sa, 4096, i == 0 ? &bound[l] : NULL);
-        int r = fd < 0 ? fd : uv_tcp_init(&w->loop, &w->listeners[l]);
-        if (fd >= 0 && r == 0) {
-            w->nlisteners = l + 1;
-            w->listeners[l].data = w;
-            r = uv_tcp_open(&w->listeners[l], fd);
-            if (r == 0) {
-                fd = -1; /* the handle's now */
-                r = uv_listen((uv_stream_t *)&w->listeners[l], 4096, on_connection);
+        if (r == 0 && in[l].n <= i) {
+            int fd = dm_listen_socket((const struct sockaddr *)&sa, 4096,
+                                      i == 0 && in[l].n == 0 ? &bound[l] : NULL);
+            if (fd < 0 && in[l].n > 0) {
+                char at[DM_ADDR_TEXT];
+                dm_log_warn("worker %u accepts nothing on %s (%s) until a restart: %zu sockets "
+                            "were handed over for %u workers, and its own did not join them: %s",
+                            i, cf->listeners[l].text,
+                            dm_addr_text((const struct sockaddr *)&sa, at, sizeof(at)), in[l].n, nw,
+                            strerror(-fd));
+                continue;
+            }
+            r = fd < 0 ? fd : worker_socket(w, l, &fd);
+            if (fd >= 0) {
+                close(fd);
             }
         }
         if (r < 0) {
             char at[DM_ADDR_TEXT];
-            if (fd >= 0) {
-                close(fd);
-            }
             dm_log_error("cannot listen on %s (%s): %s", cf->listeners[l].text,
                          dm_addr_text((const struct sockaddr *)&sa, at, sizeof(at)),
                          r < -1000 ? uv_strerror(r) : strerror(-r));
@@ -800,6 +865,29 @@ worker_listen(struct dm_worker *w, unsigned i, const struct dm_conf *cf,
     return 0;
 }
 
+size_t
+dm_workers_listen_fds(const struct dm_worker *ws, unsigned n, int *fds, size_t *lis, size_t max)
+{
+    size_t k = 0;
+    for (unsigned i = 0; ws != NULL && i < n; i++) {
+        for (size_t h = 0; h < ws[i].nhandles && k < max; h++, k++) {
+            fds[k] = ws[i].hfd[h];
+            lis[k] = ws[i].lof[h];
+        }
+    }
+    return k;
+}
+
+size_t
+dm_workers_sockets(const struct dm_worker *ws, unsigned n)
+{
+    size_t k = 0;
+    for (unsigned i = 0; ws != NULL && i < n; i++) {
+        k += ws[i].nhandles;
+    }
+    return k;
+}
+
 /* Undoes worker_init() and worker_listen() for a worker whose thread never ran. */
 static void
 worker_abandon(struct dm_worker *w)
@@ -807,8 +895,7 @@ worker_abandon(struct dm_worker *w)
     worker_close_handles(w);
     uv_run(&w->loop, UV_RUN_DEFAULT);
     uv_loop_close(&w->loop);
-    free(w->listeners);
-    free(w->held);
+    worker_free_sockets(w);
     free(w->lstats);
     dm_accesslog_fini(w);
     dm_runtime_unref(w->rt);
@@ -833,8 +920,7 @@ workers_join(struct dm_worker *ws, unsigned n, uint64_t shutdown_ms)
         dm_accesslog_fini(w);
         dm_buf_trim(w);
         free(w->tls_scratch);
-        free(w->listeners);
-        free(w->held);
+        worker_free_sockets(w);
         free(w->lstats);
         dm_runtime_unref(w->rt);
     }
@@ -845,6 +931,8 @@ dm_workers_start(unsigned n, struct dm_runtime *rt, int access_log_fd, int log_f
                  struct sockaddr_storage *bound, int *err)
 {
     int r = UV_ENOMEM;
+    struct handed *in = NULL;
+    int *fds = NULL;
     unsigned made = 0;    /* workers set up (worker_init) */
     unsigned started = 0; /* workers whose thread runs */
     struct dm_worker *ws = calloc(n, sizeof(*ws));
@@ -855,12 +943,37 @@ dm_workers_start(unsigned n, struct dm_runtime *rt, int access_log_fd, int log_f
         goto free_workers;
     }
     kick_ws = ws;
+    const struct dm_conf *cf = rt->conf;
+    size_t nin = dm_inherited != NULL ? dm_inherited->n : 0;
+    in = calloc(cf->nlisteners + 1, sizeof(*in));
+    fds = calloc(nin + 1, sizeof(*fds));
+    if (in == NULL || fds == NULL) {
+        goto free_in;
+    }
+    /* Sockets handed over by the process this one replaces: each listener
+     * takes those of its own address text, and is bound where they are. */
+    for (size_t l = 0, used = 0; l < cf->nlisteners; l++) {
+        in[l].fd = fds + used;
+        size_t before = 0;
+        for (size_t j = 0; j < l; j++) {
+            before += strcmp(cf->listeners[j].text, cf->listeners[l].text) == 0;
+        }
+        char key[512];
+        dm_inherit_listen_key(key, sizeof(key), cf->listeners[l].text, before);
+        in[l].n = dm_inherit_take(dm_inherited, DM_INHERIT_LISTEN, key, in[l].fd, nin - used);
+        used += in[l].n;
+        socklen_t blen = sizeof(bound[l]);
+        if (in[l].n > 0 && getsockname(in[l].fd[0], (struct sockaddr *)&bound[l], &blen) < 0) {
+            r = -errno;
+            goto free_in;
+        }
+    }
     for (; made < n; made++) {
         r = worker_init(&ws[made], made, rt, access_log_fd, log_format);
         if (r < 0) {
             goto abandon_workers;
         }
-        r = worker_listen(&ws[made], made, rt->conf, bound);
+        r = worker_listen(&ws[made], made, n, cf, bound, in);
         if (r < 0) {
             made++; /* set up: abandoned with the others */
             goto abandon_workers;
@@ -872,6 +985,8 @@ dm_workers_start(unsigned n, struct dm_runtime *rt, int access_log_fd, int log_f
             goto join_threads;
         }
     }
+    free(fds);
+    free(in);
     return ws;
 
 join_threads:
@@ -880,6 +995,9 @@ abandon_workers:
     for (unsigned i = started; i < made; i++) {
         worker_abandon(&ws[i]);
     }
+free_in:
+    free(fds);
+    free(in);
     wake_of_free();
 free_workers:
     free(ws);

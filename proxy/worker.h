@@ -55,6 +55,16 @@ const char *dm_addr_text(const struct sockaddr *sa, char *buf, size_t len);
 struct dm_worker *dm_workers_start(unsigned n, struct dm_runtime *rt, int access_log_fd,
                                    int log_format, struct sockaddr_storage *bound, int *err);
 
+/*
+ * Every listening socket of the n workers (for the process that replaces
+ * this one, proxy/inherit.h): up to max of them, each with its listener's
+ * index in lis[]. Returns how many; dm_workers_sockets() says how many there
+ * are. Control thread, and never once the workers stop (their sockets close).
+ */
+size_t dm_workers_listen_fds(const struct dm_worker *ws, unsigned n, int *fds, size_t *lis,
+                             size_t max);
+size_t dm_workers_sockets(const struct dm_worker *ws, unsigned n);
+
 /* Asks every worker to pick up the runtime now published (after a reload). */
 void dm_workers_reload(struct dm_worker *w, unsigned n);
 

@@ -10,6 +10,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -178,7 +179,7 @@ class RunTest(H.DimmerTest):
         d.proc.signal(signal.SIGHUP)
         H.wait_until(lambda: d.admin_stats()["generation"] == 2, 5, "the reload")
         log = d.proc.stderr()
-        for what in ("workers take effect at the next restart (1 running)",
+        for what in ("workers take effect at the next restart or SIGUSR2 (1 running)",
                      "catalog.memory takes effect at the next restart",
                      "access_log and error_log take effect at the next restart"):
             self.assertIn(what, log)
@@ -416,6 +417,26 @@ class RunTest(H.DimmerTest):
         self.assertEqual(code, 0)
         self.assertLess(time.monotonic() - t0, 3, "an idle connection held up the exit")
 
+    def test_sigterm_answers_a_connection_accepted_before_its_request(self):
+        # A connection accepted just before the drain (its request on the
+        # way, as when a new process takes the listeners over on SIGUSR2)
+        # was closed as idle, and its request lost (reset, unread). It is
+        # waited for a moment now, and answered with Connection: close.
+        d = self.start_dimmer({"web": self.pool(self.b1)}, timeouts={"shutdown": "8s"})
+        with H.Conn(d.port) as fresh:
+            H.wait_until(lambda: d.admin_stats()["limits"]["clients"] == 1, 5,
+                         "the connection to be accepted")
+            d.proc.signal(signal.SIGTERM)
+            # The listener closes in the same step as the drain.
+            H.wait_until(lambda: not H.port_answers(d.port), 5, "the drain")
+            fresh.send(H.build_request("GET", "/bytes/3"))
+            r = fresh.read_response(timeout=5)
+            self.assertEqual(r.status, 200)
+            self.assertEqual(r.body, H.pattern(3))
+            self.assertEqual(r.header("Connection"), "close")
+            self.assertTrue(fresh.closed_by_peer(3))
+        self.assertEqual(d.proc.wait(5), 0)
+
     def test_sigterm_shutdown_bound(self):
         d = self.start_dimmer({"web": self.pool(self.b1)}, timeouts={"shutdown": "300ms"})
         with H.Conn(d.port, timeout=10) as slow:
@@ -592,6 +613,155 @@ class RunTest(H.DimmerTest):
         recs = self.json_log_records(['/headers?q="x"', "/bytes/1"])
         self.assertTrue(recs[0]["target"].startswith("/headers?q="), recs[0])
         self.assertEqual(recs[1]["target"], "/bytes/1")
+
+
+def gone(pid):
+    """Whether process pid has exited (a zombie left to an init that does not reap counts)."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def kill_pid(pid):
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+class UpgradeTest(H.DimmerTest):
+    """SIGUSR2: a new process takes the listening sockets over, and the old one drains."""
+
+    READY = re.compile(r"dimmer\[(\d+)\]: info: SIGUSR2: the new process \(pid (\d+)\) is ready")
+
+    def setUp(self):
+        super().setUp()
+        self.b1 = self.start_backend("b1")
+
+    def upgrade(self, d, pid):
+        """SIGUSR2 to pid (the dimmer serving now): the new pid once pid has exited."""
+        seen = len(self.READY.findall(d.proc.stderr()))
+        os.kill(pid, signal.SIGUSR2)
+
+        def ready():
+            found = self.READY.findall(d.proc.stderr())
+            return found[seen] if len(found) > seen else None
+
+        old, new = H.wait_until(ready, 30, "the new process to be ready")
+        self.assertEqual(int(old), pid)
+        new = int(new)
+        self.addCleanup(kill_pid, new)
+        H.wait_until(lambda: gone(pid), 20, "the old process to drain and exit")
+        self.assertFalse(gone(new))
+        return new
+
+    def test_sigusr2_hands_the_listeners_over_and_no_connection_is_lost(self):
+        # Clients open a connection per request all along, with two workers
+        # (two sockets per listener): across three upgrades every request is
+        # answered, none refused, reset or closed unanswered.
+        d = self.start_dimmer({"web": self.pool(self.b1)}, workers=2)
+        admin = d.admin
+        done = threading.Event()
+        answered = [0]
+        failed = []
+
+        def client():
+            while not done.is_set():
+                try:
+                    r = H.request(d.port, "GET", "/bytes/64", headers=[("Connection", "close")],
+                                  timeout=10)
+                    if r.status == 200 and r.body == H.pattern(64):
+                        answered[0] += 1
+                    else:
+                        failed.append(r.status)
+                except Exception as e:  # noqa: BLE001 (any failure counts)
+                    failed.append(repr(e))
+
+        threads = [threading.Thread(target=client) for _ in range(3)]
+        for t in threads:
+            t.start()
+        try:
+            pid = d.proc.pid
+            for i in range(3):
+                before = answered[0]
+                H.wait_until(lambda: answered[0] > before + 20, 20, "requests before upgrade %d" % i)
+                pid = self.upgrade(d, pid)
+                if i == 0:
+                    self.assertEqual(d.proc.wait(5), 0)
+            before = answered[0]
+            H.wait_until(lambda: answered[0] > before + 20, 20, "requests after the upgrades")
+        finally:
+            done.set()
+            for t in threads:
+                t.join(30)
+        self.assertEqual(failed, [])
+        log = d.proc.stderr()
+        self.assertEqual(log.count("handing it 2 listening sockets, the admin's"), 3, log)
+        # The same ports, the admin's too, now served by the last process.
+        self.assertEqual(H.read_ports_file(d.ports_file), d.lines)
+        self.assertEqual(H.get(d.port, "/bytes/5").body, H.pattern(5))
+        with H.Conn(admin) as c:  # the harness ties the admin port to the first process
+            r = c.request("GET", "/stats", host="%s:%d" % (H.HOST, admin))
+        self.assertEqual(r.status, 200)
+        self.assertEqual(json.loads(r.body)["generation"], 1)
+        os.kill(pid, signal.SIGTERM)
+        H.wait_until(lambda: gone(pid), 20, "the last process to stop on SIGTERM")
+        self.assertFalse(H.port_answers(d.port))
+
+    def test_sigusr2_with_a_broken_config_keeps_the_old_process(self):
+        d = self.start_dimmer({"web": self.pool(self.b1)})
+        with open(d.conf_path, "a") as f:
+            f.write("bogus: [\n")
+        d.proc.signal(signal.SIGUSR2)
+        H.wait_until(lambda: "exited with status 1 before it was ready" in d.proc.stderr(), 20,
+                     "the new process to fail")
+        self.assertIn("this one serves on", d.proc.stderr())
+        self.assertEqual(H.get(d.port, "/bytes/5").body, H.pattern(5))
+        self.assertEqual(d.admin_stats()["generation"], 1)
+        self.assertTrue(d.proc.alive())
+        # A second SIGUSR2, the config mended, goes through.
+        with open(d.conf_path, "w") as f:
+            f.write(H.yaml_config(0, {"web": self.pool(self.b1)}, admin=0))
+        self.upgrade(d, d.proc.pid)
+        self.assertEqual(d.proc.wait(5), 0)
+        self.assertEqual(H.get(d.port, "/bytes/5").body, H.pattern(5))
+
+    def test_sigusr2_applies_listener_and_worker_changes(self):
+        # What a reload cannot change: a listener added (port 0 again: its
+        # own socket, not the first one's), workers 2 -> 1 (the new worker
+        # takes both sockets) -> 3 (the third binds one that joins them).
+        d = self.start_dimmer({"web": self.pool(self.b1)}, workers=2)
+        lines = H.yaml_config(0, {"web": self.pool(self.b1)}, admin=0, workers=1).split("\n")
+        at = lines.index("listen:") + 1
+        lines.insert(at, lines[at])  # the same listener written twice
+        text = "\n".join(lines)
+        with open(d.conf_path, "w") as f:
+            f.write(text)
+        pid = self.upgrade(d, d.proc.pid)
+        lines = H.read_ports_file(d.ports_file)
+        self.assertEqual([k for k, _, _ in lines], ["listen", "listen", "admin"], lines)
+        self.assertEqual(lines[0], d.lines[0])
+        self.assertEqual(lines[2], d.lines[1])
+        added = lines[1][2]
+        self.assertNotEqual(added, d.port)
+        if H.TLS:  # the copy has the first listener's tls block
+            H.tls_ports.add(added)
+            self.addCleanup(H.tls_ports.discard, added)
+        for port in (d.port, added, d.port, d.port):
+            self.assertEqual(H.get(port, "/bytes/5").body, H.pattern(5))
+        self.assertIn("listening on 127.0.0.1:%d (1 workers)" % d.port, d.proc.stderr())
+        with open(d.conf_path, "w") as f:
+            f.write(H.yaml_config(0, {"web": self.pool(self.b1)}, admin=0, workers=3))
+        pid = self.upgrade(d, pid)
+        self.assertEqual(H.read_ports_file(d.ports_file), d.lines)
+        self.assertNotIn("accepts nothing", d.proc.stderr())
+        for _ in range(6):
+            self.assertEqual(H.get(d.port, "/bytes/5").body, H.pattern(5))
+        # The listener no longer configured was closed with the old process.
+        self.assertFalse(H.port_answers(added))
+
 
 if __name__ == "__main__":
     H.main()
