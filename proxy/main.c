@@ -481,6 +481,9 @@ drop_privileges(const struct dm_conf *c, const char *conf_path)
     if (c->user == NULL) {
         return 0;
     }
+    if (geteuid() != 0 && geteuid() == (uid_t)c->uid) {
+        return 0; /* started so (a SIGUSR2 of a process that dropped them) */
+    }
     if (geteuid() != 0) {
         dm_log_warn("user: %s ignored: not started as root (running as uid %u)", c->user,
                     (unsigned)geteuid());
