@@ -10,7 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/ioctl.h>
 
 #include "balancers/balancer.h"
 #include "conf/tls.h"
@@ -1937,21 +1936,9 @@ dm_client_accept(struct dm_worker *w, uv_stream_t *listener)
     return 0;
 }
 
-/* How long a graceful stop waits for the first request of a connection it
- * just accepted (timeouts.client_header when shorter). */
+/* How long a graceful stop waits for the next request of a connection
+ * (timeouts.client_header when shorter). */
 #define DM_DRAIN_GRACE_MS 1000
-
-/* Whether bytes wait in c's socket (or in its TLS state), not read yet. */
-static bool
-client_input_waits(struct dm_client *c)
-{
-    uv_os_fd_t fd;
-    int n = 0;
-    if (c->tls != NULL && dm_tls_buffered(c->tls)) {
-        return true;
-    }
-    return uv_fileno((uv_handle_t *)&c->tcp, &fd) == 0 && ioctl(fd, FIONREAD, &n) == 0 && n > 0;
-}
 
 void
 dm_clients_drain(struct dm_worker *w)
@@ -1959,14 +1946,12 @@ dm_clients_drain(struct dm_worker *w)
     struct dm_client *c = w->clients;
     while (c != NULL) {
         struct dm_client *next = c->next;
-        if (c->state == DM_C_IDLE && c->writes == 0 && c->served && !client_input_waits(c)) {
-            dm_client_close(c);
-        } else if (c->state == DM_C_IDLE && c->writes == 0) {
-            /* Just accepted (its request on the way: a connection the
-             * listen queue held as a new process took the listeners over,
-             * SIGUSR2), or with a request already in the socket (closed, it
-             * would be reset): its request is waited for a moment, and
-             * answered with Connection: close. */
+        if (c->state == DM_C_IDLE && c->writes == 0) {
+            /* A connection waiting for a request gets a moment for it, and
+             * the answer says Connection: close. Closed at once, a request
+             * on its way was lost: reset unread, or sent as the close came
+             * (a busy keep-alive client sends its next one at once, and
+             * one just accepted sends its first). */
             uint64_t ms = c->rt->conf->timeouts.client_header_ms;
             client_timer_start(c, DM_T_HEADER, ms < DM_DRAIN_GRACE_MS ? ms : DM_DRAIN_GRACE_MS);
         } else if (c->req != NULL) {

@@ -36,10 +36,9 @@ struct dm_worker;
 int dm_client_accept(struct dm_worker *w, uv_stream_t *listener);
 
 /*
- * Graceful stop: closes idle keep-alive connections, the others after their
- * response; a connection with no request served yet, or with one waiting
- * in its socket, gets that request answered first (a second at most for
- * one still to come).
+ * Graceful stop: every connection is closed after its response; one waiting
+ * for a request (idle keep-alive, or just accepted) gets a second at most
+ * for it.
  */
 void dm_clients_drain(struct dm_worker *w);
 

@@ -406,7 +406,7 @@ class RunTest(H.DimmerTest):
                 self.assertEqual(code, 0, "dimmer exited %s, not 0, after its drain" % code)
                 self.assertIn("info: stopped", d.proc.stderr())
 
-    def test_sigterm_closes_idle_connections_at_once(self):
+    def test_sigterm_closes_idle_connections_within_a_second(self):
         d = self.start_dimmer({"web": self.pool(self.b1)}, timeouts={"shutdown": "8s"})
         with H.Conn(d.port) as idle:
             self.assertEqual(idle.request("GET", "/bytes/2").status, 200)
@@ -417,24 +417,27 @@ class RunTest(H.DimmerTest):
         self.assertEqual(code, 0)
         self.assertLess(time.monotonic() - t0, 3, "an idle connection held up the exit")
 
-    def test_sigterm_answers_a_connection_accepted_before_its_request(self):
-        # A connection accepted just before the drain (its request on the
-        # way, as when a new process takes the listeners over on SIGUSR2)
-        # was closed as idle, and its request lost (reset, unread). It is
-        # waited for a moment now, and answered with Connection: close.
+    def test_sigterm_answers_the_next_request_of_a_waiting_connection(self):
+        # A connection waiting for a request when the drain came (just
+        # accepted, its first on the way, or a keep-alive one whose client
+        # sends the next at once, as wrk does) was closed, and a request
+        # sent meanwhile lost (reset unread, or refused). It gets a moment
+        # now, and the answer closes it.
         d = self.start_dimmer({"web": self.pool(self.b1)}, timeouts={"shutdown": "8s"})
-        with H.Conn(d.port) as fresh:
-            H.wait_until(lambda: d.admin_stats()["limits"]["clients"] == 1, 5,
-                         "the connection to be accepted")
+        with H.Conn(d.port) as fresh, H.Conn(d.port) as kept:
+            self.assertEqual(kept.request("GET", "/bytes/2").status, 200)
+            H.wait_until(lambda: d.admin_stats()["limits"]["clients"] == 2, 5,
+                         "both connections to be accepted")
             d.proc.signal(signal.SIGTERM)
             # The listener closes in the same step as the drain.
             H.wait_until(lambda: not H.port_answers(d.port), 5, "the drain")
-            fresh.send(H.build_request("GET", "/bytes/3"))
-            r = fresh.read_response(timeout=5)
-            self.assertEqual(r.status, 200)
-            self.assertEqual(r.body, H.pattern(3))
-            self.assertEqual(r.header("Connection"), "close")
-            self.assertTrue(fresh.closed_by_peer(3))
+            for c in (fresh, kept):
+                c.send(H.build_request("GET", "/bytes/3"))
+                r = c.read_response(timeout=5)
+                self.assertEqual(r.status, 200)
+                self.assertEqual(r.body, H.pattern(3))
+                self.assertEqual(r.header("Connection"), "close")
+                self.assertTrue(c.closed_by_peer(3))
         self.assertEqual(d.proc.wait(5), 0)
 
     def test_sigterm_shutdown_bound(self):
