@@ -794,6 +794,34 @@ class FaultBackend:
         assert r.status == 200, r
 
 
+def gone(pid):
+    """Whether process pid has exited (a zombie left to an init that does not reap counts)."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+class Pid:
+    """A process the test did not start itself (the new dimmer of a SIGUSR2), by pid."""
+
+    def __init__(self, pid):
+        self.pid = pid
+
+    def alive(self):
+        return not gone(self.pid)
+
+    def kill(self):
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+SIGUSR2_READY = re.compile(r"dimmer\[(\d+)\]: info: SIGUSR2: the new process \(pid (\d+)\) is ready")
+
+
 class DimmerTest(unittest.TestCase):
     """A test case with a temp dir and process helpers; logs printed on failure."""
 
@@ -970,6 +998,29 @@ class DimmerTest(unittest.TestCase):
         if TLS:
             self.mark_tls(d)
         return d
+
+    def sigusr2(self, d, pid):
+        """
+        SIGUSR2 to pid, the dimmer d serving now (d.proc's or one a SIGUSR2
+        started): the new process's pid once it is ready and pid has exited.
+        The new one logs to d.proc's stderr; it is killed at the end.
+        """
+        seen = len(SIGUSR2_READY.findall(d.proc.stderr()))
+        os.kill(pid, signal.SIGUSR2)
+
+        def ready():
+            found = SIGUSR2_READY.findall(d.proc.stderr())
+            return found[seen] if len(found) > seen else None
+
+        old, new = wait_until(ready, 30, "the new process to be ready")
+        self.assertEqual(int(old), pid)
+        new = Pid(int(new))
+        self.addCleanup(new.kill)
+        wait_until(lambda: gone(pid), 20, "the old process to drain and exit")
+        self.assertTrue(new.alive())
+        if d.admin is not None:
+            ADMIN_PORTS[d.admin] = new
+        return new.pid
 
     def served_meanwhile(self, path="/bytes/16", bound=STALL_BOUND):
         """

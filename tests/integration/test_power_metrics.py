@@ -124,6 +124,22 @@ class PowerMetricsTest(H.DimmerTest):
                      "the estimate to fall back to the proxy's counters")
         self.assertEqual(self.server("b1")["watts"], 40.0)  # idle: 0 in flight, 0 bound
 
+    def test_sigusr2_hands_the_metrics_socket_over(self):
+        # The new process of a SIGUSR2 reads the reports on the same port
+        # (the socket handed over, never closed in between); what the old one
+        # believed (a sequence number) starts afresh, as at a restart.
+        self.start()
+        self.send(report("b1", 1, est_w=61.5))
+        H.wait_until(lambda: self.reports()["ok"] == 1, 10, "the report to be accepted")
+        self.sigusr2(self.d, self.d.proc.pid)
+        self.assertIn("handing it 1 listening socket, the admin's, the metrics'",
+                      self.d.proc.stderr())
+        self.assertEqual(H.read_ports_file(self.d.ports_file), self.d.lines)
+        self.assertEqual(self.reports()["ok"], 0)
+        self.send(report("b1", 1, est_w=62.5))
+        H.wait_until(lambda: self.reports()["ok"] == 1, 10, "the report to reach the new process")
+        self.assertEqual(self.server("b1")["agent"]["est_w"], 62.5)
+
     def test_a_real_agent_reports(self):
         self.start(report_timeout="5s")
         key = self.path("agent.key")
