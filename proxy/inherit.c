@@ -68,6 +68,124 @@ decode_text(const char *p, size_t n)
     return s;
 }
 
+/* Digits only, up to max; -1 if not. */
+static long
+parse_count(const char *p, size_t n, long max)
+{
+    long v = 0;
+    if (n == 0 || n > 12) {
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (p[i] < '0' || p[i] > '9') {
+            return -1;
+        }
+        v = v * 10 + (p[i] - '0');
+    }
+    return v <= max ? v : -1;
+}
+
+/* The entry of addr, made (unsaid) if new; NULL when out of memory. */
+static struct dm_inherited_host *
+host_entry(struct dm_inherit *in, char *addr)
+{
+    for (size_t i = 0; i < in->nhosts; i++) {
+        if (strcmp(in->hosts[i].addr, addr) == 0) {
+            free(addr);
+            return &in->hosts[i];
+        }
+    }
+    struct dm_inherited_host *grown = realloc(in->hosts, (in->nhosts + 1) * sizeof(*grown));
+    if (grown == NULL) {
+        free(addr);
+        return NULL;
+    }
+    in->hosts = grown;
+    grown[in->nhosts] = (struct dm_inherited_host){ .addr = addr, .down = -1, .pm_state = -1 };
+    return &grown[in->nhosts++];
+}
+
+/*
+ * "from=PID", "host=ADDR,down=D" or "power=ADDR,state=S,held=H,wh=X" (word
+ * of wlen bytes, value v of vlen): 0 when taken, -1 when malformed, -2 out
+ * of memory, -3 when it is none of these words.
+ */
+static int
+parse_state_word(struct dm_inherit *in, const char *word, size_t wlen, const char *v, size_t vlen)
+{
+    if (wlen == 4 && strncmp(word, "from", 4) == 0) {
+        long pid = parse_count(v, vlen, 0x7fffffff);
+        if (pid <= 1 || in->from != 0) {
+            return -1;
+        }
+        in->from = pid;
+        return 0;
+    }
+    bool host = wlen == 4 && strncmp(word, "host", 4) == 0;
+    bool power = wlen == 5 && strncmp(word, "power", 5) == 0;
+    if (!host && !power) {
+        return -3;
+    }
+    const char *comma = memchr(v, ',', vlen);
+    if (comma == NULL) {
+        return -1;
+    }
+    char *addr = decode_text(v, (size_t)(comma - v));
+    if (addr == NULL) {
+        return -1;
+    }
+    /* The fields, each once, all of them. */
+    long down = -1, state = -1, held = -1;
+    double wh = -1;
+    bool bad = false;
+    const char *end = v + vlen;
+    for (const char *f = comma + 1; f <= end;) {
+        const char *fe = memchr(f, ',', (size_t)(end - f));
+        fe = fe != NULL ? fe : end;
+        const char *eq = memchr(f, '=', (size_t)(fe - f));
+        size_t klen = eq != NULL ? (size_t)(eq - f) : 0;
+        const char *val = eq != NULL ? eq + 1 : fe;
+        size_t n = (size_t)(fe - val);
+        long *slot = host && klen == 4 && strncmp(f, "down", 4) == 0     ? &down
+                     : power && klen == 5 && strncmp(f, "state", 5) == 0 ? &state
+                     : power && klen == 4 && strncmp(f, "held", 4) == 0  ? &held
+                                                                         : NULL;
+        if (slot != NULL && *slot == -1) {
+            *slot = parse_count(val, n, slot == &state ? 63 : 1);
+            bad = *slot < 0;
+        } else if (power && klen == 2 && strncmp(f, "wh", 2) == 0 && wh < 0 && n > 0 && n < 32) {
+            char num[32];
+            memcpy(num, val, n);
+            num[n] = 0;
+            char *stop;
+            wh = strtod(num, &stop);
+            bad = *stop != 0 || !(wh >= 0 && wh < 1e15);
+        } else {
+            bad = true;
+        }
+        if (bad) {
+            break;
+        }
+        f = fe + 1;
+    }
+    if (bad || (host ? down < 0 : (state < 0 || held < 0 || wh < 0))) {
+        free(addr);
+        return -1;
+    }
+    struct dm_inherited_host *h = host_entry(in, addr);
+    if (h == NULL) {
+        return -2;
+    }
+    if (host) {
+        h->down = (int)down;
+    } else {
+        h->pm_state = (int)state;
+        h->held = held == 1;
+        h->wh = wh;
+    }
+    return 0;
+}
+
 int
 dm_inherit_parse(const char *value, struct dm_inherit *in, char *err, size_t errlen)
 {
@@ -91,6 +209,24 @@ dm_inherit_parse(const char *value, struct dm_inherit *in, char *err, size_t err
             }
         }
         bool ready = wlen == 5 && strncmp(p, "ready", 5) == 0;
+        if (eq != NULL && kind < 0 && !ready) {
+            int r = parse_state_word(in, p, wlen, v, vlen);
+            if (r == 0) {
+                p += n;
+                continue;
+            }
+            if (r == -2) {
+                snprintf(err, errlen, "out of memory");
+                goto fail;
+            }
+            if (r == -1) {
+                snprintf(err, errlen, "%.*s: not %.*s=%s", (int)(n > 60 ? 60 : n), p, (int)wlen, p,
+                         wlen == 4 && strncmp(p, "from", 4) == 0 ? "PID, once"
+                         : wlen == 4                             ? "ADDRESS,down=0|1"
+                                                                 : "ADDRESS,state=N,held=0|1,wh=X");
+                goto fail;
+            }
+        }
         if (eq == NULL || (kind < 0 && !ready)) {
             snprintf(err, errlen, "%.*s: not a word of " DM_INHERIT_ENV, (int)(n > 40 ? 40 : n), p);
             goto fail;
@@ -138,6 +274,7 @@ fail:
         free(in->v[i].text);
     }
     free(in->v);
+    dm_inherit_free(in);
     memset(in, 0, sizeof(*in));
     in->ready_fd = -1;
     return -1;
@@ -225,30 +362,77 @@ dm_inherit_close_rest(struct dm_inherit *in)
     in->n = 0;
 }
 
-int
-dm_inherit_append(char **s, const char *word, int fd, const char *text)
+/* Appends "WORD=HEAD", TEXT escaped (when not NULL), then TAIL to *s. 0 or -1. */
+static int
+append_word(char **s, const char *word, const char *head, const char *text, const char *tail)
 {
     size_t old = *s != NULL ? strlen(*s) : 0;
     size_t tlen = text != NULL ? strlen(text) : 0;
-    size_t cap = old + strlen(word) + 16 + 3 * tlen + 2;
+    size_t cap = old + strlen(word) + strlen(head) + 3 * tlen + strlen(tail) + 4;
     char *g = realloc(*s, cap);
     if (g == NULL) {
         return -1;
     }
     *s = g;
     size_t n = old;
-    n += (size_t)snprintf(g + n, cap - n, "%s%s=%d", old > 0 ? " " : "", word, fd);
-    if (text != NULL) {
-        g[n++] = ':';
-        for (size_t i = 0; i < tlen; i++) {
-            unsigned char b = (unsigned char)text[i];
-            if (text_byte_plain(b)) {
-                g[n++] = (char)b;
-            } else {
-                n += (size_t)snprintf(g + n, cap - n, "%%%02X", b);
-            }
+    n += (size_t)snprintf(g + n, cap - n, "%s%s=%s", old > 0 ? " " : "", word, head);
+    for (size_t i = 0; i < tlen; i++) {
+        unsigned char b = (unsigned char)text[i];
+        if (text_byte_plain(b)) {
+            g[n++] = (char)b;
+        } else {
+            n += (size_t)snprintf(g + n, cap - n, "%%%02X", b);
         }
-        g[n] = 0;
     }
+    snprintf(g + n, cap - n, "%s", tail);
     return 0;
+}
+
+int
+dm_inherit_append(char **s, const char *word, int fd, const char *text)
+{
+    char head[16];
+    snprintf(head, sizeof(head), text != NULL ? "%d:" : "%d", fd);
+    return append_word(s, word, head, text, "");
+}
+
+const struct dm_inherited_host *
+dm_inherit_host(const struct dm_inherit *in, const char *addr)
+{
+    for (size_t i = 0; in != NULL && i < in->nhosts; i++) {
+        if (strcmp(in->hosts[i].addr, addr) == 0) {
+            return &in->hosts[i];
+        }
+    }
+    return NULL;
+}
+
+void
+dm_inherit_free(struct dm_inherit *in)
+{
+    if (in == NULL) {
+        return;
+    }
+    for (size_t i = 0; i < in->nhosts; i++) {
+        free(in->hosts[i].addr);
+    }
+    free(in->hosts);
+    in->hosts = NULL;
+    in->nhosts = 0;
+}
+
+int
+dm_inherit_append_host(char **s, const char *addr, int down)
+{
+    char tail[16];
+    snprintf(tail, sizeof(tail), ",down=%d", down != 0);
+    return append_word(s, "host", "", addr, tail);
+}
+
+int
+dm_inherit_append_power(char **s, const char *addr, int state, bool held, double wh)
+{
+    char tail[96];
+    snprintf(tail, sizeof(tail), ",state=%d,held=%d,wh=%.6f", state, held, wh >= 0 ? wh : 0);
+    return append_word(s, "power", "", addr, tail);
 }

@@ -13,8 +13,16 @@
  *   listen=FD:TEXT         a listening socket of the listener configured as TEXT
  *   admin=FD:TEXT          the admin listener's
  *   metrics=FD:TEXT        the power manager's UDP metrics socket
- * TEXT is the address as configured, its bytes outside [A-Za-z0-9.:*[]_-]
- * written %XX.
+ *   from=PID               the process that handed them over
+ *   host=ADDR,down=0|1     what it knew of a host (its health checks' verdict)
+ *   power=ADDR,state=N,held=0|1,wh=X
+ *                          and of a power-managed server: its state (enum
+ *                          dm_pm_state), whether the operator holds it, the
+ *                          energy counted so far
+ * TEXT and ADDR (a host's resolved address) are written with their bytes
+ * outside [A-Za-z0-9.:*[]_-] as %XX. The old process's view of its servers
+ * (as HAProxy's server-state-file keeps it over a reload) lets the new one
+ * send nothing to a server down or asleep, and go on with its power states.
  */
 #ifndef DM_PROXY_INHERIT_H
 #define DM_PROXY_INHERIT_H
@@ -37,11 +45,26 @@ struct dm_inherited {
     bool taken;
 };
 
+/* What the process replaced knew of one host. */
+struct dm_inherited_host {
+    char *addr;   /* dm_addr_text() of its resolved address */
+    int down;     /* 1 or 0, -1: not said */
+    int pm_state; /* enum dm_pm_state, -1: not power-managed */
+    bool held;    /* by the operator */
+    double wh;    /* energy so far */
+};
+
 struct dm_inherit {
     int ready_fd; /* -1: none */
+    long from;    /* the pid of the process that handed them over, 0: not said */
     struct dm_inherited *v;
     size_t n;
+    struct dm_inherited_host *hosts;
+    size_t nhosts;
 };
+
+/* What the process replaced knew of the host at addr, or NULL. */
+const struct dm_inherited_host *dm_inherit_host(const struct dm_inherit *in, const char *addr);
 
 /*
  * Parses the value of DIMMER_INHERIT into in (zeroed first). 0, or -1 with
@@ -71,8 +94,14 @@ size_t dm_inherit_take(struct dm_inherit *in, enum dm_inherit_kind kind, const c
  */
 const char *dm_inherit_listen_key(char *buf, size_t cap, const char *text, size_t before);
 
-/* Closes the descriptors nobody took (their listeners are gone) and frees in. */
+/* Closes the descriptors nobody took (their listeners are gone); the hosts stay. */
 void dm_inherit_close_rest(struct dm_inherit *in);
+/* Frees what is left of in (the hosts). */
+void dm_inherit_free(struct dm_inherit *in);
+
+/* Appends "host=ADDR,down=D" or "power=ADDR,state=S,held=H,wh=X" to *s. 0 or -1. */
+int dm_inherit_append_host(char **s, const char *addr, int down);
+int dm_inherit_append_power(char **s, const char *addr, int state, bool held, double wh);
 
 /* Appends "word=FD:TEXT" (or "ready=FD" with text NULL) to *s (NUL-ended,
  * grown with realloc; *s NULL at first). 0 or -1 (out of memory). */

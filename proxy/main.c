@@ -35,7 +35,10 @@
 
 #define DM_SESSIONS_TICK_MS 10
 /* How long the new process of a SIGUSR2 may take to be ready (a big catalog loads). */
-#define DM_UPGRADE_READY_S 60 /* how often the session placers' batch windows are looked at */
+#define DM_UPGRADE_READY_S 60
+/* The most of DIMMER_INHERIT handed over (execve takes 128 KiB a string). */
+#define DM_UPGRADE_ENV_MAX                                                                         \
+    (100 * 1024) /* how often the session placers' batch windows are looked at */
 
 struct control {
     uv_loop_t *loop;
@@ -543,6 +546,32 @@ on_reload(uv_timer_t *t)
 
 /* ---- SIGUSR2: a new process takes over the listening sockets ---- */
 
+/*
+ * The hosts' health as the process this one replaced knew it: one down
+ * there starts down here (its checks mark it up after `rise` successes),
+ * not up until `fall` failures, as a restart would.
+ */
+static void
+inherit_hosts(struct dm_hosts *hosts)
+{
+    size_t known = 0, down = 0;
+    for (size_t i = 0; dm_inherited != NULL && i < hosts->n; i++) {
+        struct dm_host *h = hosts->h[i];
+        char at[DM_ADDR_TEXT];
+        const struct dm_inherited_host *ih = dm_inherit_host(
+            dm_inherited, dm_addr_text((const struct sockaddr *)&h->addr, at, sizeof(at)));
+        if (ih != NULL && ih->down >= 0) {
+            atomic_store(&h->down, ih->down == 1);
+            known++;
+            down += ih->down == 1;
+        }
+    }
+    if (known > 0) {
+        dm_log_info("took the health of %zu hosts from the process this one replaces (%zu down)",
+                    known, down);
+    }
+}
+
 static void
 upgrade_handle_closed(uv_handle_t *h)
 {
@@ -722,6 +751,32 @@ upgrade_start(struct control *ctl)
             goto done;
         }
     }
+    /* What this process knows of its hosts goes too, as long as the variable
+     * stays well within what execve takes (128 KiB a string). */
+    char *state = NULL;
+    bool known = dm_inherit_append(&state, "from", (int)getpid(), NULL) == 0;
+    for (size_t i = 0; known && i < ctl->hosts->n; i++) {
+        const struct dm_host *h = ctl->hosts->h[i];
+        char at[DM_ADDR_TEXT];
+        known = dm_inherit_append_host(
+                    &state, dm_addr_text((const struct sockaddr *)&h->addr, at, sizeof(at)),
+                    atomic_load(&h->down)) == 0;
+    }
+    known = known && dm_power_state_words(ctl->power, &state) == 0;
+    if (known && strlen(state) + strlen(inherit) < DM_UPGRADE_ENV_MAX) {
+        known = dm_inherit_append(&inherit, "from", (int)getpid(), NULL) == 0;
+        char *grown = known ? realloc(inherit, strlen(inherit) + strlen(state) + 2) : NULL;
+        if (grown != NULL) {
+            inherit = grown;
+            /* state begins with its own "from=": taken from after it */
+            strcat(inherit, state + strcspn(state, " "));
+        }
+    } else {
+        dm_log_warn("SIGUSR2: what this process knows of its %zu hosts is not handed over (%s): "
+                    "the new one learns it afresh, as at a restart",
+                    ctl->hosts->n, known ? "too long" : "out of memory");
+    }
+    free(state);
     size_t vlen = strlen(inherit);
     char *var = malloc(sizeof(DM_INHERIT_ENV) + 1 + vlen);
     if (var == NULL) {
@@ -1101,6 +1156,7 @@ main(int argc, char **argv)
     }
     dm_runtime_publish(ctl.rt);
     dm_conf_tls_apply(ctl.rt->conf);
+    inherit_hosts(ctl.hosts);
     const struct dm_conf *bc = ctl.rt->conf;
     ctl.nbound = bc->nlisteners;
     ctl.bound_text = calloc(ctl.nbound + 1, sizeof(*ctl.bound_text));
@@ -1273,6 +1329,7 @@ close_access_log:
     free(ctl.admin_text);
     free(ctl.metrics_text);
     dm_inherit_close_rest(&inherit);
+    dm_inherit_free(&inherit);
     if (inherit.ready_fd >= 0) {
         close(inherit.ready_fd);
     }

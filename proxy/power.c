@@ -106,6 +106,7 @@ struct pm_server {
     bool held;          /* the operator's: the policy leaves it alone */
     bool managed;       /* in a power-managed pool at the last configure() */
     bool sleep_from_up; /* its last sleep was of a machine known up (drained, not failed) */
+    bool handed;        /* its state came from the process this one replaced */
     /* Active since the manager took it, never moved and never seen up
      * (health_oks still oks_at): down by its health check, it may be asleep. */
     bool unseen;
@@ -188,6 +189,9 @@ struct dm_powermgr {
     struct decision decisions[DECISIONS];
     size_t ndecisions; /* ever made; the last DECISIONS are kept */
     char rbuf[DM_REPORT_MAX + 1];
+    /* The process this one replaced (SIGUSR2), while it drains: it may
+     * still have requests on a server that is drained here. 0: none. */
+    long predecessor;
 };
 
 static uint64_t
@@ -1028,6 +1032,42 @@ hold_update(struct dm_powermgr *pm, const struct pm_pool *p)
 
 /* ---- the tick ---- */
 
+/*
+ * Whether the process this one replaced (SIGUSR2) still runs: it is our
+ * parent until it exits. No server is slept meanwhile, its requests on it
+ * unseen here.
+ */
+static bool
+predecessor_runs(struct dm_powermgr *pm)
+{
+    if (pm->predecessor != 0 && getppid() != (pid_t)pm->predecessor) {
+        dm_log_info("power: the process this one replaced has exited: drained servers may sleep");
+        pm->predecessor = 0;
+    }
+    return pm->predecessor != 0;
+}
+
+/*
+ * A new server takes what the process this one replaced (SIGUSR2) knew of
+ * it: its state and whether the operator holds it (draining goes on: it is
+ * slept once drained here and that process is gone), and its energy.
+ */
+static void
+handed_state(struct pm_server *s)
+{
+    char at[DM_ADDR_TEXT];
+    const struct dm_inherited_host *ih = dm_inherit_host(
+        dm_inherited, dm_addr_text((const struct sockaddr *)&s->h->addr, at, sizeof(at)));
+    if (ih == NULL || ih->pm_state < 0 || ih->pm_state >= DM_PM_STATES) {
+        return;
+    }
+    s->state = (enum dm_pm_state)ih->pm_state;
+    s->held = ih->held;
+    s->energy_wh = ih->wh;
+    s->unseen = s->state == DM_PM_ACTIVE && s->unseen;
+    s->handed = true;
+}
+
 static void
 progress(struct dm_powermgr *pm, struct pm_server *s, uint64_t now)
 {
@@ -1042,7 +1082,11 @@ progress(struct dm_powermgr *pm, struct pm_server *s, uint64_t now)
         .healthy = !atomic_load(&h->down),
     };
     double secs = (double)(now - s->since_us) / 1e6;
-    switch (dm_pm_progress(&r, &v, &o, now)) {
+    enum dm_pm_event what = dm_pm_progress(&r, &v, &o, now);
+    if ((what == DM_PM_DRAINED || what == DM_PM_DRAIN_TIMEOUT) && predecessor_runs(pm)) {
+        return; /* the process this one replaced may still have requests on it */
+    }
+    switch (what) {
     case DM_PM_DRAINED:
         decision(pm, s->pool, "%s drained: sleep", s->cf->name);
         go_to_sleep(pm, s, now);
@@ -1426,6 +1470,7 @@ configure(struct dm_powermgr *pm, struct dm_runtime *rt)
                 s->state = DM_PM_ACTIVE;
                 s->unseen = true;
                 s->oks_at = atomic_load(&s->h->health_oks);
+                handed_state(s);
                 pm->servers[pm->nservers++] = s;
             }
             s->pool = p;
@@ -1472,7 +1517,11 @@ configure(struct dm_powermgr *pm, struct dm_runtime *rt)
             /* Managed (again): the workers hear its state, as it was when it
              * left, or active for a new one, whatever was asked of its host
              * meanwhile (POST /hosts/ADDR/drain): /power says what is. */
-            if (s->state != DM_PM_ACTIVE) {
+            if (s->handed) {
+                dm_log_info("power: %s: %s%s, as the process this one replaced left it", s->h->text,
+                            dm_pm_state_name(s->state), s->held ? " (held)" : "");
+                s->handed = false;
+            } else if (s->state != DM_PM_ACTIVE) {
                 dm_log_warn("power: %s is power-managed again: %s, as when it left", s->h->text,
                             dm_pm_state_name(s->state));
             } else if (atomic_load(&s->h->power) != DM_POWER_AWAKE) {
@@ -1540,6 +1589,7 @@ dm_power_start(uv_loop_t *loop, struct dm_runtime *rt, struct dm_worker *ws, uns
     pm->nws = n;
     dm_runtime_ref(rt);
     pm->rt = rt;
+    pm->predecessor = dm_inherited != NULL ? dm_inherited->from : 0;
     if (configure(pm, rt) < 0) {
         goto fail;
     }
@@ -2070,4 +2120,20 @@ dm_power_metrics_fd(const struct dm_powermgr *pm)
     return pm != NULL && pm->metrics_open && uv_fileno((const uv_handle_t *)&pm->metrics, &fd) == 0
                ? fd
                : -1;
+}
+
+int
+dm_power_state_words(const struct dm_powermgr *pm, char **s)
+{
+    for (size_t i = 0; pm != NULL && i < pm->nservers; i++) {
+        const struct pm_server *sv = pm->servers[i];
+        char at[DM_ADDR_TEXT];
+        if (sv->pool != NULL &&
+            dm_inherit_append_power(
+                s, dm_addr_text((const struct sockaddr *)&sv->h->addr, at, sizeof(at)),
+                (int)sv->state, sv->held, sv->energy_wh) < 0) {
+            return -1;
+        }
+    }
+    return 0;
 }

@@ -54,6 +54,10 @@ struct dm_powermgr *dm_power_start(uv_loop_t *loop, struct dm_runtime *rt, struc
  */
 void dm_power_reload(struct dm_powermgr *pm, struct dm_runtime *rt);
 
+/* Appends what the manager knows of each of its servers to *s, for the
+ * process that replaces this one (proxy/inherit.h). 0 or -1. */
+int dm_power_state_words(const struct dm_powermgr *pm, char **s);
+
 /* The metrics socket's descriptor (for the process that replaces this one), or -1. */
 int dm_power_metrics_fd(const struct dm_powermgr *pm);
 

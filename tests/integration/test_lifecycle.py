@@ -8,6 +8,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -675,6 +676,25 @@ class UpgradeTest(H.DimmerTest):
         os.kill(pid, signal.SIGTERM)
         H.wait_until(lambda: H.gone(pid), 20, "the last process to stop on SIGTERM")
         self.assertFalse(H.port_answers(d.port))
+
+    def test_sigusr2_hands_the_health_of_the_servers_over(self):
+        # A server the old process's checks found down starts down in the
+        # new one: sent nothing until its checks pass, not up until `fall`
+        # failures of its own, as a restart would have it.
+        mute = socket.socket()
+        self.addCleanup(mute.close)
+        mute.bind((H.HOST, 0))
+        mute.listen(64)  # never accepts: every check times out
+        pools = {"web": {"servers": [("b1", self.b1.port), ("mute", mute.getsockname()[1])],
+                         "health_check": {"interval": "2s", "timeout": "200ms", "fall": 3,
+                                          "rise": 1}}}
+        d = self.start_dimmer(pools)
+        H.wait_until(lambda: d.servers()["mute"]["state"] == "down", 20, "mute to be down")
+        self.sigusr2(d, d.proc.pid)
+        self.assertEqual(d.servers()["mute"]["state"], "down")
+        self.assertEqual(d.servers()["b1"]["state"], "up")
+        self.assertIn("took the health of 2 hosts from the process this one replaces (1 down)",
+                      d.proc.stderr())
 
     def test_sigusr2_with_a_broken_config_keeps_the_old_process(self):
         d = self.start_dimmer({"web": self.pool(self.b1)})

@@ -378,6 +378,63 @@ class PowerMetricsTest(H.DimmerTest):
         r = H.request(self.d.admin, "POST", "/hosts/%s:%d/%s" % (H.HOST, node.port, what))
         self.assertEqual(r.status, 200, r.body)
 
+    def test_sigusr2_hands_the_power_states_over(self):
+        # Two nodes; n1 slept by hand while a slow request of the old process
+        # runs on it (it drains first). The new process of a SIGUSR2 takes
+        # the states over: n1 draining and held, n2 active, their energy; it
+        # sleeps n1 only once the old process, which still has the slow
+        # request on n1, has exited (the request completes, nothing is lost
+        # at the sleep), and it never sends n1 a request, as a restart would
+        # until n1's health checks failed.
+        n1 = self.start_node("--control", "%s:0" % H.HOST, "--boot-ms", 300, name="n1")
+        n2 = self.start_node("--control", "%s:0" % H.HOST, name="n2")
+        conf = ("listen: 127.0.0.1:0\nadmin: 127.0.0.1:0\n"
+                "timeouts: {shutdown: 20s}\npools:\n  web:\n    balance: leastconn\n"
+                "    health_check: {interval: 200ms, timeout: 300ms, rise: 1, fall: 1}\n"
+                "    power: {policy: always-on, min_change_interval: 0, action_interval: 0}\n"
+                "    servers:\n"
+                "      - {name: n1, address: \"%s:%d\", power: {control: \"%s:%d\"}}\n"
+                "      - {name: n2, address: \"%s:%d\", power: {control: \"%s:%d\"}}\n"
+                % (H.HOST, n1.port, H.HOST, n1.control, H.HOST, n2.port, H.HOST, n2.control))
+        self.d = self.start_dimmer_conf(self.write_config(conf))
+        # The slow request goes to n1 (leastconn: n2 is busy with one of its own).
+        slow = [H.Conn(self.d.port, timeout=30) for _ in range(2)]
+        for k, c in enumerate(slow):
+            self.addCleanup(c.close)
+            c.send(H.build_request("GET", "/slow/3000"))
+            H.wait_until(lambda: sum(s["inflight"] for s in self.d.servers().values()) == k + 1,
+                         5, "the slow request")
+        H.wait_until(lambda: self.server("n1")["energy_wh"] > 0, 10, "n1's energy counted")
+        self.act(n1, "sleep")
+        self.assertEqual(self.server("n1")["state"], "draining")
+        energy = self.server("n1")["energy_wh"]
+        pid = self.sigusr2(self.d, self.d.proc.pid)
+        log = self.d.proc.stderr()
+        self.assertIn("took the health of 2 hosts from the process this one replaces (0 down)", log)
+        n1s = self.server("n1")
+        self.assertIn(n1s["state"], ("draining", "sleeping"))
+        self.assertTrue(n1s["held"])
+        self.assertGreaterEqual(n1s["energy_wh"], energy)
+        self.assertEqual(self.server("n2")["state"], "active")
+        for c in slow:
+            r = c.read_response(timeout=30)
+            self.assertEqual(r.status, 200)
+        n1.wait_state("asleep")
+        H.wait_until(lambda: self.server("n1")["state"] == "sleeping", 10, "n1 asleep")
+        self.assertEqual(n1.stats()["lost_at_sleep"], 0)
+        self.assertIn("the process this one replaced has exited: drained servers may sleep",
+                      self.d.proc.stderr())
+        # n1 asleep and down: a second SIGUSR2 hands that over, and its new
+        # process sends every request to n2 from its first.
+        before = n1.stats()["refused"]
+        self.sigusr2(self.d, pid)
+        self.assertIn("(1 down)", self.d.proc.stderr())
+        for _ in range(10):
+            self.assertEqual(H.get(self.d.port, "/bytes/3").status, 200)
+        self.assertEqual(n1.stats()["refused"], before)
+        self.assertEqual(self.server("n1")["state"], "sleeping")
+        self.assertEqual(n1.power()["state"], "asleep")
+
     def test_wol_and_http_actuators(self):
         node = self.node_pool('mac: "02:00:00:00:00:07", wol_to: "WOL", control: "CONTROL"')
         self.act(node, "sleep")

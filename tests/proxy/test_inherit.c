@@ -168,6 +168,67 @@ test_descriptors_are_checked_for_what_they_are_named(void **state)
     close(p[1]);
 }
 
+static void
+test_what_the_old_process_knew_of_its_hosts(void **state)
+{
+    (void)state;
+    char *s = NULL;
+    assert_int_equal(dm_inherit_append(&s, "from", 4242, NULL), 0);
+    assert_int_equal(dm_inherit_append_host(&s, "10.0.0.1:80", 1), 0);
+    assert_int_equal(dm_inherit_append_host(&s, "[fe80::1%eth0]:80", 0), 0);
+    assert_int_equal(dm_inherit_append_power(&s, "10.0.0.1:80", 2, true, 1.5), 0);
+    assert_string_equal(s, "from=4242 host=10.0.0.1:80,down=1 host=[fe80::1%25eth0]:80,down=0 "
+                           "power=10.0.0.1:80,state=2,held=1,wh=1.500000");
+    struct dm_inherit in;
+    char err[128] = "";
+    assert_int_equal(dm_inherit_parse(s, &in, err, sizeof(err)), 0);
+    assert_int_equal(in.from, 4242);
+    assert_int_equal(in.n, 0);
+    assert_int_equal(in.nhosts, 2);
+    const struct dm_inherited_host *h = dm_inherit_host(&in, "10.0.0.1:80");
+    assert_non_null(h);
+    assert_int_equal(h->down, 1);
+    assert_int_equal(h->pm_state, 2);
+    assert_true(h->held);
+    assert_true(h->wh > 1.4999 && h->wh < 1.5001);
+    h = dm_inherit_host(&in, "[fe80::1%eth0]:80");
+    assert_non_null(h);
+    assert_int_equal(h->down, 0);
+    assert_int_equal(h->pm_state, -1); /* not power-managed */
+    assert_null(dm_inherit_host(&in, "10.0.0.2:80"));
+    assert_null(dm_inherit_host(NULL, "10.0.0.1:80"));
+    dm_inherit_close_rest(&in);
+    dm_inherit_free(&in);
+    assert_int_equal(in.nhosts, 0);
+    free(s);
+    static const char *const bad[] = {
+        "from=1", /* init: never ours */
+        "from=x",
+        "from=12 from=13",                     /* once */
+        "host=10.0.0.1:80",                    /* no fields */
+        "host=10.0.0.1:80,down=2",             /* 0 or 1 */
+        "host=10.0.0.1:80,down=0,down=1",      /* each once */
+        "host=10.0.0.1:80,state=1",            /* a power field */
+        "host=,down=0",                        /* no address */
+        "power=a,state=1,held=0",              /* no energy */
+        "power=a,state=1,held=0,wh=-1",        /* negative */
+        "power=a,state=1,held=0,wh=nan",       /* not a number */
+        "power=a,state=1,held=0,wh=1x",        /* trailing */
+        "power=a,state=64,held=0,wh=1",        /* no such state */
+        "power=a,state=1,held=0,wh=1,",        /* an empty field */
+        "power=a,state=1,held=0,wh=1,extra=1", /* an unknown one */
+        "hosts=a,down=0",                      /* an unknown word */
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        if (dm_inherit_parse(bad[i], &in, err, sizeof(err)) != -1) {
+            fail_msg("accepted: %s", bad[i]);
+        }
+        assert_int_equal(in.nhosts, 0);
+        assert_null(in.hosts);
+        assert_int_equal(in.from, 0);
+    }
+}
+
 int
 main(void)
 {
@@ -175,6 +236,7 @@ main(void)
         cmocka_unit_test(test_written_then_read_back),
         cmocka_unit_test(test_bad_lists_are_refused_whole),
         cmocka_unit_test(test_descriptors_are_checked_for_what_they_are_named),
+        cmocka_unit_test(test_what_the_old_process_knew_of_its_hosts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
