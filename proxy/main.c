@@ -33,12 +33,11 @@
 #include "proxy/session.h"
 #include "proxy/worker.h"
 
-#define DM_SESSIONS_TICK_MS 10
+#define DM_SESSIONS_TICK_MS 10 /* how often the session placers' batch windows are looked at */
 /* How long the new process of a SIGUSR2 may take to be ready (a big catalog loads). */
 #define DM_UPGRADE_READY_S 60
 /* The most of DIMMER_INHERIT handed over (execve takes 128 KiB a string). */
-#define DM_UPGRADE_ENV_MAX                                                                         \
-    (100 * 1024) /* how often the session placers' batch windows are looked at */
+#define DM_UPGRADE_ENV_MAX (100 * 1024)
 
 struct control {
     uv_loop_t *loop;
@@ -755,7 +754,7 @@ upgrade_start(struct control *ctl)
      * stays well within what execve takes (128 KiB a string). */
     char *state = NULL;
     bool known = dm_inherit_append(&state, "from", (int)getpid(), NULL) == 0;
-    for (size_t i = 0; known && i < ctl->hosts->n; i++) {
+    for (size_t i = 0; known && i < ctl->hosts->n; i++) { /* "from" first, then the hosts */
         const struct dm_host *h = ctl->hosts->h[i];
         char at[DM_ADDR_TEXT];
         known = dm_inherit_append_host(
@@ -763,18 +762,15 @@ upgrade_start(struct control *ctl)
                     atomic_load(&h->down)) == 0;
     }
     known = known && dm_power_state_words(ctl->power, &state) == 0;
-    if (known && strlen(state) + strlen(inherit) < DM_UPGRADE_ENV_MAX) {
-        known = dm_inherit_append(&inherit, "from", (int)getpid(), NULL) == 0;
-        char *grown = known ? realloc(inherit, strlen(inherit) + strlen(state) + 2) : NULL;
-        if (grown != NULL) {
-            inherit = grown;
-            /* state begins with its own "from=": taken from after it */
-            strcat(inherit, state + strcspn(state, " "));
-        }
+    bool fits = known && strlen(state) + strlen(inherit) < DM_UPGRADE_ENV_MAX;
+    char *grown = fits ? realloc(inherit, strlen(inherit) + strlen(state) + 2) : NULL;
+    if (grown != NULL) {
+        inherit = grown;
+        strcat(strcat(inherit, " "), state);
     } else {
         dm_log_warn("SIGUSR2: what this process knows of its %zu hosts is not handed over (%s): "
                     "the new one learns it afresh, as at a restart",
-                    ctl->hosts->n, known ? "too long" : "out of memory");
+                    ctl->hosts->n, known && !fits ? "too long" : "out of memory");
     }
     free(state);
     size_t vlen = strlen(inherit);
