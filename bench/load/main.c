@@ -52,7 +52,8 @@ usage(FILE *f)
                "  --rate R             rate mode: R requests/s in all, over -c connections;\n"
                "                       latency counts from when a request was due, not sent\n"
                "  -c N                 connections of the rate and closed modes (default 10)\n"
-               "  -d SECONDS           length of the rate and closed modes (default 10)\n"
+               "  -d SECONDS           length of the rate and closed modes, whole seconds\n"
+               "                       (default 10)\n"
                "Sessions:\n"
                "  --pattern P          exp1, exp2, steps, ramp, constant, or a CSV file of\n"
                "                       seconds,sessions points, interpolated (default exp1)\n"
@@ -479,6 +480,12 @@ parse_args(int argc, char **argv, struct dm_load_opts *o, struct outputs *out)
         } else if (strcmp(a, "-d") == 0) {
             VALUE();
             o->duration_s = parse_seconds(a, v);
+            /* Measured and reported second by second: 1.5 ran 2 s. */
+            if (o->duration_s < 1 || o->duration_s != floor(o->duration_s)) {
+                die_usage("-d: whole seconds, at least 1 (the run is measured second by second), "
+                          "not \"%s\"",
+                          v);
+            }
             have_d = true;
         } else if (strcmp(a, "--pattern") == 0) {
             VALUE();
@@ -592,6 +599,17 @@ parse_args(int argc, char **argv, struct dm_load_opts *o, struct outputs *out)
     }
     if (o->mode == DM_LOAD_RATE && o->rate <= 0) {
         die_usage("rate mode needs --rate R");
+    }
+    /* An option of another mode would be silently ignored. */
+    if (o->mode == DM_LOAD_CLOSED && o->rate > 0) {
+        die_usage("--rate is the rate mode's: the closed mode sends each request as the last "
+                  "is answered (wrk's loop)");
+    }
+    if (o->mode == DM_LOAD_SESSIONS && (o->rate > 0 || have_c || have_d)) {
+        die_usage("%s: the sessions mode follows --pattern",
+                  o->rate > 0 ? "--rate is the rate mode's"
+                  : have_c    ? "-c is the rate and closed modes'"
+                              : "-d is the rate and closed modes'");
     }
     if (o->bounds.tolerable_us < o->bounds.good_us) {
         die_usage("--tolerable must not be below --good");

@@ -274,6 +274,16 @@ class LoadTest(H.DimmerTest):
                            (["-c", "2.5", "http://127.0.0.1:1/"], "-c: expected a whole number"),
                            (["--seed", "9007199254740993.0", "http://127.0.0.1:1/"],
                             "--seed: expected a whole number"),
+                           # Measured second by second: 1.5 ran 2 s.
+                           (["-d", "1.5", "http://127.0.0.1:1/"], "-d: whole seconds"),
+                           (["-d", "0.2", "http://127.0.0.1:1/"], "-d: whole seconds"),
+                           # An option of another mode was silently ignored.
+                           (["--mode", "closed", "--rate", "100", "http://127.0.0.1:1/"],
+                            "--rate is the rate mode's"),
+                           (["--mode", "sessions", "-c", "4", "http://127.0.0.1:1/"],
+                            "-c is the rate and closed modes'"),
+                           (["--mode", "sessions", "-d", "3", "http://127.0.0.1:1/"],
+                            "-d is the rate and closed modes'"),
                            ([], "no URL")):
             self.assert_usage_error(H.DIMMER_LOAD, args, what)
 
