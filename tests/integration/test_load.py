@@ -8,6 +8,7 @@ coordinated-omission check); bad options get one line and exit code 2.
 """
 import csv
 import json
+import socket
 import os
 import signal
 import sys
@@ -122,6 +123,69 @@ class LoadTest(H.DimmerTest):
                 self.assertEqual(sc["fail_by_kind"]["slow"], sc["total"])
             self.assertGreaterEqual(s["latency_ms"]["p50"], ms * 0.99)
             self.assertLess(s["latency_ms"]["p50"], ms + 250)
+
+    def test_closed_mode_latency_leaves_the_connect_out(self):
+        # wrk's model: latency from the request's write. A server whose
+        # accept queue is full drops the SYN, so the first connect takes the
+        # kernel's SYN retransmission (1 s); that second was in the latency
+        # of the first request. The server's answers themselves are quick.
+        srv = socket.socket()
+        self.addCleanup(srv.close)
+        srv.bind((H.HOST, 0))
+        srv.listen(0)  # one connection waits in the queue at most
+        port = srv.getsockname()[1]
+        filler = socket.create_connection((H.HOST, port))  # fills it
+        self.addCleanup(filler.close)
+        stop = threading.Event()
+
+        def serve():
+            srv.settimeout(0.2)
+            conns = []
+            while not stop.is_set():
+                try:
+                    c, _ = srv.accept()
+                except OSError:
+                    continue
+                conns.append(c)
+                threading.Thread(target=answer, args=(c,), daemon=True).start()
+            for c in conns:
+                c.close()
+
+        def answer(c):
+            buf = b""
+            try:
+                while not stop.is_set():
+                    d = c.recv(65536)
+                    if not d:
+                        return
+                    buf += d
+                    while b"\r\n\r\n" in buf:
+                        buf = buf.split(b"\r\n\r\n", 1)[1]
+                        c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+            except OSError:
+                return
+
+        p = self.start_proc("load", [H.DIMMER_LOAD, "--quiet", "--json", self.path("l.json"),
+                                     "-c", "1", "-d", "3", self.url(port, "/")])
+        # The load's SYN is dropped (the queue is full); then room is made
+        # (the filler taken), and the retransmitted SYN gets through.
+        def syn_sent():
+            with open("/proc/net/tcp") as f:
+                next(f)
+                return any(int(ln.split()[2].rsplit(":", 1)[1], 16) == port and
+                           ln.split()[3] == "02" for ln in f)
+
+        H.wait_until(syn_sent, 5, "the load's connect to wait (SYN_SENT)")
+        t = threading.Thread(target=serve, daemon=True)
+        t.start()
+        self.addCleanup(stop.set)
+        self.assertEqual(p.wait(RUN_BOUND), 0, p.stderr())
+        stop.set()
+        with open(self.path("l.json")) as f:
+            s = json.load(f)
+        self.assertGreater(s["responses"], 10, s)
+        self.assertEqual(s["score"]["fail"], 0, s)
+        self.assertLess(s["latency_ms"]["max"], 500, s["latency_ms"])
 
     def test_killed_backend_fails_by_kind(self):
         b = self.start_backend("b1")
