@@ -82,6 +82,7 @@ usage(FILE *f)
     fprintf(
         f,
         "usage: dimmer-backend --listen ADDR [--name NAME] [--seed N] [--pages N]\n"
+        "           [--header-ms MS] [--keepalive-ms MS]\n"
         "           [--capacity N] [--queue N] [--service-ms MS]\n"
         "           [--idle-w W] [--full-w W] [--asleep-w W] [--booting-w W]\n"
         "           [--start awake|asleep] [--boot-ms MS] [--control ADDR\n"
@@ -97,6 +98,12 @@ usage(FILE *f)
         "                 letters, digits, '.', '_', '-', up to 64)\n"
         "  --seed N       site generation seed (default 1)\n"
         "  --pages N      number of generated pages (default 50, max %u)\n"
+        "  --header-ms MS    a request head must come whole within MS ms of its first\n"
+        "                    byte (else 408, and the connection closes), and each wait\n"
+        "                    for more of its body is as long at most (else the connection\n"
+        "                    closes) (default 60000)\n"
+        "  --keepalive-ms MS a connection with no request under way closes after MS ms\n"
+        "                    (default 75000); 0 turns either off\n"
         "  --help         this text\n"
         "\n"
         "Capacity (without these, every request is routed as it arrives):\n"
@@ -421,6 +428,8 @@ main(int argc, char **argv)
         OPT_AGENT_NAME,
         OPT_AGENT_INTERVAL_MS,
         OPT_CONTROL_TOKEN_FILE,
+        OPT_HEADER_MS,
+        OPT_KEEPALIVE_MS,
     };
     static const struct option opts[] = {
         { "listen", required_argument, NULL, 'l' },
@@ -445,6 +454,8 @@ main(int argc, char **argv)
         { "agent-key-file", required_argument, NULL, OPT_AGENT_KEY_FILE },
         { "agent-name", required_argument, NULL, OPT_AGENT_NAME },
         { "agent-interval-ms", required_argument, NULL, OPT_AGENT_INTERVAL_MS },
+        { "header-ms", required_argument, NULL, OPT_HEADER_MS },
+        { "keepalive-ms", required_argument, NULL, OPT_KEEPALIVE_MS },
         { NULL, 0, NULL, 0 },
     };
     const char *listen_addr = NULL;
@@ -457,6 +468,8 @@ main(int argc, char **argv)
     be.power.asleep_w = 3;
     be.power.booting_w = 60;
     be.power.agent_interval_ms = 1000;
+    be.header_ms = 60000;    /* nginx's client_header_timeout */
+    be.keepalive_ms = 75000; /* nginx's keepalive_timeout */
     struct node_opts node = { 0 };
     int ch;
     while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -485,6 +498,15 @@ main(int argc, char **argv)
                            ch == OPT_CAPACITY ? &be.queue.capacity : &be.queue.max)) {
                 return bad(ch == OPT_CAPACITY ? "--capacity wants 0..1000000"
                                               : "--queue wants 0..1000000",
+                           optarg);
+            }
+            break;
+        case OPT_HEADER_MS:
+        case OPT_KEEPALIVE_MS:
+            if (!parse_num(optarg, MAX_MS,
+                           ch == OPT_HEADER_MS ? &be.header_ms : &be.keepalive_ms)) {
+                return bad(ch == OPT_HEADER_MS ? "--header-ms wants 0..3600000"
+                                               : "--keepalive-ms wants 0..3600000",
                            optarg);
             }
             break;

@@ -459,6 +459,7 @@ dm_backend_conn_close(struct dm_backend_conn *c)
     c->prev = c->next = NULL;
     uv_close((uv_handle_t *)&c->tcp, on_handle_close);
     uv_close((uv_handle_t *)&c->timer, on_handle_close);
+    uv_close((uv_handle_t *)&c->idle, on_handle_close);
 }
 
 /* The close of t sends a reset and drops unsent data. uv_tcp_close_reset() would refuse a
@@ -489,6 +490,7 @@ on_linger_timeout(uv_timer_t *t)
 }
 
 static void update_reading(struct dm_backend_conn *c);
+static void idle_update(struct dm_backend_conn *c);
 
 static void
 on_shutdown(uv_shutdown_t *req, int status)
@@ -723,6 +725,9 @@ on_message_begin(llhttp_t *p)
     c->in_head = true;
     c->head_known = false;
     c->req_active = true;
+    /* A new request: the waits of idle_update() begin again from here. */
+    uv_timer_stop(&c->idle);
+    c->idle_kind = 0;
     return 0;
 }
 
@@ -994,6 +999,67 @@ dm_backend_drive(struct dm_backend_conn *c)
     compact(c);
     check_input_end(c);
     update_reading(c);
+    idle_update(c);
+}
+
+/* ---- waiting for a request ---- */
+
+enum { IDLE_NONE, IDLE_KEEPALIVE, IDLE_HEADER, IDLE_BODY };
+
+static void
+on_idle_timeout(uv_timer_t *t)
+{
+    struct dm_backend_conn *c = t->data;
+    if (c->closing) {
+        return;
+    }
+    c->be->timed_out++;
+    if (c->idle_kind == IDLE_HEADER) {
+        /* No response under way (the last one ended before this head began). */
+        c->r.started = false;
+        bad_request(c, 408, "request head not received within --header-ms");
+        return;
+    }
+    /* Waiting for a request (as nginx's keepalive_timeout: nothing said), or
+     * for more of a body whose request is routed: closed. */
+    dm_backend_conn_close(c);
+}
+
+/*
+ * A connection of the HTTP mode with no request under way waits at most
+ * --keepalive-ms for one, a request head that has begun must be whole
+ * within --header-ms of its first byte, however it trickles in, and each
+ * wait for more of a request's body is bounded by --header-ms too (nginx's
+ * keepalive_timeout, client_header_timeout and client_body_timeout). A
+ * request in its queue, its service time or its response is not waiting for
+ * the client: no bound here.
+ */
+static void
+idle_update(struct dm_backend_conn *c)
+{
+    const struct dm_backend *be = c->be;
+    bool free_slot = c->slot == DM_SLOT_NONE;
+    bool in_head = c->req_active && c->in_head && free_slot;
+    bool in_body = c->req_active && !c->in_head && free_slot && !c->r.ws_upgrade;
+    bool waiting = !c->req_active && !c->wait_resp && !c->r.active && free_slot;
+    unsigned kind = c->closing || c->shutting || c->mode != DM_MODE_HTTP ? IDLE_NONE
+                    : in_head                                            ? IDLE_HEADER
+                    : in_body                                            ? IDLE_BODY
+                    : waiting                                            ? IDLE_KEEPALIVE
+                                                                         : IDLE_NONE;
+    uint64_t ms = kind == IDLE_KEEPALIVE ? be->keepalive_ms : kind != IDLE_NONE ? be->header_ms : 0;
+    if (kind == IDLE_NONE || ms == 0) {
+        if (c->idle_kind != IDLE_NONE) {
+            uv_timer_stop(&c->idle);
+            c->idle_kind = IDLE_NONE;
+        }
+        return;
+    }
+    if (kind == c->idle_kind && kind != IDLE_BODY) {
+        return; /* runs from the moment this wait began; a body's from its last bytes */
+    }
+    c->idle_kind = (unsigned char)kind;
+    uv_timer_start(&c->idle, on_idle_timeout, ms, 0);
 }
 
 /* ---- accepting ---- */
@@ -1033,9 +1099,11 @@ accept_conn(uv_stream_t *server, bool control)
     c->control = control;
     uv_tcp_init(be->loop, &c->tcp);
     uv_timer_init(be->loop, &c->timer);
+    uv_timer_init(be->loop, &c->idle);
     c->tcp.data = c;
     c->timer.data = c;
-    c->open_handles = 2;
+    c->idle.data = c;
+    c->open_handles = 3;
     struct dm_backend_conn **list = control ? &be->ctl_conns : &be->conns;
     c->next = *list;
     if (*list) {
@@ -1055,6 +1123,7 @@ accept_conn(uv_stream_t *server, bool control)
     llhttp_init(&c->parser, HTTP_REQUEST, &be->settings);
     c->parser.data = c;
     update_reading(c);
+    idle_update(c);
 }
 
 void

@@ -68,6 +68,9 @@ struct dm_backend {
     struct dm_backend_conn *conns;     /* of the serving listener */
     struct dm_backend_conn *ctl_conns; /* of the control listener */
     bool stopping;
+    uint64_t header_ms;    /* a request head must come whole within this (0: no bound) */
+    uint64_t keepalive_ms; /* a connection that waits for a request closes after this (0: never) */
+    uint64_t timed_out;    /* connections closed by one of the two */
     struct dm_backend_queue queue; /* capacity and service times (backend_queue.c) */
     struct dm_backend_power power; /* power states, meter, WOL, agent (backend_power.c) */
 };
@@ -125,7 +128,9 @@ struct dm_backend_ws {
 
 struct dm_backend_conn {
     uv_tcp_t tcp;
-    uv_timer_t timer; /* the service time, then /slow, then the linger timeout */
+    uv_timer_t timer;        /* the service time, then /slow, then the linger timeout */
+    uv_timer_t idle;         /* waiting for a request (keepalive_ms), or for its head (header_ms) */
+    unsigned char idle_kind; /* which of the two idle runs for: IDLE_NONE, ... */
     uv_shutdown_t shutdown_req;
     llhttp_t parser;
     struct dm_backend *be;

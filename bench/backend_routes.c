@@ -76,11 +76,11 @@ route_stats(struct dm_backend_conn *c)
         ",\"queued\":%" PRIu64 ",\"queued_max\":%" PRIu64 ",\"rejected_full\":%" PRIu64
         ",\"refused\":%" PRIu64 ",\"lost_at_sleep\":%" PRIu64 ",\"requests_not_awake\":%" PRIu64
         ",\"sleeps\":%" PRIu64 ",\"wakes\":%" PRIu64 ",\"wol_ignored\":%" PRIu64
-        ",\"served\":%" PRIu64 "}\n",
+        ",\"served\":%" PRIu64 ",\"timed_out\":%" PRIu64 "}\n",
         be->name, be->requests, be->connections, be->open, be->pages, be->page_objects, be->objects,
         m.state, m.for_ms, m.watts, m.energy_wh, q->capacity, q->in_service, q->in_service_max,
         q->queued, q->queued_max, q->rejected_full, p->refused, p->lost_at_sleep,
-        p->requests_not_awake, p->sleeps, p->wakes, p->wol_ignored, q->served);
+        p->requests_not_awake, p->sleeps, p->wakes, p->wol_ignored, q->served, be->timed_out);
     respond_json(c, body, n, sizeof body);
 }
 

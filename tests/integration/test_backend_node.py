@@ -414,6 +414,52 @@ class BackendNodeTest(H.DimmerTest):
                          ("awake", 0, 0, 0, 1, 1, 40, 0), s)
         self.assertGreater(s["energy_wh"], 0)
 
+    def test_waits_for_the_client_are_bounded(self):
+        # A client that sends nothing, trickles a head, stops in the middle
+        # of a body, or keeps an idle connection held it for ever. Work the
+        # node does (a service time in a slot, a slow response) is no wait
+        # for the client: nothing bounds it here.
+        node = self.start_node("--header-ms", 600, "--keepalive-ms", 900, "--capacity", 1,
+                               "--service-ms", 1500)
+
+        def closed_after(c, since, at_least):
+            # A lower bound only (never earlier than the node's timer): the
+            # close may come late on a busy machine, within 10 s.
+            self.assertTrue(c.closed_by_peer(10))
+            self.assertGreaterEqual(time.monotonic() - since, at_least)
+
+        t0 = time.monotonic()
+        with H.Conn(node.port) as silent, H.Conn(node.port) as trickle, \
+                H.Conn(node.port) as body, H.Conn(node.port) as kept:
+            trickle.send(b"GET /bytes/5 HTTP/1.1\r\nHost: a\r\n")
+            body.send(b"POST /healthz HTTP/1.1\r\nHost: a\r\nContent-Length: 10\r\n\r\nab")
+            r = trickle.read_response(timeout=10)
+            self.assertGreaterEqual(time.monotonic() - t0, 0.6)
+            self.assertEqual(r.status, 408)
+            self.assertIn(b"--header-ms", r.body)
+            closed_after(body, t0, 0.6)
+            self.assertEqual(kept.request("GET", "/healthz").status, 200)
+            t1 = time.monotonic()
+            closed_after(silent, t0, 0.9)
+            closed_after(kept, t1, 0.9)
+        self.assertEqual(node.stats()["timed_out"], 4)
+        # A request waits 1.5 s in its slot, and a second one queued behind it
+        # 3 s, both longer than either bound: answered, not cut.
+        with H.Conn(node.port, timeout=20) as a, H.Conn(node.port, timeout=20) as b:
+            a.send(H.build_request("GET", "/bytes/7"))
+            self.wait_load(node, 1, 0)
+            b.send(H.build_request("GET", "/bytes/7"))
+            self.wait_load(node, 1, 1)
+            for c in (a, b):
+                r = c.read_response(timeout=20)
+                self.assertEqual(r.status, 200)
+                self.assertEqual(r.body, H.pattern(7))
+        # 0 turns a bound off.
+        quiet = self.start_node("--keepalive-ms", 0, name="quiet")
+        with H.Conn(quiet.port) as c:
+            self.assertEqual(c.request("GET", "/healthz").status, 200)
+            self.assertFalse(c.closed_by_peer(1.5))
+
     def test_bad_arguments(self):
         key_file = self.key_file(b"k")
         empty = self.key_file(b"")
@@ -426,6 +472,8 @@ class BackendNodeTest(H.DimmerTest):
                            (["--idle-w", "20", "--asleep-w", "30"], "--asleep-w"),
                            (["--start", "sideways"], "--start"),
                            (["--boot-ms", "1.5"], "--boot-ms"),
+                           (["--header-ms", "-1"], "--header-ms"),
+                           (["--keepalive-ms", "x"], "--keepalive-ms"),
                            (["--control", "nowhere"], "--control"),
                            (["--wol", "127.0.0.1:0"], "--mac"),
                            (["--wol", "127.0.0.1:0", "--mac", "aa:bb:cc:dd:ee"], "--mac"),
