@@ -29,3 +29,10 @@ execute_process(COMMAND ${SIM} --quick --no-plots power --idle-w 20 --asleep-w 3
 if(NOT rc EQUAL 2 OR NOT err MATCHES "--asleep-w must not exceed --idle-w" OR NOT out STREQUAL "")
     message(FATAL_ERROR "dimmer-sim power --asleep-w 30: rc ${rc}, stderr:\n${err}\nstdout:\n${out}")
 endif()
+# A mistyped size (a million servers for 115 days of virtual time) ran for
+# days: refused before any run, with what to ask for instead.
+execute_process(COMMAND ${SIM} --no-plots hetero --servers 1000000 --time 10000000
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 2 OR NOT err MATCHES "arrivals over its [0-9]+ runs, more than 2e\\+09" OR NOT out STREQUAL "")
+    message(FATAL_ERROR "dimmer-sim hetero --servers 1000000: rc ${rc}, stderr:\n${err}\nstdout:\n${out}")
+endif()

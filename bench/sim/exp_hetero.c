@@ -38,9 +38,10 @@
 #include "bench/sim/server.h"
 #include "bench/sim/sim.h"
 
-#define HET_MAX_CLASSES 8
-#define HET_MAX_LOADS   32
-#define HET_CURVE       48
+#define HET_MAX_ARRIVALS 2e9 /* what one command may ask of all its runs */
+#define HET_MAX_CLASSES  8
+#define HET_MAX_LOADS    32
+#define HET_CURVE        48
 
 /* The edge check: p2 at these multiples of its edge, exponential sizes, a window and
  * warm-up HET_EDGE_STRETCH times the others', for a growth that small to show. */
@@ -1049,6 +1050,26 @@ het_run(const struct dm_sim_ctx *ctx, int argc, char **argv)
     }
     pl.xmin = fmax(pl.xmin, 0.01);
     pl.nruns = pl.nszs * p.nloads * pl.npols;
+    /* The work a mistyped option asks (a million servers for a year of
+     * virtual time) ran for days: the arrivals of every run, counted first
+     * (about 180,000 a second of CPU here; the default run has 2e7). */
+    double capacity = 0, arrivals = 0;
+    for (size_t c = 0; c < p.nclasses; c++) {
+        capacity += (double)p.count[c] * p.capacity[c];
+    }
+    for (size_t li = 0; li < p.nloads; li++) {
+        arrivals += p.jobs_per_run > 0 ? p.jobs_per_run * (1 + p.warmup / p.time)
+                                       : p.loads[li] * capacity * (p.time + p.warmup);
+    }
+    arrivals *= (double)(pl.nszs * pl.npols);
+    if (arrivals > HET_MAX_ARRIVALS) {
+        fprintf(stderr,
+                "dimmer-sim hetero: about %.2g arrivals over its %zu runs, more than %.0g (hours "
+                "of work): ask for fewer --servers, a shorter --time or --jobs-per-run, or fewer "
+                "--loads, --sizes or --policies\n",
+                arrivals, pl.nruns, HET_MAX_ARRIVALS);
+        return 2;
+    }
     pl.res = calloc(pl.nruns, sizeof(*pl.res));
     pl.th = calloc(p.nloads, sizeof(*pl.th));
     if (pl.res == NULL || pl.th == NULL) {
