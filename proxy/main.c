@@ -1300,6 +1300,7 @@ close_control:
         atomic_store(&dm_hold_notify, NULL);
         uv_close((uv_handle_t *)&ctl.held, NULL);
     }
+    dm_power_wait_orphans(); /* a wake or sleep under way ends before dimmer does */
     uv_run(ctl.loop, UV_RUN_DEFAULT);
     uv_loop_close(ctl.loop);
     free(bound);

@@ -71,6 +71,9 @@ struct pm_action {
     bool tcp_init, proc_init, out_init;
     bool running; /* the process has not exited yet */
     bool done;
+    bool orphan;                   /* under way when its manager stopped: finishes alone */
+    uint64_t timeout_ms;           /* its command_timeout */
+    struct pm_action *next_orphan; /* in orphans, while its handles are open */
     char *req;
     char reply[HTTP_REPLY_MAX]; /* the HTTP status line, or a command's first output */
     size_t reply_len;
@@ -233,11 +236,21 @@ static void action_finish(struct pm_action *a, bool ok, const char *what);
 static void set_state(struct dm_powermgr *pm, struct pm_server *s, enum dm_pm_state st,
                       uint64_t now);
 
+/* The actions under way when their manager stopped (dm_power_stop), until
+ * their handles are closed; the control loop's only. */
+static struct pm_action *orphans;
+
 static void
 action_closed(uv_handle_t *h)
 {
     struct pm_action *a = h->data;
     if (--a->open == 0) {
+        for (struct pm_action **pp = &orphans; *pp != NULL; pp = &(*pp)->next_orphan) {
+            if (*pp == a) {
+                *pp = a->next_orphan;
+                break;
+            }
+        }
         free(a->req);
         free(a->name);
         free(a);
@@ -264,6 +277,20 @@ action_close(struct pm_action *a)
 }
 
 static void run_action(struct dm_powermgr *pm, struct pm_server *s, enum pm_act_kind kind);
+
+/* Whether the action's handles keep its loop running. */
+static void
+action_hold_loop(struct pm_action *a, bool hold)
+{
+    uv_handle_t *hs[] = { (uv_handle_t *)&a->timer, (uv_handle_t *)&a->proc, (uv_handle_t *)&a->out,
+                          (uv_handle_t *)&a->tcp };
+    bool init[] = { true, a->proc_init, a->out_init, a->tcp_init };
+    for (size_t k = 0; k < 4; k++) {
+        if (init[k]) {
+            (hold ? uv_ref : uv_unref)(hs[k]);
+        }
+    }
+}
 
 /* A command runs in a process group of its own (UV_PROCESS_DETACHED): killed
  * with its children (an ssh it started, say), not only its shell. */
@@ -305,6 +332,11 @@ action_finish(struct pm_action *a, bool ok, const char *what)
     }
     a->done = true;
     struct pm_server *s = a->s;
+    if (s == NULL && a->orphan) {
+        dm_log(ok ? DM_LOG_INFO : DM_LOG_WARN,
+               "power: %s %s (%s), under way when dimmer stopped: %s", kind_name(a->kind),
+               a->name != NULL ? a->name : "?", how_name(a->how), what);
+    }
     if (s != NULL) {
         s->action = NULL;
         if (!ok) {
@@ -740,7 +772,8 @@ run_action(struct dm_powermgr *pm, struct pm_server *s, enum pm_act_kind kind)
         action_finish(a, false, "could not start");
         return;
     }
-    uv_timer_start(&a->timer, action_timeout, s->pcf->power.command_timeout_ms, 0);
+    a->timeout_ms = s->pcf->power.command_timeout_ms;
+    uv_timer_start(&a->timer, action_timeout, a->timeout_ms, 0);
 }
 
 /* ---- server states ---- */
@@ -1648,6 +1681,14 @@ fail:
 }
 
 void
+dm_power_wait_orphans(void)
+{
+    for (struct pm_action *a = orphans; a != NULL; a = a->next_orphan) {
+        action_hold_loop(a, true);
+    }
+}
+
+void
 dm_power_kick(struct dm_powermgr *pm)
 {
     if (pm != NULL && pm->tick_open && !pm->stopping) {
@@ -1690,17 +1731,26 @@ dm_power_stop(struct dm_powermgr *pm)
     for (size_t i = 0; i < pm->nservers; i++) {
         struct pm_action *a = pm->servers[i]->action;
         if (a != NULL) {
-            /* Said here: with no server left, action_finish logs nothing. */
-            dm_log_warn("power: %s %s (%s): cut short, dimmer stops%s", kind_name(a->kind),
-                        a->name != NULL ? a->name : "?", how_name(a->how),
-                        a->running ? ": killed" : "");
+            /*
+             * A wake or sleep under way is left to finish, bounded by its
+             * command_timeout as always, not cut short: killed, a wake that
+             * SIGUSR2's new process takes over as booting never came (the
+             * server failed at its boot timeout), and a command cut in its
+             * middle (an ssh, a BMC's API) may leave the machine anywhere.
+             * Its handles hold the control loop only once the workers have
+             * drained (dm_power_wait_orphans): the stop is not delayed.
+             */
+            dm_log_info("power: %s %s (%s): under way as dimmer stops: left to finish (at most "
+                        "%llu ms, its command_timeout)",
+                        kind_name(a->kind), a->name != NULL ? a->name : "?", how_name(a->how),
+                        (unsigned long long)a->timeout_ms);
             a->s = NULL;
             a->pm = NULL;
+            a->orphan = true;
             pm->servers[i]->action = NULL;
-            if (a->running) {
-                kill_command(&a->proc);
-            }
-            action_finish(a, false, "abandoned: stopping");
+            a->next_orphan = orphans;
+            orphans = a;
+            action_hold_loop(a, false);
         }
     }
     uv_handle_t *hs[] = { (uv_handle_t *)&pm->metrics, (uv_handle_t *)&pm->wol,

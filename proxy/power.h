@@ -64,8 +64,14 @@ int dm_power_metrics_fd(const struct dm_powermgr *pm);
 /* Something happened that the manager should look at now (a held request). */
 void dm_power_kick(struct dm_powermgr *pm);
 
-/* Closes everything; actions in flight are abandoned (their processes killed). */
+/* Closes everything; a wake or sleep under way is left to finish (bounded by
+ * its command_timeout), its handles not holding the loop until
+ * dm_power_wait_orphans. */
 void dm_power_stop(struct dm_powermgr *pm);
+
+/* The actions dm_power_stop left to finish hold the loop from now: its last
+ * run ends once they have (after the workers drained). */
+void dm_power_wait_orphans(void);
 
 /* GET /power as JSON, appended to b. */
 void dm_power_json(struct dm_powermgr *pm, struct dm_sbuf *b);

@@ -999,10 +999,11 @@ class DimmerTest(unittest.TestCase):
             self.mark_tls(d)
         return d
 
-    def sigusr2(self, d, pid):
+    def sigusr2(self, d, pid, ready_then=None):
         """
         SIGUSR2 to pid, the dimmer d serving now (d.proc's or one a SIGUSR2
-        started): the new process's pid once it is ready and pid has exited.
+        started): the new process's pid once it is ready and pid has exited
+        (ready_then() is called in between, once the new one is ready).
         The new one logs to d.proc's stderr; it is killed at the end.
         """
         seen = len(SIGUSR2_READY.findall(d.proc.stderr()))
@@ -1016,6 +1017,8 @@ class DimmerTest(unittest.TestCase):
         self.assertEqual(int(old), pid)
         new = Pid(int(new))
         self.addCleanup(new.kill)
+        if ready_then is not None:
+            ready_then()
         wait_until(lambda: gone(pid), 20, "the old process to drain and exit")
         self.assertTrue(new.alive())
         if d.admin is not None:

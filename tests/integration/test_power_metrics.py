@@ -435,6 +435,43 @@ class PowerMetricsTest(H.DimmerTest):
         self.assertEqual(self.server("n1")["state"], "sleeping")
         self.assertEqual(n1.power()["state"], "asleep")
 
+    def test_sigusr2_lets_a_wake_under_way_finish(self):
+        # n1 asleep; its wake command runs until the test lets it go, which
+        # it does only once the new process of a SIGUSR2 is ready and the old
+        # one stops. The wake is not cut short: n1 boots, and the new
+        # process, which took n1 over as booting, puts it in service.
+        go = self.path("go")
+        n1 = self.start_node("--control", "%s:0" % H.HOST, "--boot-ms", 300, name="n1")
+        n2 = self.start_node(name="n2")
+        conf = ("listen: 127.0.0.1:0\nadmin: 127.0.0.1:0\npools:\n  web:\n"
+                "    health_check: {interval: 100ms, timeout: 300ms, rise: 1, fall: 1}\n"
+                "    power: {policy: always-on, min_change_interval: 0, action_interval: 0, "
+                "command_timeout: 15s, boot_timeout: 30s}\n"
+                "    servers:\n"
+                "      - {name: n1, address: \"%s:%d\", power: {sleep_command: \"kill -USR1 %d\", "
+                "wake_command: \"i=0; while [ ! -e %s ] && [ $i -lt 200 ]; do sleep 0.05; "
+                "i=$((i+1)); done; kill -USR2 %d\"}}\n"
+                "      - {name: n2, address: \"%s:%d\"}\n"
+                % (H.HOST, n1.port, n1.proc.pid, go, n1.proc.pid, H.HOST, n2.port))
+        self.d = self.start_dimmer_conf(self.write_config(conf))
+        self.act(n1, "sleep")
+        n1.wait_state("asleep")
+        H.wait_until(lambda: self.server("n1")["state"] == "sleeping", 5, "n1 sleeping")
+        self.act(n1, "wake")
+        H.wait_until(lambda: "running \"i=0;" in self.d.proc.stderr(), 5, "the wake command")
+
+        def let_it_go():
+            self.assertIn("wake n1 (command): under way as dimmer stops: left to finish",
+                          self.d.proc.stderr())
+            open(go, "w").close()
+
+        self.sigusr2(self.d, self.d.proc.pid, ready_then=let_it_go)
+        self.assertIn("wake n1 (command), under way when dimmer stopped: exit status 0",
+                      self.d.proc.stderr())
+        n1.wait_state("awake")
+        H.wait_until(lambda: self.server("n1")["state"] == "active", 10, "n1 in service")
+        self.assertEqual(self.server("n1")["action_failures"], 0)
+
     def test_wol_and_http_actuators(self):
         node = self.node_pool('mac: "02:00:00:00:00:07", wol_to: "WOL", control: "CONTROL"')
         self.act(node, "sleep")
