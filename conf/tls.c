@@ -127,6 +127,71 @@ ticket_cb(SSL *s, unsigned char name[16], unsigned char *iv, EVP_CIPHER_CTX *ctx
     return rc;
 }
 
+/*
+ * The keys as bytes, for the process that replaces this one (SIGUSR2): "DMTK",
+ * a version byte, the count, then per key (newest first) its name, AES and
+ * HMAC keys and its age in ms (8 bytes, big-endian).
+ */
+#define TICKETS_HEAD 6
+#define TICKET_BYTES (16 + 32 + 32 + 8)
+
+size_t
+dm_tls_tickets_save(unsigned char *buf, size_t cap)
+{
+    uint64_t now = mono_ms();
+    pthread_mutex_lock(&tickets.lock);
+    size_t n = tickets.n, len = TICKETS_HEAD + n * TICKET_BYTES;
+    if (n == 0 || cap < len) {
+        pthread_mutex_unlock(&tickets.lock);
+        return 0;
+    }
+    memcpy(buf, "DMTK\1", 5);
+    buf[5] = (unsigned char)n;
+    unsigned char *p = buf + TICKETS_HEAD;
+    for (size_t i = 0; i < n; i++) {
+        const struct ticket_key *k = &tickets.keys[i];
+        memcpy(p, k->name, 16);
+        memcpy(p + 16, k->aes, 32);
+        memcpy(p + 48, k->hmac, 32);
+        uint64_t age = now >= k->born_ms ? now - k->born_ms : 0;
+        for (int b = 0; b < 8; b++) {
+            p[80 + b] = (unsigned char)(age >> (56 - 8 * b));
+        }
+        p += TICKET_BYTES;
+    }
+    pthread_mutex_unlock(&tickets.lock);
+    return len;
+}
+
+int
+dm_tls_tickets_load(const unsigned char *buf, size_t len)
+{
+    if (len < TICKETS_HEAD || memcmp(buf, "DMTK\1", 5) != 0 || buf[5] < 1 || buf[5] > 3 ||
+        len != TICKETS_HEAD + (size_t)buf[5] * TICKET_BYTES) {
+        return -1;
+    }
+    struct ticket_key keys[3];
+    uint64_t now = mono_ms();
+    const unsigned char *p = buf + TICKETS_HEAD;
+    for (unsigned i = 0; i < buf[5]; i++, p += TICKET_BYTES) {
+        memcpy(keys[i].name, p, 16);
+        memcpy(keys[i].aes, p + 16, 32);
+        memcpy(keys[i].hmac, p + 48, 32);
+        uint64_t age = 0;
+        for (int b = 0; b < 8; b++) {
+            age = age << 8 | p[80 + b];
+        }
+        /* Born before this process's clock began: as old as it can be. */
+        keys[i].born_ms = age < now ? now - age : 0;
+    }
+    pthread_mutex_lock(&tickets.lock);
+    memcpy(tickets.keys, keys, sizeof(keys[0]) * buf[5]);
+    tickets.n = buf[5];
+    pthread_mutex_unlock(&tickets.lock);
+    OPENSSL_cleanse(keys, sizeof(keys));
+    return (int)buf[5];
+}
+
 /* ---- handshake callbacks ---- */
 
 const struct dm_tls_cert *

@@ -71,6 +71,17 @@ const struct dm_tls_cert *dm_tls_cert_for(const struct dm_conf_tls *t, const cha
 struct dm_conf;
 void dm_conf_tls_apply(const struct dm_conf *c);
 
+/*
+ * The process's session ticket keys as bytes (at most DM_TLS_TICKETS_MAX),
+ * for the process that replaces it (SIGUSR2), so that its clients' tickets
+ * still resume there: their length, 0 when there are none (or cap is short).
+ * dm_tls_tickets_load() makes such bytes the process's keys, with their ages:
+ * how many, or -1 when they are not such bytes (the keys stay as they were).
+ */
+#define DM_TLS_TICKETS_MAX 512
+size_t dm_tls_tickets_save(unsigned char *buf, size_t cap);
+int dm_tls_tickets_load(const unsigned char *buf, size_t len);
+
 void dm_conf_tls_free(struct dm_conf_tls *t);
 void dm_conf_tls_client_free(struct dm_conf_tls_client *t);
 

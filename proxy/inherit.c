@@ -190,7 +190,7 @@ int
 dm_inherit_parse(const char *value, struct dm_inherit *in, char *err, size_t errlen)
 {
     memset(in, 0, sizeof(*in));
-    in->ready_fd = -1;
+    in->ready_fd = in->tickets_fd = -1;
     const char *p = value;
     while (*p != 0) {
         if (*p == ' ') {
@@ -208,7 +208,11 @@ dm_inherit_parse(const char *value, struct dm_inherit *in, char *err, size_t err
                 kind = k;
             }
         }
-        bool ready = wlen == 5 && strncmp(p, "ready", 5) == 0;
+        /* The words that name a pipe only, once each. */
+        int *pipe_fd = wlen == 5 && strncmp(p, "ready", 5) == 0     ? &in->ready_fd
+                       : wlen == 7 && strncmp(p, "tickets", 7) == 0 ? &in->tickets_fd
+                                                                    : NULL;
+        bool ready = pipe_fd != NULL;
         if (eq != NULL && kind < 0 && !ready) {
             int r = parse_state_word(in, p, wlen, v, vlen);
             if (r == 0) {
@@ -233,9 +237,9 @@ dm_inherit_parse(const char *value, struct dm_inherit *in, char *err, size_t err
         }
         const char *colon = memchr(v, ':', vlen);
         int fd = parse_fd(v, ready ? vlen : (colon != NULL ? (size_t)(colon - v) : vlen));
-        if (fd < 0 || (ready && in->ready_fd >= 0) || (!ready && colon == NULL)) {
+        if (fd < 0 || (ready && *pipe_fd >= 0) || (!ready && colon == NULL)) {
             snprintf(err, errlen, "%.*s: not %s", (int)(n > 40 ? 40 : n), p,
-                     ready ? "ready=FD, once" : "WORD=FD:ADDRESS");
+                     ready ? "WORD=FD, once" : "WORD=FD:ADDRESS");
             goto fail;
         }
         for (size_t i = 0; i < in->n; i++) {
@@ -244,14 +248,14 @@ dm_inherit_parse(const char *value, struct dm_inherit *in, char *err, size_t err
                 goto fail;
             }
         }
-        if (ready) {
-            in->ready_fd = fd;
-            p += n;
-            continue;
-        }
-        if (fd == in->ready_fd) {
+        if (fd == in->ready_fd || fd == in->tickets_fd) {
             snprintf(err, errlen, "descriptor %d named twice", fd);
             goto fail;
+        }
+        if (ready) {
+            *pipe_fd = fd;
+            p += n;
+            continue;
         }
         char *text = decode_text(colon + 1, (size_t)(p + n - colon - 1));
         struct dm_inherited *grown =
@@ -276,7 +280,7 @@ fail:
     free(in->v);
     dm_inherit_free(in);
     memset(in, 0, sizeof(*in));
-    in->ready_fd = -1;
+    in->ready_fd = in->tickets_fd = -1;
     return -1;
 }
 
@@ -287,6 +291,10 @@ dm_inherit_check(struct dm_inherit *in, char *err, size_t errlen)
     if (in->ready_fd >= 0 &&
         (fstat(in->ready_fd, &st) != 0 || !(S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode)))) {
         snprintf(err, errlen, "ready=%d: not an open pipe", in->ready_fd);
+        return -1;
+    }
+    if (in->tickets_fd >= 0 && (fstat(in->tickets_fd, &st) != 0 || !S_ISFIFO(st.st_mode))) {
+        snprintf(err, errlen, "tickets=%d: not an open pipe", in->tickets_fd);
         return -1;
     }
     for (size_t i = 0; i < in->n; i++) {
@@ -315,6 +323,9 @@ dm_inherit_check(struct dm_inherit *in, char *err, size_t errlen)
     }
     if (in->ready_fd >= 0) {
         (void)fcntl(in->ready_fd, F_SETFD, FD_CLOEXEC);
+    }
+    if (in->tickets_fd >= 0) {
+        (void)fcntl(in->tickets_fd, F_SETFD, FD_CLOEXEC);
     }
     return 0;
 }

@@ -10,6 +10,9 @@
  *
  * DIMMER_INHERIT is a list of words separated by blanks:
  *   ready=FD               the pipe to write "R" to once ready
+ *   tickets=FD             a pipe holding the TLS session ticket keys
+ *                          (dm_tls_tickets_save), so that tickets issued by
+ *                          the process replaced still resume
  *   listen=FD:TEXT         a listening socket of the listener configured as TEXT
  *   admin=FD:TEXT          the admin listener's
  *   metrics=FD:TEXT        the power manager's UDP metrics socket
@@ -55,8 +58,9 @@ struct dm_inherited_host {
 };
 
 struct dm_inherit {
-    int ready_fd; /* -1: none */
-    long from;    /* the pid of the process that handed them over, 0: not said */
+    int ready_fd;   /* -1: none */
+    int tickets_fd; /* -1: none */
+    long from;      /* the pid of the process that handed them over, 0: not said */
     struct dm_inherited *v;
     size_t n;
     struct dm_inherited_host *hosts;
@@ -75,7 +79,7 @@ int dm_inherit_parse(const char *value, struct dm_inherit *in, char *err, size_t
 
 /*
  * Checks every descriptor of in: a listening TCP socket for listen and admin,
- * a UDP socket for metrics, a pipe or socket for ready; each is made
+ * a UDP socket for metrics, a pipe or socket for ready, a pipe for tickets; each is made
  * close-on-exec. 0, or -1 with what is wrong in err.
  */
 int dm_inherit_check(struct dm_inherit *in, char *err, size_t errlen);

@@ -676,6 +676,49 @@ upgrade_env(char *inherit)
     return env;
 }
 
+/* The session ticket keys in the pipe a SIGUSR2 handed over, made the
+ * process's; the pipe closed. How many, 0 for none, -1 when not such keys. */
+static int
+take_tickets(struct dm_inherit *in)
+{
+    if (in->tickets_fd < 0) {
+        return 0;
+    }
+    unsigned char buf[DM_TLS_TICKETS_MAX + 1];
+    size_t len = 0;
+    ssize_t r;
+    /* Written whole and closed before this process started: never blocks. */
+    while (len < sizeof(buf) && ((r = read(in->tickets_fd, buf + len, sizeof(buf) - len)) > 0 ||
+                                 (r < 0 && errno == EINTR))) {
+        len += r > 0 ? (size_t)r : 0;
+    }
+    close(in->tickets_fd);
+    in->tickets_fd = -1;
+    int n = dm_tls_tickets_load(buf, len);
+    OPENSSL_cleanse(buf, sizeof(buf));
+    return n;
+}
+
+/* A pipe holding this process's session ticket keys, its write end closed:
+ * the read end, or -1 (none, or no pipe). */
+static int
+give_tickets(void)
+{
+    unsigned char buf[DM_TLS_TICKETS_MAX];
+    size_t len = dm_tls_tickets_save(buf, sizeof(buf));
+    int fds[2] = { -1, -1 };
+    /* Within PIPE_BUF: written at once, whole, without a reader yet. */
+    if (len > 0 && pipe2(fds, O_CLOEXEC) == 0) {
+        if (write(fds[1], buf, len) != (ssize_t)len) {
+            close(fds[0]);
+            fds[0] = -1;
+        }
+        close(fds[1]);
+    }
+    OPENSSL_cleanse(buf, sizeof(buf));
+    return fds[0];
+}
+
 /*
  * SIGUSR2, as nginx's binary upgrade: starts the program again (argv[0] as
  * started, so a new binary installed at that path runs) with the same
@@ -694,8 +737,9 @@ upgrade_start(struct control *ctl)
     size_t ns = dm_workers_sockets(ctl->workers, ctl->nworkers);
     int *fds = calloc(ns + 2, sizeof(*fds));
     size_t *lis = calloc(ns + 1, sizeof(*lis));
-    uv_stdio_container_t *io = calloc(ns + 6, sizeof(*io));
+    uv_stdio_container_t *io = calloc(ns + 7, sizeof(*io));
     char *inherit = NULL;
+    int tickets = -1;
     char **env = NULL;
     int r = UV_ENOMEM;
     if (fds == NULL || lis == NULL || io == NULL || dm_inherit_append(&inherit, "ready", 3, NULL)) {
@@ -747,6 +791,13 @@ upgrade_start(struct control *ctl)
         io[nio].flags = UV_INHERIT_FD;
         io[nio].data.fd = metrics;
         if (dm_inherit_append(&inherit, "metrics", nio++, ctl->metrics_text) < 0) {
+            goto done;
+        }
+    }
+    if ((tickets = give_tickets()) >= 0) {
+        io[nio].flags = UV_INHERIT_FD;
+        io[nio].data.fd = tickets;
+        if (dm_inherit_append(&inherit, "tickets", nio++, NULL) < 0) {
             goto done;
         }
     }
@@ -813,15 +864,19 @@ upgrade_start(struct control *ctl)
     ctl->upgrade_timer.data = ctl;
     ctl->upgrade_timer_open = true;
     uv_timer_start(&ctl->upgrade_timer, upgrade_timeout, DM_UPGRADE_READY_S * 1000ull, 0);
-    dm_log_info("SIGUSR2: started %s again (pid %d), handing it %zu listening socket%s%s%s",
+    dm_log_info("SIGUSR2: started %s again (pid %d), handing it %zu listening socket%s%s%s%s",
                 ctl->argv[0], ctl->upgrade.pid, n, n == 1 ? "" : "s",
-                admin >= 0 ? ", the admin's" : "", metrics >= 0 ? ", the metrics'" : "");
+                admin >= 0 ? ", the admin's" : "", metrics >= 0 ? ", the metrics'" : "",
+                tickets >= 0 ? ", the TLS session ticket keys" : "");
 
 done:
     if (r < 0) {
         dm_log_error("SIGUSR2: cannot start %s again: %s; this one serves on", ctl->argv[0],
                      uv_strerror(r));
         upgrade_end(ctl);
+    }
+    if (tickets >= 0) {
+        close(tickets); /* the new process's now */
     }
     free(env);
     free(inherit);
@@ -1066,7 +1121,7 @@ main(int argc, char **argv)
     struct sockaddr_storage admin_bound = { 0 };
     struct sockaddr_storage metrics_bound = { 0 };
     struct control ctl = { .conf_path = conf_path, .argv = argv };
-    struct dm_inherit inherit = { .ready_fd = -1 };
+    struct dm_inherit inherit = { .ready_fd = -1, .tickets_fd = -1 };
     if (test_only) {
         /* What the start would open: a log the start cannot open is a failed check. */
         const char *logs[2] = { conf->error_log, conf->access_log };
@@ -1098,6 +1153,7 @@ main(int argc, char **argv)
         unsetenv(DM_INHERIT_ENV); /* not handed down again to a process of ours */
         dm_inherited = &inherit;
     }
+    int tickets_taken = take_tickets(&inherit);
     if (dm_log_open(conf->error_log) < 0) {
         fprintf(stderr, "dimmer: cannot open error log %s: %s\n", conf->error_log, strerror(errno));
         goto destroy_conf;
@@ -1105,6 +1161,14 @@ main(int argc, char **argv)
     dm_log_set_level((enum dm_log_level)conf->log_level);
     for (size_t i = 0; i < conf->nwarnings; i++) {
         dm_log_warn("%s", conf->warnings[i]);
+    }
+    if (tickets_taken > 0) {
+        dm_log_info("took %d TLS session ticket key%s from the process this one replaces: its "
+                    "clients' tickets resume here",
+                    tickets_taken, tickets_taken == 1 ? "" : "s");
+    } else if (tickets_taken < 0) {
+        dm_log_warn("the TLS session ticket keys handed over are not such keys: new ones are "
+                    "made, and the clients' tickets no longer resume");
     }
     access_fd = open_access_log(conf);
     if (access_fd == -2) {

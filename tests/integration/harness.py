@@ -999,18 +999,20 @@ class DimmerTest(unittest.TestCase):
             self.mark_tls(d)
         return d
 
-    def sigusr2(self, d, pid, ready_then=None):
+    def sigusr2(self, d, pid, ready_then=None, log=None):
         """
         SIGUSR2 to pid, the dimmer d serving now (d.proc's or one a SIGUSR2
         started): the new process's pid once it is ready and pid has exited
         (ready_then() is called in between, once the new one is ready).
-        The new one logs to d.proc's stderr; it is killed at the end.
+        The new one logs to d.proc's stderr, or where log() reads (error_log);
+        it is killed at the end.
         """
-        seen = len(SIGUSR2_READY.findall(d.proc.stderr()))
+        log = log or d.proc.stderr
+        seen = len(SIGUSR2_READY.findall(log()))
         os.kill(pid, signal.SIGUSR2)
 
         def ready():
-            found = SIGUSR2_READY.findall(d.proc.stderr())
+            found = SIGUSR2_READY.findall(log())
             return found[seen] if len(found) > seen else None
 
         old, new = wait_until(ready, 30, "the new process to be ready")

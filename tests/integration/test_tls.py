@@ -265,6 +265,24 @@ class TlsTest(H.DimmerTest):
         H.wait_until(lambda: "configuration reloaded" in self.log(), 10, "the reload")
         self.assertTrue(self.resumed(d.port, self.path("sess-tls1_3"), "-tls1_3"))
 
+    def test_sigusr2_hands_the_ticket_keys_over(self):
+        # Tickets issued by the process a SIGUSR2 replaces resume in the new
+        # one, TLS 1.3's and 1.2's, on either of its workers; and in the one
+        # after it, which the keys reach through the second.
+        d = self.tls_dimmer(self.site_tls(), workers=2)
+        pid = d.proc.pid
+        for round in range(2):
+            for version in ("-tls1_3", "-tls1_2"):
+                sess = self.path("sess%s" % version)
+                self.assertEqual(self.resumed(d.port, sess, version), round > 0)
+            pid = self.sigusr2(d, pid, log=self.log)
+            self.assertEqual(self.log().count("took 1 TLS session ticket key from the process "
+                                              "this one replaces"), round + 1)
+            for version in ("-tls1_3", "-tls1_2"):
+                for i in range(4):
+                    self.assertTrue(self.resumed(d.port, self.path("sess%s" % version), version),
+                                    (round, version, i))
+
     def test_tickets_off(self):
         d = self.tls_dimmer(self.site_tls(", tickets: false"))
         sess = self.path("sess")

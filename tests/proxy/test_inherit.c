@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "conf/tls.h"
 #include "proxy/inherit.h"
 
 static void
@@ -30,13 +31,15 @@ test_written_then_read_back(void **state)
     assert_int_equal(dm_inherit_append(&s, "listen", 7, key), 0);
     assert_int_equal(dm_inherit_append(&s, "admin", 8, "127.0.0.1:9901"), 0);
     assert_int_equal(dm_inherit_append(&s, "metrics", 9, "0.0.0.0:9902"), 0);
+    assert_int_equal(dm_inherit_append(&s, "tickets", 10, NULL), 0);
     assert_string_equal(s, "ready=3 listen=4:127.0.0.1:8080 listen=5:127.0.0.1:8080 "
                            "listen=6:[::1]:80 listen=7:*:0%20%25x%0A1 admin=8:127.0.0.1:9901 "
-                           "metrics=9:0.0.0.0:9902");
+                           "metrics=9:0.0.0.0:9902 tickets=10");
     struct dm_inherit in;
     char err[128] = "";
     assert_int_equal(dm_inherit_parse(s, &in, err, sizeof(err)), 0);
     assert_int_equal(in.ready_fd, 3);
+    assert_int_equal(in.tickets_fd, 10);
     assert_int_equal(in.n, 6);
     int fds[4];
     /* Each listener takes its own, once. */
@@ -95,6 +98,11 @@ test_bad_lists_are_refused_whole(void **state)
         "listen",                    /* no value */
         "ready=3 listen=4:a bogus",  /* the last word bad */
         "ready=",                    /* no descriptor */
+        "tickets=5 tickets=6",       /* tickets once */
+        "ready=5 tickets=5",         /* one descriptor, two uses */
+        "tickets=5 listen=5:a",      /* one descriptor, two uses */
+        "listen=5:a tickets=5",      /* one descriptor, two uses */
+        "tickets=5:a",               /* a pipe has no address */
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         struct dm_inherit in;
@@ -106,6 +114,7 @@ test_bad_lists_are_refused_whole(void **state)
         assert_int_equal(in.n, 0);
         assert_null(in.v);
         assert_int_equal(in.ready_fd, -1);
+        assert_int_equal(in.tickets_fd, -1);
     }
     /* Empty and blank: nothing handed over, and that is fine. */
     struct dm_inherit in;
@@ -162,6 +171,14 @@ test_descriptors_are_checked_for_what_they_are_named(void **state)
     assert_int_equal(dm_inherit_parse(text, &in, err, sizeof(err)), 0);
     assert_int_equal(dm_inherit_check(&in, err, sizeof(err)), -1);
     assert_non_null(strstr(err, "not an open pipe"));
+    /* The keys come in a pipe, never a socket (nor a file). */
+    snprintf(text, sizeof(text), "tickets=%d", udp);
+    assert_int_equal(dm_inherit_parse(text, &in, err, sizeof(err)), 0);
+    assert_int_equal(dm_inherit_check(&in, err, sizeof(err)), -1);
+    assert_non_null(strstr(err, "tickets="));
+    snprintf(text, sizeof(text), "tickets=%d", p[0]);
+    assert_int_equal(dm_inherit_parse(text, &in, err, sizeof(err)), 0);
+    assert_int_equal(dm_inherit_check(&in, err, sizeof(err)), 0);
     close(udp);
     close(idle);
     close(p[0]);
@@ -229,6 +246,64 @@ test_what_the_old_process_knew_of_its_hosts(void **state)
     }
 }
 
+/* Two ticket keys as dm_tls_tickets_save writes them; the second aged age_ms. */
+static size_t
+ticket_bytes(unsigned char *b, unsigned char fill, uint64_t age_ms)
+{
+    memcpy(b, "DMTK\1\2", 6);
+    for (size_t k = 0; k < 2; k++) {
+        unsigned char *p = b + 6 + k * 88;
+        memset(p, fill + (int)k, 80);
+        uint64_t age = k == 0 ? 0 : age_ms;
+        for (int i = 0; i < 8; i++) {
+            p[80 + i] = (unsigned char)(age >> (56 - 8 * i));
+        }
+    }
+    return 6 + 2 * 88;
+}
+
+static void
+test_ticket_keys_go_over_whole_or_not_at_all(void **state)
+{
+    (void)state;
+    unsigned char in[DM_TLS_TICKETS_MAX], out[DM_TLS_TICKETS_MAX];
+    /* None made yet (no handshake in this process): nothing to hand over. */
+    assert_int_equal(dm_tls_tickets_save(out, sizeof(out)), 0);
+    size_t len = ticket_bytes(in, 0x41, 1800000);
+    assert_int_equal(dm_tls_tickets_load(in, len), 2);
+    assert_int_equal(dm_tls_tickets_save(out, 10), 0); /* too short a buffer */
+    assert_int_equal(dm_tls_tickets_save(out, sizeof(out)), len);
+    /* The same keys, and the ages go on from where they were (a few ms later). */
+    assert_memory_equal(out, in, 6 + 80);
+    assert_memory_equal(out + 94, in + 94, 80);
+    uint64_t age = 0;
+    for (int i = 0; i < 8; i++) {
+        age = age << 8 | out[174 + i];
+    }
+    assert_true(age >= 1800000 && age < 1800000 + 60000);
+    /* Anything else is refused whole, and the keys stay as they were. */
+    unsigned char bad[DM_TLS_TICKETS_MAX];
+    for (int k = 0; k < 6; k++) {
+        size_t blen = ticket_bytes(bad, 0x61, 0);
+        if (k == 0) {
+            bad[0] = 'X'; /* not the magic */
+        } else if (k == 1) {
+            bad[4] = 2; /* another version */
+        } else if (k == 2) {
+            bad[5] = 0; /* no key */
+        } else if (k == 3) {
+            bad[5] = 4; /* more than three */
+        } else if (k == 4) {
+            blen--; /* cut short */
+        } else {
+            blen = 3; /* not even a head */
+        }
+        assert_int_equal(dm_tls_tickets_load(bad, blen), -1);
+        assert_int_equal(dm_tls_tickets_save(out, sizeof(out)), len);
+        assert_memory_equal(out + 6, in + 6, 80);
+    }
+}
+
 int
 main(void)
 {
@@ -237,6 +312,7 @@ main(void)
         cmocka_unit_test(test_bad_lists_are_refused_whole),
         cmocka_unit_test(test_descriptors_are_checked_for_what_they_are_named),
         cmocka_unit_test(test_what_the_old_process_knew_of_its_hosts),
+        cmocka_unit_test(test_ticket_keys_go_over_whole_or_not_at_all),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
