@@ -36,3 +36,21 @@ execute_process(COMMAND ${SIM} --no-plots hetero --servers 1000000 --time 100000
 if(NOT rc EQUAL 2 OR NOT err MATCHES "arrivals over its [0-9]+ runs, more than 2e\\+09" OR NOT out STREQUAL "")
     message(FATAL_ERROR "dimmer-sim hetero --servers 1000000: rc ${rc}, stderr:\n${err}\nstdout:\n${out}")
 endif()
+# So for age and alloc: the work of every run (age's requests, alloc's
+# delays looked at and annealing iterations) and the memory of one (age's
+# sites, alloc's client-server delays), counted before any run.
+foreach(case
+        "age;--time;1000000;--reps;1000|requests over its [0-9]+ runs, more than 1e\\+10"
+        "age;--pages;10000000;--reps;100|sites of 10000000 pages and their objects"
+        "alloc;--iterations;1e9;--seeds;1000|CPU-seconds of work over its [0-9]+ instances"
+        "alloc;--clients;1000000;--servers;10000|client-server delays in one instance"
+        "alloc;--frame-load;0,0|--frame-load: want whole numbers from 1")
+    string(REPLACE "|" ";" parts "${case}")
+    list(GET parts -1 want)
+    list(REMOVE_AT parts -1)
+    execute_process(COMMAND ${SIM} --no-plots ${parts}
+                    RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+    if(NOT rc EQUAL 2 OR NOT err MATCHES "${want}" OR NOT out STREQUAL "")
+        message(FATAL_ERROR "dimmer-sim ${parts}: rc ${rc}, stderr:\n${err}\nstdout:\n${out}")
+    endif()
+endforeach()

@@ -59,14 +59,16 @@
 #include "bench/sim/surge.h"
 #include "parsers/catalog.h"
 
-#define MAX_SERVERS  64
-#define MAX_POLICIES 12
-#define MAX_LEVELS   12
-#define TICK_S       0.1                   /* the proxy's aging tick */
-#define CATALOG_CAP  ((uint64_t)256 << 20) /* the catalog's memory cap, ample */
-#define DFLT_OBJECT  10240                 /* catalog.default_object_bytes' default */
-#define QUEUE_US     5000000               /* timeouts.queue's default (connect's) */
-#define SITE_HOST    "sim"
+#define MAX_SERVERS      64
+#define MAX_POLICIES     12
+#define MAX_LEVELS       12
+#define TICK_S           0.1                   /* the proxy's aging tick */
+#define CATALOG_CAP      ((uint64_t)256 << 20) /* the catalog's memory cap, ample */
+#define DFLT_OBJECT      10240                 /* catalog.default_object_bytes' default */
+#define QUEUE_US         5000000               /* timeouts.queue's default (connect's) */
+#define SITE_HOST        "sim"
+#define AGE_MAX_REQUESTS 1e10 /* what one command may ask of all its runs: ~1 h of CPU */
+#define AGE_MAX_OBJECTS  5e8  /* pages and objects of all its sites: ~17 B each */
 
 enum catalog_mode { CAT_LEARN, CAT_PRELOAD, CAT_OFF };
 enum affinity_mode { AFF_ALL, AFF_POLICY };
@@ -1325,6 +1327,36 @@ emit(const struct dm_sim_ctx *ctx, const struct opts *o, const struct cell *cell
     return rc != 0 ? 1 : 0;
 }
 
+/*
+ * Whether the runs asked would take hours (a mistyped option: a million
+ * users for a day of virtual time, a thousand replications), said on
+ * stderr. Counted before any run: the requests of every run, at most the
+ * servers' full rate in a closed population (it never exceeds it) and the
+ * offered rate in an open one (which may).
+ */
+static bool
+age_too_much(const struct opts *o, const struct site *site)
+{
+    double requests = 0;
+    /* The first site's mean request stands for every site's (they differ by
+     * well under a percent): the others are not built yet. */
+    double per_request = site->visit_bytes / site->visit_requests + o->cost;
+    double full = o->speed * o->nservers / per_request; /* requests a second */
+    for (int l = 0; l < o->nlevels; l++) {
+        requests += (o->closed ? full : o->level[l] * full) * o->horizon * o->npol * o->reps;
+    }
+    if (requests <= AGE_MAX_REQUESTS) {
+        return false;
+    }
+    fprintf(
+        stderr,
+        "dimmer-sim age: about %.2g requests over its %zu runs, more than %.0g (an hour "
+        "of work or more): ask for a shorter --time, fewer --reps, --loads or --users, --policies, "
+        "or less --speed\n",
+        requests, (size_t)o->nlevels * (size_t)o->npol * o->reps, AGE_MAX_REQUESTS);
+    return true;
+}
+
 static int
 age_run(const struct dm_sim_ctx *ctx, int argc, char **argv)
 {
@@ -1341,8 +1373,22 @@ age_run(const struct dm_sim_ctx *ctx, int argc, char **argv)
     if (sites == NULL || runs == NULL || cells == NULL) {
         goto out;
     }
+    /* Every replication's site is built first: their size is bounded too. */
+    double objects = (double)o.reps * o.site.pages * (1 + o.site.objects_mean);
+    if (objects > AGE_MAX_OBJECTS) {
+        fprintf(stderr,
+                "dimmer-sim age: %u sites of %zu pages and their objects, about %.2g in all, more "
+                "than %.0g (about 17 bytes each): ask for fewer --pages, --objects or --reps\n",
+                o.reps, (size_t)o.site.pages, objects, AGE_MAX_OBJECTS);
+        rc = 2;
+        goto out;
+    }
     for (unsigned r = 0; r < o.reps; r++) {
         if (site_build(&sites[r], &o, mix(ctx->seed, 0x5173 + r)) != 0) {
+            goto out;
+        }
+        if (r == 0 && age_too_much(&o, &sites[0])) {
+            rc = 2;
             goto out;
         }
     }

@@ -46,6 +46,13 @@
 #define NAME     "alloc"
 #define MAX_LIST 32
 #define NBUDGET  4 /* Fig. 6's extra SA rows: 1/1000, 1/100, 1/10 of the iterations, descent */
+/* What one command may ask: about an hour of CPU, at the rates measured here
+ * (client-server delays looked at, annealing iterations, a second each) and
+ * an instance's delays (8 bytes a client and server) within 2 GiB. */
+#define WORK_MAX_S     3600.0
+#define CELLS_A_SECOND 2.4e7
+#define ITERS_A_SECOND 3e6
+#define CELLS_MAX      2.5e8
 
 static const double low_rates[] = { 15, 20, 25, 30 };
 static const double high_rates[] = { 30, 35, 40, 45 };
@@ -573,8 +580,9 @@ parse(int argc, char **argv, struct params *prm, double *fmax_rates, unsigned *s
         } else if (strcmp(o, "--frame-load") == 0) {
             ok = parse_pair(o, v, &prm->load_lo, &prm->load_hi) == 0;
             if (ok && (prm->load_lo != floor(prm->load_lo) || prm->load_hi != floor(prm->load_hi) ||
-                       prm->load_hi > 1e9)) {
-                fprintf(stderr, "dimmer-sim " NAME ": %s: want whole numbers\n", o);
+                       prm->load_lo < 1 || prm->load_hi > 1e9)) {
+                /* A game whose frames cost nothing asks nothing to place. */
+                fprintf(stderr, "dimmer-sim " NAME ": %s: want whole numbers from 1 to 1e9\n", o);
                 ok = false;
             }
         } else if (strcmp(o, "--alpha") == 0) {
@@ -609,6 +617,43 @@ parse(int argc, char **argv, struct params *prm, double *fmax_rates, unsigned *s
         }
     }
     return 0;
+}
+
+/*
+ * Whether the jobs would take hours or an instance more memory than a
+ * machine has (a mistyped option: a million clients on ten thousand servers,
+ * a billion iterations a thousand times), said on stderr. Counted before any
+ * job runs.
+ */
+static bool
+too_much(const struct job *jobs, size_t njobs)
+{
+    double work = 0, cells_max = 0;
+    for (size_t k = 0; k < njobs; k++) {
+        const struct params *p = &jobs[k].prm;
+        double cells = (double)p->clients * p->servers;
+        /* Fig. 6 anneals again on its smaller budgets; Figs. 11-12 twice (balance, rates). */
+        double iters =
+            (double)p->iterations * (jobs[k].budgets ? 1.111 : 1) * (jobs[k].kind == RATES ? 2 : 1);
+        cells_max = fmax(cells_max, cells);
+        work += cells / CELLS_A_SECOND + iters / ITERS_A_SECOND;
+    }
+    if (cells_max > CELLS_MAX) {
+        fprintf(stderr,
+                "dimmer-sim " NAME ": %.3g client-server delays in one instance, more than %.3g "
+                "(8 bytes each): ask for fewer --clients or --servers\n",
+                cells_max, CELLS_MAX);
+        return true;
+    }
+    if (work > WORK_MAX_S) {
+        fprintf(stderr,
+                "dimmer-sim " NAME ": about %.2g CPU-seconds of work over its %zu instances, more "
+                "than %.0f: ask for fewer --iterations, --seeds, --clients or --servers, or fewer "
+                "figures (--fig)\n",
+                work, njobs, WORK_MAX_S);
+        return true;
+    }
+    return false;
 }
 
 static int
@@ -694,6 +739,10 @@ run(const struct dm_sim_ctx *ctx, int argc, char **argv)
                 j->seed = mix(ctx->seed, s);
             }
         }
+    }
+    if (too_much(jobs, njobs)) {
+        free(jobs);
+        return 2;
     }
     dm_sim_parallel(ctx->jobs, njobs, run_job, jobs);
     rc = 0;
