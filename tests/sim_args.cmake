@@ -36,7 +36,7 @@ execute_process(COMMAND ${SIM} --no-plots hetero --servers 1000000 --time 100000
 if(NOT rc EQUAL 2 OR NOT err MATCHES "arrivals over its [0-9]+ runs, more than 2e\\+09" OR NOT out STREQUAL "")
     message(FATAL_ERROR "dimmer-sim hetero --servers 1000000: rc ${rc}, stderr:\n${err}\nstdout:\n${out}")
 endif()
-# So for age and alloc: the work of every run (age's requests, alloc's
+# So for age, alloc and power: the work of every run (requests; alloc's
 # delays looked at and annealing iterations) and the memory of one (age's
 # sites, alloc's client-server delays), counted before any run.
 foreach(case
@@ -44,7 +44,8 @@ foreach(case
         "age;--pages;10000000;--reps;100|sites of 10000000 pages and their objects"
         "alloc;--iterations;1e9;--seeds;1000|CPU-seconds of work over its [0-9]+ instances"
         "alloc;--clients;1000000;--servers;10000|client-server delays in one instance"
-        "alloc;--frame-load;0,0|--frame-load: want whole numbers from 1")
+        "alloc;--frame-load;0,0|--frame-load: want whole numbers from 1"
+        "power;--sessions;100000;--objects;1000;--think;0.01|requests over its runs, more than 1e\\+10")
     string(REPLACE "|" ";" parts "${case}")
     list(GET parts -1 want)
     list(REMOVE_AT parts -1)

@@ -59,14 +59,17 @@
 #define MAX_SERVERS  64
 #define MAX_POLICIES 8
 #define TICK_S       0.1
-#define SESSION_TICK 0.1
-#define M_AFFINITY   (1u << 0)
-#define M_ABRUPT     (1u << 1)
-#define M_SATURATION (1u << 2)
-#define M_BURST      (1u << 3)
-#define M_BOUNDS     (1u << 4)
-#define M_ALL        (M_AFFINITY | M_ABRUPT | M_SATURATION | M_BURST | M_BOUNDS)
-#define MECHS        5
+/* What one command may ask of all its runs: requests at most (about an hour
+ * of CPU here; the default command asks about 1.2e8, 35 s of CPU). */
+#define POWER_MAX_REQUESTS 1e10
+#define SESSION_TICK       0.1
+#define M_AFFINITY         (1u << 0)
+#define M_ABRUPT           (1u << 1)
+#define M_SATURATION       (1u << 2)
+#define M_BURST            (1u << 3)
+#define M_BOUNDS           (1u << 4)
+#define M_ALL              (M_AFFINITY | M_ABRUPT | M_SATURATION | M_BURST | M_BOUNDS)
+#define MECHS              5
 
 static const char *const mech_names[MECHS] = { "affinity", "abrupt", "saturation", "burst",
                                                "bounds" };
@@ -1673,6 +1676,53 @@ ablation(const struct dm_sim_ctx *ctx, const struct opts *o, const struct pw_par
     return rc != 0;
 }
 
+/*
+ * Whether the runs asked would take hours (a mistyped option: a hundred
+ * thousand sessions of a thousand objects played a hundred times slower),
+ * said on stderr. Counted before any run, at most: the pattern's
+ * session-seconds, each session asking a page and its objects every think
+ * time.
+ */
+static bool
+power_too_much(const struct opts *o, bool quick)
+{
+    double requests = 0;
+    for (int e = 1; e <= 2; e++) {
+        if (!(o->exps & e)) {
+            continue;
+        }
+        double sessions = o->sessions_set ? o->p.max_sessions : e == 1 ? 1200 : 800;
+        sessions = quick ? sessions * 6 / 15 : sessions;
+        struct dm_load_pattern pat = { 0 };
+        char err[256];
+        if (dm_load_pattern_builtin(&pat, e == 1 ? "exp1" : "exp2", sessions, err, sizeof(err)) !=
+            0) {
+            continue; /* said by the run that builds it */
+        }
+        double session_s = 0;
+        for (size_t i = 1; i < pat.n; i++) {
+            session_s += (pat.t[i] - pat.t[i - 1]) * (pat.sessions[i] + pat.sessions[i - 1]) / 2;
+        }
+        dm_load_pattern_fini(&pat);
+        double scale = o->p.time_scale * (quick ? 10 : 1);
+        double run = session_s / scale * (1 + o->p.objects) / o->p.think_s * (o->p.warm ? 2 : 1);
+        double runs = (double)o->npolicies * o->nperiods * o->p.seeds;
+        if (e == 2 && o->ablation) {
+            runs += (2.0 * MECHS + 2) * o->npolicies;
+        }
+        requests += run * runs;
+    }
+    if (requests <= POWER_MAX_REQUESTS) {
+        return false;
+    }
+    fprintf(stderr,
+            "dimmer-sim power: up to %.2g requests over its runs, more than %.0g (an hour of "
+            "work or more): ask for fewer --sessions or --objects, a longer --think, a larger "
+            "--time-scale, fewer --policies, --periods or --seeds, or --no-ablation\n",
+            requests, POWER_MAX_REQUESTS);
+    return true;
+}
+
 static int
 power_run(const struct dm_sim_ctx *ctx, int argc, char **argv)
 {
@@ -1683,6 +1733,9 @@ power_run(const struct dm_sim_ctx *ctx, int argc, char **argv)
         return prc;
     }
     o.p.seed = ctx->seed;
+    if (power_too_much(&o, ctx->quick)) {
+        return 2;
+    }
     if (ctx->quick) {
         o.p.time_scale = o.p.time_scale * 10;
         o.p.servers = o.p.servers > 6 ? 6 : o.p.servers;
