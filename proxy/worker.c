@@ -581,6 +581,16 @@ wake_cb(uv_async_t *a)
         }
     }
     if ((flags & WAKE_STOP) && !w->stopping) {
+        /* A connection left pending at max_conns (on_connection) is open
+         * already, out of the listen queue, in libuv's hands: closing the
+         * listener would reset it, and a SIGUSR2's new process can never
+         * take it. It is taken now, over the limit, and drained as the rest
+         * (its request answered, with Connection: close). */
+        for (size_t i = 0; i < w->nhandles; i++) {
+            if (w->held[i] && dm_client_accept(w, (uv_stream_t *)&w->listeners[i]) == 0) {
+                w->held[i] = false;
+            }
+        }
         w->stopping = true;
         for (size_t i = 0; i < w->nhandles; i++) {
             close_once((uv_handle_t *)&w->listeners[i]);

@@ -121,6 +121,28 @@ class MaxConnsTest(H.DimmerTest):
         self.assertEqual(self.limits()["accept_pauses"], 1)
 
 
+    def test_a_stop_serves_the_connection_left_pending_at_max_conns(self):
+        # The connection that woke the full worker's listener is open, out
+        # of the listen queue, its fd held by libuv: a SIGUSR2 (or SIGTERM)
+        # takes it and answers it, rather than reset it with the listener,
+        # and the one behind it in the listen queue goes to the new process.
+        self.d = self.start_dimmer({"web": self.pool(self.b1, passive=NO_PASSIVE)},
+                                   workers=1, limits={"max_conns": 1})
+        holder, = self.held(1)
+        pending = H.Conn(self.d.port)
+        pending.send(H.build_request("GET", "/bytes/3"))
+        H.wait_until(lambda: "accepting paused" in self.d.proc.stderr(), 5, "the pause")
+        queued = H.Conn(self.d.port)
+        queued.send(H.build_request("GET", "/bytes/4"))
+        self.sigusr2(self.d, self.d.proc.pid, ready_then=holder.close)
+        r = pending.read_response(timeout=10)
+        self.assertEqual((r.status, r.body), (200, H.pattern(3)))
+        self.assertEqual(r.header("connection"), "close")
+        r = queued.read_response(timeout=10)
+        self.assertEqual((r.status, r.body), (200, H.pattern(4)))
+        for c in (pending, queued):
+            c.close()
+
     def test_the_open_file_limit_pauses_accepting_as_max_conns_does(self):
         # Under `ulimit -n 64` accept() would fail with EMFILE, and libuv then
         # closes the connections waiting in the listen queue, unanswered.
