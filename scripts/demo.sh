@@ -36,8 +36,15 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
+# Ctrl-C signals the terminal's whole process group: the backends run in
+# sessions of their own, so that they outlive dimmer's drain (the cleanup
+# stops them, last) instead of dying with it and failing what it drains.
+detach=""
+if command -v setsid >/dev/null 2>&1; then
+    detach=setsid
+fi
 for i in 1 2 3 4; do
-    build/dimmer-backend --listen "127.0.0.1:900$i" --name "backend-900$i" \
+    $detach build/dimmer-backend --listen "127.0.0.1:900$i" --name "backend-900$i" \
         --control "127.0.0.1:910$i" --capacity 50 --service-ms 20 --boot-ms 5000 \
         --idle-w 30 --full-w 70 --asleep-w 3 --booting-w 60 \
         --agent-to 127.0.0.1:9902 --agent-key-file conf/demo-agent.key >/dev/null &
