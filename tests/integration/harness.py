@@ -79,6 +79,15 @@ def _kill_all_live():
 
 atexit.register(_kill_all_live)
 
+# PR_SET_CHILD_SUBREAPER = 36: a process orphaned below this one (the new
+# dimmer of a SIGUSR2 once the old one exits) becomes its child, not init's,
+# so that DimmerTest finds and kills it at the end even when the test failed
+# before it learned its pid.
+try:
+    ctypes.CDLL(None, use_errno=True).prctl(36, 1)
+except Exception:
+    pass
+
 
 def _die_with_parent():
     # PR_SET_PDEATHSIG = 1: the child gets SIGKILL if this process dies.
@@ -819,6 +828,24 @@ class Pid:
             pass
 
 
+def children(pid, named=b"dimmer"):
+    """The processes whose parent is pid and whose command line has named, by pid."""
+    kids = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % name) as f:
+                if int(f.read().rsplit(")", 1)[1].split()[1]) != pid:
+                    continue
+            with open("/proc/%s/cmdline" % name, "rb") as f:
+                if named in f.read():
+                    kids.append(Pid(int(name)))
+        except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
+            pass
+    return kids
+
+
 SIGUSR2_READY = re.compile(r"dimmer\[(\d+)\]: info: SIGUSR2: the new process \(pid (\d+)\) is ready")
 
 
@@ -828,7 +855,27 @@ class DimmerTest(unittest.TestCase):
     def setUp(self):
         self.tmp = tempfile.mkdtemp(prefix="dimmer-it-")
         self.procs = []
+        self.addCleanup(self._kill_strays)  # the last cleanup to run
         self.addCleanup(self._stop_all)
+
+    def _kill_strays(self):
+        """Kills (and reaps) the dimmers left below this process that no Proc owns."""
+        owned = set(p.p.pid for p in _live) | set(p.p.pid for p in self.procs)
+        # Those killed before (Pid.kill) are zombies now, with no command line.
+        for k in children(os.getpid(), named=b""):
+            if k.pid in owned:
+                continue
+            try:
+                with open("/proc/%d/cmdline" % k.pid, "rb") as f:
+                    if not gone(k.pid) and b"dimmer" not in f.read():
+                        continue
+            except FileNotFoundError:
+                pass
+            k.kill()
+            try:
+                os.waitpid(k.pid, 0)
+            except ChildProcessError:
+                pass
 
     def mark_tls(self, d):
         """Conn speaks TLS to d's listeners until the test ends (a port number is reused later)."""
