@@ -687,7 +687,9 @@ take_tickets(struct dm_inherit *in)
     unsigned char buf[DM_TLS_TICKETS_MAX + 1];
     size_t len = 0;
     ssize_t r;
-    /* Written whole and closed before this process started: never blocks. */
+    /* Written whole before this process started: all there, and read
+     * without blocking (a pipe someone else holds open never hangs the start). */
+    (void)fcntl(in->tickets_fd, F_SETFL, fcntl(in->tickets_fd, F_GETFL) | O_NONBLOCK);
     while (len < sizeof(buf) && ((r = read(in->tickets_fd, buf + len, sizeof(buf) - len)) > 0 ||
                                  (r < 0 && errno == EINTR))) {
         len += r > 0 ? (size_t)r : 0;
