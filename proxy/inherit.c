@@ -212,8 +212,8 @@ dm_inherit_parse(const char *value, struct dm_inherit *in, char *err, size_t err
         int *pipe_fd = wlen == 5 && strncmp(p, "ready", 5) == 0     ? &in->ready_fd
                        : wlen == 7 && strncmp(p, "tickets", 7) == 0 ? &in->tickets_fd
                                                                     : NULL;
-        bool ready = pipe_fd != NULL;
-        if (eq != NULL && kind < 0 && !ready) {
+        bool pipe_word = pipe_fd != NULL;
+        if (eq != NULL && kind < 0 && !pipe_word) {
             int r = parse_state_word(in, p, wlen, v, vlen);
             if (r == 0) {
                 p += n;
@@ -231,15 +231,15 @@ dm_inherit_parse(const char *value, struct dm_inherit *in, char *err, size_t err
                 goto fail;
             }
         }
-        if (eq == NULL || (kind < 0 && !ready)) {
+        if (eq == NULL || (kind < 0 && !pipe_word)) {
             snprintf(err, errlen, "%.*s: not a word of " DM_INHERIT_ENV, (int)(n > 40 ? 40 : n), p);
             goto fail;
         }
         const char *colon = memchr(v, ':', vlen);
-        int fd = parse_fd(v, ready ? vlen : (colon != NULL ? (size_t)(colon - v) : vlen));
-        if (fd < 0 || (ready && *pipe_fd >= 0) || (!ready && colon == NULL)) {
+        int fd = parse_fd(v, pipe_word ? vlen : (colon != NULL ? (size_t)(colon - v) : vlen));
+        if (fd < 0 || (pipe_word && *pipe_fd >= 0) || (!pipe_word && colon == NULL)) {
             snprintf(err, errlen, "%.*s: not %s", (int)(n > 40 ? 40 : n), p,
-                     ready ? "WORD=FD, once" : "WORD=FD:ADDRESS");
+                     pipe_word ? "WORD=FD, once" : "WORD=FD:ADDRESS");
             goto fail;
         }
         for (size_t i = 0; i < in->n; i++) {
@@ -252,7 +252,7 @@ dm_inherit_parse(const char *value, struct dm_inherit *in, char *err, size_t err
             snprintf(err, errlen, "descriptor %d named twice", fd);
             goto fail;
         }
-        if (ready) {
+        if (pipe_word) {
             *pipe_fd = fd;
             p += n;
             continue;

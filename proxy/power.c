@@ -71,9 +71,7 @@ struct pm_action {
     bool tcp_init, proc_init, out_init;
     bool running; /* the process has not exited yet */
     bool done;
-    bool orphan;                   /* under way when its manager stopped: finishes alone */
-    uint64_t timeout_ms;           /* its command_timeout */
-    struct pm_action *next_orphan; /* in orphans, while its handles are open */
+    struct pm_action *next_orphan; /* in orphans (s NULL), while its handles are open */
     char *req;
     char reply[HTTP_REPLY_MAX]; /* the HTTP status line, or a command's first output */
     size_t reply_len;
@@ -332,7 +330,7 @@ action_finish(struct pm_action *a, bool ok, const char *what)
     }
     a->done = true;
     struct pm_server *s = a->s;
-    if (s == NULL && a->orphan) {
+    if (s == NULL) { /* under way when the manager stopped (dm_power_stop) */
         dm_log(ok ? DM_LOG_INFO : DM_LOG_WARN,
                "power: %s %s (%s), under way when dimmer stopped: %s", kind_name(a->kind),
                a->name != NULL ? a->name : "?", how_name(a->how), what);
@@ -772,8 +770,7 @@ run_action(struct dm_powermgr *pm, struct pm_server *s, enum pm_act_kind kind)
         action_finish(a, false, "could not start");
         return;
     }
-    a->timeout_ms = s->pcf->power.command_timeout_ms;
-    uv_timer_start(&a->timer, action_timeout, a->timeout_ms, 0);
+    uv_timer_start(&a->timer, action_timeout, s->pcf->power.command_timeout_ms, 0);
 }
 
 /* ---- server states ---- */
@@ -1741,12 +1738,11 @@ dm_power_stop(struct dm_powermgr *pm)
              * drained (dm_power_wait_orphans): the stop is not delayed.
              */
             dm_log_info("power: %s %s (%s): under way as dimmer stops: left to finish (at most "
-                        "%llu ms, its command_timeout)",
+                        "%llu ms more, its command_timeout)",
                         kind_name(a->kind), a->name != NULL ? a->name : "?", how_name(a->how),
-                        (unsigned long long)a->timeout_ms);
+                        (unsigned long long)uv_timer_get_due_in(&a->timer));
             a->s = NULL;
             a->pm = NULL;
-            a->orphan = true;
             pm->servers[i]->action = NULL;
             a->next_orphan = orphans;
             orphans = a;

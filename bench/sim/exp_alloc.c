@@ -632,9 +632,10 @@ too_much(const struct job *jobs, size_t njobs)
     for (size_t k = 0; k < njobs; k++) {
         const struct params *p = &jobs[k].prm;
         double cells = (double)p->clients * p->servers;
-        /* Fig. 6 anneals again on its smaller budgets; Figs. 11-12 twice (balance, rates). */
+        /* Fig. 6 anneals again on 1/1000, 1/100 and 1/10 of the budget and
+         * descends on all of it (run_balance); Figs. 11-12 twice (balance, rates). */
         double iters =
-            (double)p->iterations * (jobs[k].budgets ? 1.111 : 1) * (jobs[k].kind == RATES ? 2 : 1);
+            (double)p->iterations * (jobs[k].budgets ? 2.111 : 1) * (jobs[k].kind == RATES ? 2 : 1);
         cells_max = fmax(cells_max, cells);
         work += cells / CELLS_A_SECOND + iters / ITERS_A_SECOND;
     }
