@@ -131,7 +131,7 @@ parse_count(const char *opt, const char *v, uint64_t lo, uint64_t hi)
     return (uint64_t)n;
 }
 
-/* Seconds, with an optional s, m or h suffix. */
+/* Seconds, with an optional s, m or h suffix; the caller bounds them from below. */
 static double
 parse_seconds(const char *opt, const char *v)
 {
@@ -144,7 +144,7 @@ parse_seconds(const char *opt, const char *v)
         buf[n - 1] = 0;
         v = buf;
     }
-    return parse_number(opt, v, 0.001, 1e7 / mul) * mul;
+    return parse_number(opt, v, 0, 1e7 / mul) * mul;
 }
 
 static void

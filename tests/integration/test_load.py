@@ -341,6 +341,8 @@ class LoadTest(H.DimmerTest):
                            # Measured second by second: 1.5 ran 2 s.
                            (["-d", "1.5", "http://127.0.0.1:1/"], "-d: whole seconds"),
                            (["-d", "0.2", "http://127.0.0.1:1/"], "-d: whole seconds"),
+                           # Not "a number from 0.001": zero is a number, not a whole second.
+                           (["-d", "0", "http://127.0.0.1:1/"], "-d: whole seconds"),
                            # An option of another mode was silently ignored.
                            (["--mode", "closed", "--rate", "100", "http://127.0.0.1:1/"],
                             "--rate is the rate mode's"),
