@@ -838,6 +838,13 @@ dm_http_check_request(const char *head, size_t head_len, const struct dm_http_ms
         *reason = "empty request target";
         return 400;
     }
+    if (memchr(t.p, '#', t.len) != NULL) {
+        /* RFC 9112 section 3.2: no fragment in a request target; forwarded,
+         * a rule on the path's end would read one path and the server
+         * serve another (as HAProxy's CVE-2023-45539). */
+        *reason = "fragment (#) in the request target";
+        return 400;
+    }
     if (t.p[0] == '/') {
         info->path = t;
     } else if (t.len == 1 && t.p[0] == '*') {

@@ -1463,6 +1463,8 @@ test_absolute_and_asterisk_forms_are_checked(void **state)
     assert_check_answers(LIT("GET http:///p HTTP/1.1\r\nHost: a\r\n\r\n"), &o, 400);
     assert_check_answers(LIT("GET http://:80/p HTTP/1.1\r\nHost: a\r\n\r\n"), &o, 400);
     assert_check_answers(LIT("GET * HTTP/1.1\r\nHost: a\r\n\r\n"), &o, 400);
+    assert_check_answers(LIT("GET /a.php#.png HTTP/1.1\r\nHost: a\r\n\r\n"), &o, 400);
+    assert_check_answers(LIT("GET http://a/x?q#f HTTP/1.1\r\nHost: a\r\n\r\n"), &o, 400);
     struct run *r =
         parse_accepted(LIT("GET https://A.example:8443/x HTTP/1.1\r\nHost: a.EXAMPLE\r\n\r\n"));
     assert_string_equal(r->head[0].path.s, "/x");
