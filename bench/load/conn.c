@@ -24,6 +24,9 @@ dm_load_record(struct dm_load_thread *t, const struct dm_load_result *r)
     struct dm_load_sec *s = &t->cur;
     s->responses++;
     s->bytes += r->bytes;
+    if (r->status >= 100 && r->status < 600) {
+        s->by_class[r->status / 100]++;
+    }
     dm_score_counts_record(&s->score, &t->o->bounds, r->status, r->latency_us, r->kind);
     if (r->status != 0) {
         dm_hist_add(&s->hist, r->latency_us);

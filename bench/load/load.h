@@ -102,6 +102,7 @@ struct dm_load_opts {
 struct dm_load_sec {
     uint64_t responses;           /* requests that ended: answered or failed */
     uint64_t bytes;               /* response bytes, heads included */
+    uint64_t by_class[6];         /* responses by status class: [2] 2xx .. [5] 5xx */
     struct dm_score_counts score; /* every response */
     struct dm_score_counts pages; /* whole pages (session mode) */
     struct dm_hist hist;          /* latency of the answered ones, us */

@@ -253,6 +253,7 @@ read_urls(struct dm_load_opts *o, const char *path)
         if (bad) {
             die_usage("%s:%u: expected a path such as /index.html", path, lineno);
         }
+        p[strcspn(p, "#")] = 0; /* the fragment is the client's own, as in the URL */
         char **u = realloc(o->urls, (o->nurls + 1) * sizeof(*u));
         char *copy = strdup(p);
         if (u == NULL || copy == NULL) {
@@ -439,6 +440,13 @@ parse_args(int argc, char **argv, struct dm_load_opts *o, struct outputs *out)
     const char *manifest = NULL;
     double max_sessions = -1, scale = 1, ramp = 0;
     bool have_c = false, have_d = false;
+    /* The sessions mode's own options: the first one given, refused in the others. */
+    static const char *const sessions_only[] = {
+        "--pattern",  "--max-sessions",  "--scale",        "--ramp",       "--conns-per-user",
+        "--think",    "--session-pages", "--session-time", "--pages",      "--urls",
+        "--manifest", "--zipf",          "--no-objects",   "--scan-limit",
+    };
+    const char *sessions_opt = NULL;
     *o = (struct dm_load_opts){
         .threads = 1,
         .conns = 10,
@@ -464,6 +472,11 @@ parse_args(int argc, char **argv, struct dm_load_opts *o, struct outputs *out)
         }                                                                                          \
         i++;                                                                                       \
     } while (0)
+        for (size_t k = 0; k < sizeof(sessions_only) / sizeof(*sessions_only); k++) {
+            if (sessions_opt == NULL && strcmp(a, sessions_only[k]) == 0) {
+                sessions_opt = sessions_only[k];
+            }
+        }
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
             usage(stdout);
             exit(0);
@@ -604,6 +617,10 @@ parse_args(int argc, char **argv, struct dm_load_opts *o, struct outputs *out)
     if (o->mode == DM_LOAD_CLOSED && o->rate > 0) {
         die_usage("--rate is the rate mode's: the closed mode sends each request as the last "
                   "is answered (wrk's loop)");
+    }
+    if (o->mode != DM_LOAD_SESSIONS && sessions_opt != NULL) {
+        die_usage("%s is the sessions mode's: the %s mode asks for the URL's path", sessions_opt,
+                  o->mode == DM_LOAD_RATE ? "rate" : "closed");
     }
     if (o->mode == DM_LOAD_SESSIONS && (o->rate > 0 || have_c || have_d)) {
         die_usage("%s: the sessions mode follows --pattern",
@@ -784,6 +801,9 @@ sec_add_counts(struct dm_load_sec *into, const struct dm_load_sec *s)
 {
     into->responses += s->responses;
     into->bytes += s->bytes;
+    for (size_t i = 0; i < sizeof(into->by_class) / sizeof(*into->by_class); i++) {
+        into->by_class[i] += s->by_class[i];
+    }
     dm_score_counts_merge(&into->score, &s->score);
     dm_score_counts_merge(&into->pages, &s->pages);
     dm_hist_merge(&into->hist, &s->hist);
@@ -1079,7 +1099,11 @@ write_json(const char *path, const struct dm_load_opts *o, double secs, const st
             (unsigned long long)t->sessions_started, (unsigned long long)t->sessions_ended);
     fprintf(f, "\"unanswered\":%llu,\"unanswered_oldest_ms\":%.3f,",
             (unsigned long long)t->unanswered, (double)t->unanswered_oldest_us / 1000.0);
-    fprintf(f, "\"score\":");
+    fprintf(f, "\"status\":{");
+    for (unsigned c = 1; c <= 5; c++) {
+        fprintf(f, "%s\"%uxx\":%llu", c > 1 ? "," : "", c, (unsigned long long)t->by_class[c]);
+    }
+    fprintf(f, "},\"score\":");
     json_scores(f, &t->score);
     fprintf(f, ",\"pages\":");
     json_scores(f, &t->pages);
@@ -1275,6 +1299,16 @@ main(int argc, char **argv)
             if (m->score.by_kind[k] > 0) {
                 printf(" %s %llu", dm_fail_kind_name((enum dm_fail_kind)k),
                        (unsigned long long)m->score.by_kind[k]);
+            }
+        }
+        printf("\n");
+    }
+    if (m->by_class[1] + m->by_class[4] + m->by_class[5] > 0) {
+        /* As wrk says: a 404 or a 429 is scored by its time, as any answer. */
+        printf("non-2xx/3xx responses:");
+        for (unsigned c = 1; c <= 5; c++) {
+            if (c != 2 && c != 3 && m->by_class[c] > 0) {
+                printf(" %uxx %llu", c, (unsigned long long)m->by_class[c]);
             }
         }
         printf("\n");

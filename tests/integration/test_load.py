@@ -244,6 +244,21 @@ class LoadTest(H.DimmerTest):
         self.assertEqual(code, 0, out)
         self.assertGreater(s["score"]["total"], 0, s)
         self.assertEqual(s["score"]["tolerable"], s["score"]["total"], s)
+        self.assertEqual(s["status"]["2xx"], s["score"]["total"], s)
+        # A path the backend does not have: 404s, counted as wrk counts them.
+        code, s, out = self.load("-c", "1", "-d", "1", self.url(b.port, "/no/such"), name="404")
+        self.assertEqual(code, 0, out)
+        self.assertGreater(s["status"]["4xx"], 0, s)
+        self.assertEqual(s["status"]["4xx"], s["score"]["total"], s)
+        self.assertIn("non-2xx/3xx responses: 4xx %d\n" % s["status"]["4xx"], out)
+        # So in a --urls file (its fragment was sent).
+        code, s, out = self.load("--pattern", self.pattern("0,2\n2,2\n"), "--think", "100",
+                                 "--no-objects", "--good", "200", "--urls",
+                                 self.pattern("# paths\n/slow/300#x\n", "urls.txt"),
+                                 self.url(b.port, "/"), name="urls")
+        self.assertEqual(code, 0, out)
+        self.assertGreater(s["pages"]["total"], 0, s)
+        self.assertEqual(s["pages"]["tolerable"], s["pages"]["total"], s)
         # No path at all, only a query: the target is /?q.
         code, s, out = self.load("-c", "1", "-d", "1", "http://%s:%d?q" % (H.HOST, b.port),
                                  name="query")
@@ -350,6 +365,13 @@ class LoadTest(H.DimmerTest):
                             "-c is the rate and closed modes'"),
                            (["--mode", "sessions", "-d", "3", "http://127.0.0.1:1/"],
                             "-d is the rate and closed modes'"),
+                           # ... and the other way: --urls asked for / over and over.
+                           (["-d", "3", "--urls", "u.txt", "http://127.0.0.1:1/"],
+                            "--urls is the sessions mode's: the closed mode"),
+                           (["--rate", "9", "--think", "5", "http://127.0.0.1:1/"],
+                            "--think is the sessions mode's: the rate mode"),
+                           (["--mode", "closed", "--no-objects", "http://127.0.0.1:1/"],
+                            "--no-objects is the sessions mode's"),
                            ([], "no URL")):
             self.assert_usage_error(H.DIMMER_LOAD, args, what)
 
