@@ -49,6 +49,20 @@ struct dm_host {
     atomic_uint health_oks;
     atomic_uint_fast64_t down_until_us; /* passive checks: down until this monotonic time */
     atomic_uint fails;                  /* consecutive failures seen on the request path */
+    /*
+     * The active checks' run, the control thread's alone (never read
+     * elsewhere, so not atomic). It is the host's, not the checker's, so that
+     * the checker a reload starts goes on where the last one was: a server
+     * failing its checks goes down however often the configuration is
+     * reloaded (proxy/health.c).
+     */
+    struct dm_host_check {
+        unsigned oks;        /* consecutive successes while down */
+        unsigned fails;      /* consecutive failures */
+        uint64_t started_ms; /* the control loop's clock when the last check began */
+        uint64_t due_ms;     /* when the next check was to begin; 0: never checked */
+        uint64_t until_ms; /* a check in flight, maybe a retired checker's, ends by then; 0: none */
+    } check;
 
     /* Power. */
     atomic_int power;                    /* enum dm_power_state */

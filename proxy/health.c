@@ -78,10 +78,8 @@ struct health_check {
     bool sent;        /* TLS: the request is written (after the handshake) */
 
     enum health_state state;
-    uint64_t started_ms; /* uv_now() when the current or last check began */
-    unsigned gen;        /* the host's down_gen then: its verdict counts only if unchanged */
-    unsigned oks;        /* consecutive successes while down */
-    unsigned fails;      /* consecutive failures */
+    unsigned
+        gen; /* the host's down_gen when the check began: its verdict counts only if unchanged */
 };
 
 struct dm_health {
@@ -89,6 +87,7 @@ struct dm_health {
     uv_timer_t anchor;
     size_t nhandles; /* initialized and not yet closed */
     bool stopping;
+    bool retiring; /* stopping, and the checks in flight go on to their verdict */
     void (*done)(void *arg);
     void *done_arg;
     size_t nchecks;
@@ -181,36 +180,37 @@ health_name(const char *s)
 static void
 health_verdict(struct health_check *c, bool ok, const char *reason)
 {
+    struct dm_host_check *run = &c->host->check;
     if (atomic_load(&c->host->down_gen) != c->gen) {
         /* The power manager marked it down since this check began (a wake
          * while the machine, still awake, answered): no verdict. */
         dm_log_debug("server %s/%s: a health check begun before its power change: ignored",
                      health_name(c->pool->name), health_name(c->cs->name));
-        c->oks = 0;
+        run->oks = 0;
         return;
     }
     bool down = atomic_load(&c->host->down);
     if (ok) {
         atomic_fetch_add(&c->host->health_oks, 1);
-        c->fails = 0;
-        if (down && ++c->oks >= c->rise) {
+        run->fails = 0;
+        if (down && ++run->oks >= c->rise) {
             atomic_store(&c->host->down, false);
             dm_log_info("server %s/%s is UP (health check: %u successes)",
-                        health_name(c->pool->name), health_name(c->cs->name), c->oks);
-            c->oks = 0;
+                        health_name(c->pool->name), health_name(c->cs->name), run->oks);
+            run->oks = 0;
         }
         return;
     }
-    c->oks = 0;
-    if (c->fails < UINT_MAX) {
-        c->fails++;
+    run->oks = 0;
+    if (run->fails < UINT_MAX) {
+        run->fails++;
     }
     dm_log_debug("server %s/%s: health check failed: %s", health_name(c->pool->name),
                  health_name(c->cs->name), reason);
-    if (!down && c->fails >= c->fall) {
+    if (!down && run->fails >= c->fall) {
         atomic_store(&c->host->down, true);
         dm_log_warn("server %s/%s is DOWN (health check: %s, %u failures)",
-                    health_name(c->pool->name), health_name(c->cs->name), reason, c->fails);
+                    health_name(c->pool->name), health_name(c->cs->name), reason, run->fails);
     }
 }
 
@@ -241,12 +241,15 @@ health_handle_close_cb(uv_handle_t *handle)
     health_free_if_closed(h);
 }
 
+/* The next check: an interval after the last one began, or at once when that is past. */
 static void
 health_schedule(struct health_check *c)
 {
-    uint64_t elapsed = uv_now(c->h->loop) - c->started_ms;
-    uint64_t delay = elapsed < c->interval_ms ? c->interval_ms - elapsed : 0;
-    uv_timer_start(&c->timer, health_timer_cb, delay, 0);
+    struct dm_host_check *run = &c->host->check;
+    uint64_t now = uv_now(c->h->loop);
+    uint64_t due = run->started_ms + c->interval_ms;
+    run->due_ms = due > now ? due : now;
+    uv_timer_start(&c->timer, health_timer_cb, run->due_ms - now, 0);
 }
 
 static void
@@ -255,8 +258,14 @@ health_tcp_close_cb(uv_handle_t *handle)
     struct health_check *c = handle->data;
     struct dm_health *h = c->h;
     c->state = HEALTH_IDLE;
+    c->host->check.until_ms = 0;
     assert(h->nhandles > 0);
     h->nhandles--;
+    if (h->retiring) {
+        /* Its verdict is in: the timer, left open as its deadline, goes too. */
+        c->timer.data = h;
+        uv_close((uv_handle_t *)&c->timer, health_handle_close_cb);
+    }
     if (h->stopping) {
         health_free_if_closed(h);
         return;
@@ -535,7 +544,7 @@ static void
 health_begin(struct health_check *c)
 {
     struct dm_health *h = c->h;
-    c->started_ms = uv_now(h->loop);
+    c->host->check.started_ms = uv_now(h->loop);
     c->gen = atomic_load(&c->host->down_gen);
     c->line_len = 0;
     c->skipping = false;
@@ -551,6 +560,7 @@ health_begin(struct health_check *c)
     c->connect.data = c;
     c->write.data = c;
     c->state = HEALTH_CONNECTING;
+    c->host->check.until_ms = c->host->check.started_ms + c->timeout_ms;
     uv_timer_start(&c->timer, health_timer_cb, c->timeout_ms, 0);
     rc = uv_tcp_connect(&c->connect, &c->tcp, (const struct sockaddr *)&c->cs->addr.sa,
                         health_connect_cb);
@@ -566,13 +576,22 @@ static void
 health_timer_cb(uv_timer_t *t)
 {
     struct health_check *c = t->data;
-    if (c->state == HEALTH_IDLE &&
-        atomic_load_explicit(&c->host->power, memory_order_relaxed) == DM_POWER_ASLEEP) {
+    struct dm_host_check *run = &c->host->check;
+    uint64_t now = uv_now(c->h->loop);
+    if (c->state == HEALTH_IDLE && run->until_ms != 0) {
+        /* The check of the checker a reload retired is still out: this one
+         * waits for its verdict (two checks of a server never overlap), and
+         * then for its interval. */
+        uint64_t due = run->started_ms + c->interval_ms;
+        due = due > run->until_ms ? due : run->until_ms;
+        uv_timer_start(&c->timer, health_timer_cb, due > now ? due - now : 1, 0);
+    } else if (c->state == HEALTH_IDLE &&
+               atomic_load_explicit(&c->host->power, memory_order_relaxed) == DM_POWER_ASLEEP) {
         /* A sleeping machine is not checked (it would not answer); its
          * manager marked it down, so it rises again once woken. */
-        c->oks = 0;
-        c->fails = 0;
-        c->started_ms = uv_now(c->h->loop);
+        run->oks = 0;
+        run->fails = 0;
+        run->started_ms = now;
         health_schedule(c);
     } else if (c->state == HEALTH_IDLE) {
         health_begin(c);
@@ -690,10 +709,24 @@ dm_health_start(uv_loop_t *loop, const struct dm_conf *conf, struct dm_servers *
         }
         c->timer.data = c;
         h->nhandles++;
-        /* The first checks come soon, spread so that servers are not all hit at once. */
-        uint64_t spread =
-            c->interval_ms < HEALTH_STAGGER_MAX_MS ? c->interval_ms : HEALTH_STAGGER_MAX_MS;
-        uint64_t first = 1 + k * spread / n;
+        /* A host checked until now (the checker before a reload) goes on
+         * when its next check was due, with its run of successes or
+         * failures. Else the first checks come soon, spread so that servers
+         * are not all hit at once, and a run from a time the host was not
+         * checked is over. */
+        struct dm_host_check *run = &c->host->check;
+        uint64_t now = uv_now(loop);
+        uint64_t first;
+        if (run->due_ms != 0 && now < run->due_ms + c->interval_ms + c->timeout_ms) {
+            first = run->due_ms > now ? run->due_ms - now : 1;
+        } else {
+            uint64_t spread =
+                c->interval_ms < HEALTH_STAGGER_MAX_MS ? c->interval_ms : HEALTH_STAGGER_MAX_MS;
+            first = 1 + k * spread / n;
+            run->oks = 0;
+            run->fails = 0;
+            run->due_ms = now + first;
+        }
         uv_timer_start(&c->timer, health_timer_cb, first, 0);
     }
     return h;
@@ -716,18 +749,22 @@ free_requests:
     return NULL;
 }
 
-void
-dm_health_stop(struct dm_health *h, void (*done)(void *arg), void *arg)
+static void
+health_stop(struct dm_health *h, bool retire, void (*done)(void *arg), void *arg)
 {
     if (h == NULL) {
         return;
     }
     assert(!h->stopping);
     h->stopping = true;
+    h->retiring = retire;
     h->done = done;
     h->done_arg = arg;
     for (size_t k = 0; k < h->nchecks; k++) {
         struct health_check *c = &h->checks[k];
+        if (retire && c->state != HEALTH_IDLE) {
+            continue; /* its tcp close callback closes its timer, its deadline until then */
+        }
         /* The tcp close callback only counts down while stopping, so c->timer may go first. */
         c->timer.data = h;
         uv_close((uv_handle_t *)&c->timer, health_handle_close_cb);
@@ -739,4 +776,16 @@ dm_health_stop(struct dm_health *h, void (*done)(void *arg), void *arg)
         }
     }
     uv_close((uv_handle_t *)&h->anchor, health_handle_close_cb);
+}
+
+void
+dm_health_stop(struct dm_health *h, void (*done)(void *arg), void *arg)
+{
+    health_stop(h, false, done, arg);
+}
+
+void
+dm_health_retire(struct dm_health *h, void (*done)(void *arg), void *arg)
+{
+    health_stop(h, true, done, arg);
 }

@@ -8,7 +8,8 @@
  * the first pool, in config order, with a health_check block). A new host
  * starts up; a host that checks had marked down stays down when the checks
  * restart (a reload) until `rise` successes, and a host no check looks at is
- * marked up.
+ * marked up. A reload's checker goes on with each host where the last one
+ * was: its pace, and its run of successes or failures.
  */
 #ifndef DM_PROXY_HEALTH_H
 #define DM_PROXY_HEALTH_H
@@ -36,6 +37,15 @@ struct dm_health *dm_health_start(uv_loop_t *loop, const struct dm_conf *conf,
  * called from the loop once everything is closed. NULL h calls nothing.
  */
 void dm_health_stop(struct dm_health *h, void (*done)(void *arg), void *arg);
+
+/*
+ * As dm_health_stop, for a reload: no check begins any more, but the checks
+ * in flight go on to their verdict or their timeout, and the checker that
+ * replaces this one waits for them (each host's run of successes and
+ * failures is the host's, struct dm_host_check). The configuration and the
+ * servers must live until done(arg) is called.
+ */
+void dm_health_retire(struct dm_health *h, void (*done)(void *arg), void *arg);
 
 /*
  * Whether a libuv error is this process's own (descriptors, memory or local

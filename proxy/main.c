@@ -59,8 +59,7 @@ struct control {
     uv_timer_t upgrade_timer; /* bounds how long it may take */
     bool upgrade_timer_open;
     char upgrade_byte;
-    struct dm_servers **servers;
-    struct dm_servers **old_servers;
+    struct health_of *health_of; /* what the running checker borrows */
     struct dm_health *health;
     struct dm_admin *admin;
     struct dm_worker *workers;
@@ -122,36 +121,43 @@ print_errors(struct dm_conf_errors *err)
     }
 }
 
-static struct dm_servers **
-servers_of(struct dm_runtime *rt)
-{
-    struct dm_servers **sv = calloc(rt->npools > 0 ? rt->npools : 1, sizeof(*sv));
-    for (size_t i = 0; sv != NULL && i < rt->npools; i++) {
-        sv[i] = rt->pools[i].sv;
-    }
-    return sv;
-}
+/* A checker's configuration and servers: a reference to their runtime, held
+ * until the checker is closed (a retired one's checks run on after a reload). */
+struct health_of {
+    struct dm_runtime *rt;
+    struct dm_servers *servers[];
+};
 
 static void
 health_stopped(void *arg)
 {
-    struct dm_servers **old = arg;
-    free(old);
+    struct health_of *of = arg;
+    dm_runtime_unref(of->rt);
+    free(of);
 }
 
-/* Starts the health checks of rt; 0, or -ENOMEM with none running. */
+/* Starts the health checks of rt; 0, or -ENOMEM with none running (the
+ * checker before is the caller's to stop or retire either way). */
 static int
 health_start(struct control *ctl, struct dm_runtime *rt)
 {
-    ctl->servers = servers_of(rt);
-    ctl->health = ctl->servers != NULL ? dm_health_start(ctl->loop, rt->conf,
-                                                         (struct dm_servers *const *)ctl->servers)
-                                       : NULL;
-    if (ctl->health == NULL) {
-        free(ctl->servers);
-        ctl->servers = NULL;
+    struct health_of *of = malloc(sizeof(*of) + (rt->npools + 1) * sizeof(of->servers[0]));
+    ctl->health_of = of;
+    ctl->health = NULL;
+    if (of == NULL) {
         return -ENOMEM;
     }
+    for (size_t i = 0; i < rt->npools; i++) {
+        of->servers[i] = rt->pools[i].sv;
+    }
+    ctl->health = dm_health_start(ctl->loop, rt->conf, (struct dm_servers *const *)of->servers);
+    if (ctl->health == NULL) {
+        free(of);
+        ctl->health_of = NULL;
+        return -ENOMEM;
+    }
+    dm_runtime_ref(rt);
+    of->rt = rt;
     return 0;
 }
 
@@ -296,10 +302,14 @@ reload_conf(struct control *ctl)
     dm_workers_reload(ctl->workers, ctl->nworkers);
     dm_power_reload(ctl->power, rt);
     dm_admin_set_power(ctl->admin, ctl->power, rt->conf->admin_token, rt->conf->admin_token_reads);
-    dm_health_stop(ctl->health, health_stopped, ctl->servers);
+    /* The new checker goes on where the old one was; the old one's checks
+     * out now end with their verdict (proxy/health.h). */
+    struct dm_health *old = ctl->health;
+    struct health_of *old_of = ctl->health_of;
     if (health_start(ctl, rt) < 0) {
         dm_log_error("reload: out of memory: no health checks until the next reload");
     }
+    dm_health_retire(old, health_stopped, old_of);
     dm_runtime_unref(ctl->prev);
     ctl->prev = ctl->rt;
     ctl->rt = rt;
@@ -326,9 +336,9 @@ control_close(struct control *ctl, bool signals)
     ctl->admin = NULL;
     dm_power_stop(ctl->power);
     ctl->power = NULL;
-    dm_health_stop(ctl->health, health_stopped, ctl->servers);
+    dm_health_stop(ctl->health, health_stopped, ctl->health_of);
     ctl->health = NULL;
-    ctl->servers = NULL;
+    ctl->health_of = NULL;
     if (ctl->sessions_open) {
         uv_close((uv_handle_t *)&ctl->sessions, NULL);
         ctl->sessions_open = false;

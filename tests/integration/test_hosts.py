@@ -56,6 +56,39 @@ class HostTest(H.DimmerTest):
         H.wait_until(lambda: self.state("b2") == "up", 10, "b2 back up")
         self.assertIn("b2", self.backends_of(4))
 
+    def reload_at_checks(self, mode, interval, timeout, fall, last):
+        """
+        A fault backend checked at /fault/MODE (and b1), a reload as its
+        first and second checks come, then its check number last: returns
+        its state then (each check begins only after the last one's verdict).
+        """
+        fb = self.start_fault_backend()
+        checks = {"path": "/fault/" + mode, "interval": interval, "timeout": timeout,
+                  "rise": 1, "fall": fall}
+        pools = {"web": {"balance": "roundrobin", "passive": NO_PASSIVE, "health_check": checks,
+                         "servers": [("fb", fb.port), ("b1", self.b1.port)]}}
+        self.d = self.start_dimmer(pools)
+        for i in (1, 2, last):
+            H.wait_until(lambda: fb.count("got " + mode) >= i, 10, "check %d" % i)
+            if i < last:
+                self.reload(pools)
+        return self.state("fb")
+
+    def test_a_run_of_failed_checks_goes_on_across_reloads(self):
+        # fall 3, and a reload after the first and the second failed check:
+        # each reload's checker began the run again, so a server failing every
+        # check stayed up for as long as reloads came more often than three
+        # intervals. By the fourth check, the third has taken it out.
+        self.assertEqual(self.reload_at_checks("reset", "500ms", "2s", 3, 4), "down")
+
+    def test_a_check_in_flight_at_a_reload_gives_its_verdict(self):
+        # A server that never answers, checked with a 1 s timeout, and a
+        # reload while each check is out: the reload cancelled the check, so
+        # no check ever ended and the server stayed up through any run of
+        # reloads. Now the retired checker's check times out and counts, and
+        # the next one begins after it: by the third, fall 2 has taken it out.
+        self.assertEqual(self.reload_at_checks("silent", "100ms", "1s", 2, 3), "down")
+
     def test_passive_down_and_fails_survive_reload(self):
         passive = {"max_fails": 2, "fail_timeout": "3s"}
         pools = {"web": self.pool(self.b1, self.b2, passive=passive)}
