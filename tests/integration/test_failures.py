@@ -3,7 +3,7 @@ Server failures as a client of dimmer sees them: a killed server is retried
 on the other one without a trace, 502 when no server can be reached, 503
 when none is usable, active health checks taking a server out and back in,
 504 when a server is too slow, and passive checks (failures on live traffic)
-taking a server out for fail_timeout.
+taking a server out for fail_timeout, but never the last ones of a pool.
 """
 import collections
 import hashlib
@@ -238,6 +238,31 @@ class FailureTest(H.DimmerTest):
         self.assertGreaterEqual(time.monotonic() - marked, 1.0)
         self.assertEqual(self.spread(10), {"b1": 5, "b2": 5})
         self.assertEqual(b2.requests(), 5)
+
+    def test_passive_checks_never_leave_a_pool_without_a_server(self):
+        # Both servers out for a minute after one failure each (as an
+        # overloaded server resets connections): every client got 503 for
+        # fail_timeout. As nginx, the servers resting after failures are
+        # tried again when the pool has no other; one alone goes on resting.
+        passive = {"max_fails": 1, "fail_timeout": "60s"}
+        self.d = self.start_dimmer({"web": self.pool(self.b1, self.b2, passive=passive)})
+        self.b1.proc.kill()
+        self.b2.proc.kill()
+        r = H.get(self.d.port, "/bytes/16")
+        self.assertEqual(r.status, 502, r.body)
+        self.assertEqual((self.state("b1"), self.state("b2")), ("failing", "failing"))
+        b1 = self.restart(self.b1)
+        self.assertEqual(self.spread(4), {"b1": 4})
+        self.assertEqual(self.state("b1"), "up")
+        # b2 is tried once with b1 (refused: it rests again, and the request
+        # goes to b1), then rests while b1 serves.
+        self.assertEqual(self.d.servers()["b2"]["failures"], 2)
+        self.assertEqual(self.state("b2"), "failing")
+        self.assertEqual(self.spread(4), {"b1": 4})
+        self.assertEqual(self.d.servers()["b2"]["failures"], 2)
+        self.assertEqual(b1.requests(), 8)
+        self.assertIn("server web/b1 is back before its fail_timeout: passive checks left pool "
+                      "web no other server", self.d.proc.stderr())
 
     def test_passive_off_keeps_trying(self):
         self.d = self.start_dimmer({"web": self.pool(self.b1, self.b2, passive=NO_PASSIVE)})
