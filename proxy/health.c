@@ -78,8 +78,7 @@ struct health_check {
     bool sent;        /* TLS: the request is written (after the handshake) */
 
     enum health_state state;
-    unsigned
-        gen; /* the host's down_gen when the check began: its verdict counts only if unchanged */
+    unsigned gen; /* the host's down_gen at the check's start: its verdict counts if unchanged */
 };
 
 struct dm_health {
@@ -788,4 +787,21 @@ void
 dm_health_retire(struct dm_health *h, void (*done)(void *arg), void *arg)
 {
     health_stop(h, true, done, arg);
+}
+
+void
+dm_health_cancel(struct dm_health *h)
+{
+    if (h == NULL || !h->retiring) {
+        return;
+    }
+    for (size_t k = 0; k < h->nchecks; k++) {
+        struct health_check *c = &h->checks[k];
+        if (c->state == HEALTH_CONNECTING || c->state == HEALTH_READING) {
+            c->state = HEALTH_CLOSING; /* no verdict; its close callback closes its timer */
+            SSL_free(c->ssl);
+            c->ssl = NULL;
+            uv_close((uv_handle_t *)&c->tcp, health_tcp_close_cb);
+        }
+    }
 }

@@ -47,6 +47,10 @@ void dm_health_stop(struct dm_health *h, void (*done)(void *arg), void *arg);
  */
 void dm_health_retire(struct dm_health *h, void (*done)(void *arg), void *arg);
 
+/* Ends a retired checker's checks in flight now, without their verdict (dimmer
+ * stops); its done(arg) follows from the loop. Nothing for any other h. */
+void dm_health_cancel(struct dm_health *h);
+
 /*
  * Whether a libuv error is this process's own (descriptors, memory or local
  * ports ran out), not the server's doing: neither a health check nor a

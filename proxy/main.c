@@ -61,6 +61,7 @@ struct control {
     char upgrade_byte;
     struct health_of *health_of; /* what the running checker borrows */
     struct dm_health *health;
+    struct health_of *retired; /* checkers a reload retired, their last checks still out */
     struct dm_admin *admin;
     struct dm_worker *workers;
     unsigned nworkers;
@@ -125,6 +126,9 @@ print_errors(struct dm_conf_errors *err)
  * until the checker is closed (a retired one's checks run on after a reload). */
 struct health_of {
     struct dm_runtime *rt;
+    struct control *ctl;
+    struct dm_health *h;
+    struct health_of *next; /* in ctl->retired, once retired */
     struct dm_servers *servers[];
 };
 
@@ -132,6 +136,12 @@ static void
 health_stopped(void *arg)
 {
     struct health_of *of = arg;
+    for (struct health_of **p = &of->ctl->retired; *p != NULL; p = &(*p)->next) {
+        if (*p == of) {
+            *p = of->next;
+            break;
+        }
+    }
     dm_runtime_unref(of->rt);
     free(of);
 }
@@ -158,6 +168,9 @@ health_start(struct control *ctl, struct dm_runtime *rt)
     }
     dm_runtime_ref(rt);
     of->rt = rt;
+    of->ctl = ctl;
+    of->h = ctl->health;
+    of->next = NULL;
     return 0;
 }
 
@@ -309,7 +322,11 @@ reload_conf(struct control *ctl)
     if (health_start(ctl, rt) < 0) {
         dm_log_error("reload: out of memory: no health checks until the next reload");
     }
-    dm_health_retire(old, health_stopped, old_of);
+    if (old != NULL) {
+        old_of->next = ctl->retired;
+        ctl->retired = old_of;
+        dm_health_retire(old, health_stopped, old_of);
+    }
     dm_runtime_unref(ctl->prev);
     ctl->prev = ctl->rt;
     ctl->rt = rt;
@@ -339,6 +356,9 @@ control_close(struct control *ctl, bool signals)
     dm_health_stop(ctl->health, health_stopped, ctl->health_of);
     ctl->health = NULL;
     ctl->health_of = NULL;
+    for (struct health_of *of = ctl->retired; of != NULL; of = of->next) {
+        dm_health_cancel(of->h);
+    }
     if (ctl->sessions_open) {
         uv_close((uv_handle_t *)&ctl->sessions, NULL);
         ctl->sessions_open = false;

@@ -7,7 +7,9 @@ and /stats counts per host the TCP connections open to it
 """
 import os
 import signal
+import socket
 import sys
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -88,6 +90,26 @@ class HostTest(H.DimmerTest):
         # reloads. Now the retired checker's check times out and counts, and
         # the next one begins after it: by the third, fall 2 has taken it out.
         self.assertEqual(self.reload_at_checks("silent", "100ms", "1s", 2, 3), "down")
+
+    def test_a_stop_does_not_wait_for_a_retired_check(self):
+        # A check out at a reload goes on in the retired checker; a stop
+        # right after ends it there and then, not after its 60 s timeout:
+        # the server takes the check's connection and holds it for the test.
+        srv = socket.socket()
+        self.addCleanup(srv.close)
+        srv.bind((H.HOST, 0))
+        srv.listen(8)
+        held = []
+        self.addCleanup(lambda: [c.close() for c in held])
+        threading.Thread(target=lambda: held.append(srv.accept()[0]), daemon=True).start()
+        checks = {"path": "/healthz", "interval": "100ms", "timeout": "60s"}
+        pools = {"web": {"balance": "roundrobin", "health_check": checks,
+                         "servers": [("hold", srv.getsockname()[1])]}}
+        self.d = self.start_dimmer(pools, timeouts={"shutdown": "50s"})
+        H.wait_until(lambda: held, 10, "the first check")
+        self.reload(pools)
+        self.d.proc.signal(signal.SIGTERM)
+        self.assertEqual(self.d.proc.wait(20), 0, self.d.proc.stderr())
 
     def test_passive_down_and_fails_survive_reload(self):
         passive = {"max_fails": 2, "fail_timeout": "3s"}
