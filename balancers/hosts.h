@@ -61,7 +61,8 @@ struct dm_host {
         unsigned fails;      /* consecutive failures */
         uint64_t started_ms; /* the control loop's clock when the last check began */
         uint64_t due_ms;     /* when the next check was to begin; 0: never checked */
-        uint64_t until_ms; /* a check in flight, maybe a retired checker's, ends by then; 0: none */
+        uint64_t until_ms;   /* a check out (maybe a retired checker's) ends by then; 0: none */
+        bool checked;        /* the running checker checks it (not only a retired one) */
     } check;
 
     /* Power. */

@@ -188,6 +188,11 @@ health_verdict(struct health_check *c, bool ok, const char *reason)
         run->oks = 0;
         return;
     }
+    if (!run->checked) {
+        /* A retired checker's last check of a host the configuration now
+         * leaves unchecked, and so marked up: it stays up. */
+        return;
+    }
     bool down = atomic_load(&c->host->down);
     if (ok) {
         atomic_fetch_add(&c->host->health_oks, 1);
@@ -690,8 +695,10 @@ dm_health_start(uv_loop_t *loop, const struct dm_conf *conf, struct dm_servers *
     /* A host no check looks at any more would stay down for good. */
     for (size_t p = 0; p < conf->npools; p++) {
         for (size_t i = 0; i < servers[p]->n; i++) {
-            if (health_find(h, n, servers[p]->s[i].host) == NULL) {
-                atomic_store(&servers[p]->s[i].host->down, false);
+            struct dm_host *host = servers[p]->s[i].host;
+            host->check.checked = health_find(h, n, host) != NULL;
+            if (!host->check.checked) {
+                atomic_store(&host->down, false);
             }
         }
     }

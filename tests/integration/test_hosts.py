@@ -91,25 +91,57 @@ class HostTest(H.DimmerTest):
         # the next one begins after it: by the third, fall 2 has taken it out.
         self.assertEqual(self.reload_at_checks("silent", "100ms", "1s", 2, 3), "down")
 
-    def test_a_stop_does_not_wait_for_a_retired_check(self):
-        # A check out at a reload goes on in the retired checker; a stop
-        # right after ends it there and then, not after its 60 s timeout:
-        # the server takes the check's connection and holds it for the test.
+    def holding_server(self):
+        """A server that takes connections and never answers: (port, the sockets taken)."""
         srv = socket.socket()
         self.addCleanup(srv.close)
         srv.bind((H.HOST, 0))
         srv.listen(8)
         held = []
         self.addCleanup(lambda: [c.close() for c in held])
-        threading.Thread(target=lambda: held.append(srv.accept()[0]), daemon=True).start()
+
+        def take():
+            try:
+                while True:
+                    held.append(srv.accept()[0])
+            except OSError:
+                pass  # closed at the cleanup
+
+        threading.Thread(target=take, daemon=True).start()
+        return srv.getsockname()[1], held
+
+    def test_a_stop_does_not_wait_for_a_retired_check(self):
+        # A check out at a reload goes on in the retired checker; a stop
+        # right after ends it there and then, not after its 60 s timeout.
+        port, held = self.holding_server()
         checks = {"path": "/healthz", "interval": "100ms", "timeout": "60s"}
         pools = {"web": {"balance": "roundrobin", "health_check": checks,
-                         "servers": [("hold", srv.getsockname()[1])]}}
+                         "servers": [("hold", port)]}}
         self.d = self.start_dimmer(pools, timeouts={"shutdown": "50s"})
         H.wait_until(lambda: held, 10, "the first check")
         self.reload(pools)
         self.d.proc.signal(signal.SIGTERM)
         self.assertEqual(self.d.proc.wait(20), 0, self.d.proc.stderr())
+
+    def test_a_retired_check_does_not_take_out_a_server_no_longer_checked(self):
+        # Down by its checks, then a reload without checks marks it up; the
+        # check out at the reload times out after: it took the server out
+        # again, with no check left to bring it back.
+        port, held = self.holding_server()
+        checks = {"path": "/healthz", "interval": "100ms", "timeout": "1s", "fall": 1}
+        pools = {"web": {"balance": "roundrobin", "health_check": checks, "passive": NO_PASSIVE,
+                         "servers": [("hold", port)]}}
+        self.d = self.start_dimmer(pools)
+        H.wait_until(lambda: self.state("hold") == "down" and len(held) == 2, 10,
+                     "down, and the second check out")
+        del pools["web"]["health_check"]
+        self.reload(pools)
+        self.assertEqual(self.state("hold"), "up")
+        # The second check timed out once dimmer closes its connection.
+        held[1].settimeout(10)
+        while held[1].recv(4096):
+            pass  # the check's request, then its end
+        self.assertEqual(self.state("hold"), "up")
 
     def test_passive_down_and_fails_survive_reload(self):
         passive = {"max_fails": 2, "fail_timeout": "3s"}
