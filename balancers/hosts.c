@@ -76,6 +76,7 @@ dm_hosts_destroy(struct dm_hosts *t)
         free(t->h[i]);
     }
     free(t->h);
+    free(t->slots);
     free(t);
 }
 
@@ -101,15 +102,81 @@ dm_host_addr_equal(const struct sockaddr_storage *a, const struct sockaddr_stora
     return memcmp(a, b, sizeof(*a)) == 0;
 }
 
+/* FNV-1a of n bytes into h. */
+static uint64_t
+fnv(uint64_t h, const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) {
+        h = (h ^ b[i]) * 1099511628211ull;
+    }
+    return h;
+}
+
+/* A hash of what dm_host_addr_equal compares: equal addresses hash alike. */
+static uint64_t
+addr_hash(const struct sockaddr_storage *a)
+{
+    uint64_t h = fnv(14695981039346656037ull, &a->ss_family, sizeof(a->ss_family));
+    if (a->ss_family == AF_INET) {
+        const struct sockaddr_in *x = (const struct sockaddr_in *)a;
+        h = fnv(h, &x->sin_port, sizeof(x->sin_port));
+        return fnv(h, &x->sin_addr, sizeof(x->sin_addr));
+    }
+    if (a->ss_family == AF_INET6) {
+        const struct sockaddr_in6 *x = (const struct sockaddr_in6 *)a;
+        h = fnv(h, &x->sin6_port, sizeof(x->sin6_port));
+        h = fnv(h, &x->sin6_scope_id, sizeof(x->sin6_scope_id));
+        return fnv(h, &x->sin6_addr, sizeof(x->sin6_addr));
+    }
+    return fnv(h, a, sizeof(*a));
+}
+
+/* The slot of sa in t's index: its entry's, or the free one it would take. */
+static size_t *
+hosts_slot(const struct dm_hosts *t, const struct sockaddr_storage *sa)
+{
+    size_t mask = t->nslots - 1;
+    for (size_t i = (size_t)addr_hash(sa) & mask;; i = (i + 1) & mask) {
+        size_t *slot = &t->slots[i];
+        if (*slot == 0 || dm_host_addr_equal(&t->h[*slot - 1]->addr, sa)) {
+            return slot;
+        }
+    }
+}
+
+/* Makes room in the index for one more host; false when out of memory. */
+static bool
+hosts_index_grow(struct dm_hosts *t)
+{
+    if (2 * (t->n + 1) <= t->nslots) {
+        return true;
+    }
+    size_t nslots = t->nslots > 0 ? t->nslots * 2 : 64;
+    size_t *slots = calloc(nslots, sizeof(*slots));
+    if (slots == NULL) {
+        return false;
+    }
+    free(t->slots);
+    t->slots = slots;
+    t->nslots = nslots;
+    for (size_t i = 0; i < t->n; i++) {
+        *hosts_slot(t, &t->h[i]->addr) = i + 1;
+    }
+    return true;
+}
+
 struct dm_host *
 dm_hosts_get(struct dm_hosts *t, const struct sockaddr_storage *sa, const char *text)
 {
-    /* A linear search: a configuration names tens of addresses, and only the
-     * control thread looks, when it builds a runtime. */
-    for (size_t i = 0; i < t->n; i++) {
-        if (dm_host_addr_equal(&t->h[i]->addr, sa)) {
-            return t->h[i];
+    if (t->nslots > 0) {
+        size_t *slot = hosts_slot(t, sa);
+        if (*slot != 0) {
+            return t->h[*slot - 1];
         }
+    }
+    if (!hosts_index_grow(t)) {
+        return NULL;
     }
     if (t->n == t->cap) {
         size_t cap = t->cap > 0 ? t->cap * 2 : 16;
@@ -136,5 +203,6 @@ dm_hosts_get(struct dm_hosts *t, const struct sockaddr_storage *sa, const char *
     host->text[len] = '\0';
     memcpy(&host->addr, sa, sizeof(host->addr));
     t->h[t->n++] = host;
+    *hosts_slot(t, sa) = t->n;
     return host;
 }

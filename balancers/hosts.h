@@ -142,6 +142,10 @@ void dm_host_connect_sample(struct dm_host *h, uint64_t sample_us);
 struct dm_hosts {
     struct dm_host **h; /* each its own allocation, so pointers never move */
     size_t n, cap;
+    /* The index by address, open addressing with linear probing: index + 1
+     * into h, 0 for a free slot; nslots a power of two, at least 2n. */
+    size_t *slots;
+    size_t nslots;
 };
 
 /*

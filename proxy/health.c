@@ -157,18 +157,6 @@ health_status_line_parse(const char *p, size_t len, int *status)
     return 0;
 }
 
-/* The check among the first n of h that marks host, or NULL. */
-static struct health_check *
-health_find(struct dm_health *h, size_t n, const struct dm_host *host)
-{
-    for (size_t k = 0; k < n; k++) {
-        if (h->checks[k].host == host) {
-            return &h->checks[k];
-        }
-    }
-    return NULL;
-}
-
 static const char *
 health_name(const char *s)
 {
@@ -662,7 +650,14 @@ dm_health_start(uv_loop_t *loop, const struct dm_conf *conf, struct dm_servers *
     h->loop = loop;
     h->nchecks = n;
 
-    /* Everything that can fail comes before the first handle is initialized. */
+    /* Everything that can fail comes before the first handle is initialized.
+     * check.checked marks the hosts given a check so far (one each, in
+     * linear time however many servers). */
+    for (size_t p = 0; p < conf->npools; p++) {
+        for (size_t i = 0; i < servers[p]->n; i++) {
+            servers[p]->s[i].host->check.checked = false;
+        }
+    }
     size_t k = 0;
     for (size_t p = 0; p < conf->npools; p++) {
         const struct dm_conf_pool *pool = &conf->pools[p];
@@ -671,9 +666,10 @@ dm_health_start(uv_loop_t *loop, const struct dm_conf *conf, struct dm_servers *
         }
         for (size_t i = 0; i < pool->nservers; i++) {
             struct dm_host *host = servers[p]->s[i].host;
-            if (health_find(h, k, host) != NULL) {
+            if (host->check.checked) {
                 continue; /* one check per host: the first pool naming it checks it */
             }
+            host->check.checked = true;
             struct health_check *c = &h->checks[k++];
             c->h = h;
             c->pool = pool;
@@ -696,7 +692,6 @@ dm_health_start(uv_loop_t *loop, const struct dm_conf *conf, struct dm_servers *
     for (size_t p = 0; p < conf->npools; p++) {
         for (size_t i = 0; i < servers[p]->n; i++) {
             struct dm_host *host = servers[p]->s[i].host;
-            host->check.checked = health_find(h, n, host) != NULL;
             if (!host->check.checked) {
                 atomic_store(&host->down, false);
             }
