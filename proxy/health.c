@@ -576,6 +576,7 @@ health_timer_cb(uv_timer_t *t)
          * then for its interval. */
         uint64_t due = run->started_ms + c->interval_ms;
         due = due > run->until_ms ? due : run->until_ms;
+        run->due_ms = due; /* what a later reload's checker goes on from */
         uv_timer_start(&c->timer, health_timer_cb, due > now ? due - now : 1, 0);
     } else if (c->state == HEALTH_IDLE &&
                atomic_load_explicit(&c->host->power, memory_order_relaxed) == DM_POWER_ASLEEP) {
@@ -719,7 +720,12 @@ dm_health_start(uv_loop_t *loop, const struct dm_conf *conf, struct dm_servers *
         uint64_t now = uv_now(loop);
         uint64_t first;
         if (run->due_ms != 0 && now < run->due_ms + c->interval_ms + c->timeout_ms) {
-            first = run->due_ms > now ? run->due_ms - now : 1;
+            /* Due by the old interval, or by this one when it is shorter. */
+            uint64_t due = run->due_ms;
+            if (run->started_ms != 0 && run->started_ms + c->interval_ms < due) {
+                due = run->started_ms + c->interval_ms;
+            }
+            first = due > now ? due - now : 1;
         } else {
             uint64_t spread =
                 c->interval_ms < HEALTH_STAGGER_MAX_MS ? c->interval_ms : HEALTH_STAGGER_MAX_MS;

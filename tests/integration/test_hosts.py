@@ -91,6 +91,26 @@ class HostTest(H.DimmerTest):
         # the next one begins after it: by the third, fall 2 has taken it out.
         self.assertEqual(self.reload_at_checks("silent", "100ms", "1s", 2, 3), "down")
 
+    def test_a_reload_while_a_check_waits_for_a_retired_one_keeps_the_run(self):
+        # The same with checks 10 ms apart: the second reload comes more than
+        # an interval and a timeout after the check the first one retired
+        # was due, and its checker took the host's run for a stale one
+        # (never down).
+        self.assertEqual(self.reload_at_checks("silent", "10ms", "1s", 2, 3), "down")
+
+    def test_a_shorter_interval_applies_at_the_reload(self):
+        # Checks a minute apart, reloaded to 100 ms apart: the next check
+        # waited out the minute.
+        fb = self.start_fault_backend()
+        checks = {"path": "/fault/reset", "interval": "60s", "timeout": "1s"}
+        pools = {"web": {"balance": "roundrobin", "health_check": checks, "passive": NO_PASSIVE,
+                         "servers": [("fb", fb.port)]}}
+        self.d = self.start_dimmer(pools)
+        H.wait_until(lambda: fb.count("got reset") >= 1, 10, "the first check")
+        checks["interval"] = "100ms"
+        self.reload(pools)
+        H.wait_until(lambda: fb.count("got reset") >= 3, 10, "checks 100 ms apart")
+
     def holding_server(self):
         """A server that takes connections and never answers: (port, the sockets taken)."""
         srv = socket.socket()
