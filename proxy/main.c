@@ -59,9 +59,8 @@ struct control {
     uv_timer_t upgrade_timer; /* bounds how long it may take */
     bool upgrade_timer_open;
     char upgrade_byte;
-    struct health_of *health_of; /* what the running checker borrows */
-    struct dm_health *health;
-    struct health_of *retired; /* checkers a reload retired, their last checks still out */
+    struct health_of *health_of; /* the running checker and what it borrows; NULL: none */
+    struct health_of *retired;   /* checkers a reload retired, their last checks still out */
     struct dm_admin *admin;
     struct dm_worker *workers;
     unsigned nworkers;
@@ -152,25 +151,23 @@ static int
 health_start(struct control *ctl, struct dm_runtime *rt)
 {
     struct health_of *of = malloc(sizeof(*of) + (rt->npools + 1) * sizeof(of->servers[0]));
-    ctl->health_of = of;
-    ctl->health = NULL;
+    ctl->health_of = NULL;
     if (of == NULL) {
         return -ENOMEM;
     }
     for (size_t i = 0; i < rt->npools; i++) {
         of->servers[i] = rt->pools[i].sv;
     }
-    ctl->health = dm_health_start(ctl->loop, rt->conf, (struct dm_servers *const *)of->servers);
-    if (ctl->health == NULL) {
+    of->h = dm_health_start(ctl->loop, rt->conf, (struct dm_servers *const *)of->servers);
+    if (of->h == NULL) {
         free(of);
-        ctl->health_of = NULL;
         return -ENOMEM;
     }
     dm_runtime_ref(rt);
     of->rt = rt;
     of->ctl = ctl;
-    of->h = ctl->health;
     of->next = NULL;
+    ctl->health_of = of;
     return 0;
 }
 
@@ -317,15 +314,14 @@ reload_conf(struct control *ctl)
     dm_admin_set_power(ctl->admin, ctl->power, rt->conf->admin_token, rt->conf->admin_token_reads);
     /* The new checker goes on where the old one was; the old one's checks
      * out now end with their verdict (proxy/health.h). */
-    struct dm_health *old = ctl->health;
-    struct health_of *old_of = ctl->health_of;
+    struct health_of *old = ctl->health_of;
     if (health_start(ctl, rt) < 0) {
         dm_log_error("reload: out of memory: no health checks until the next reload");
     }
     if (old != NULL) {
-        old_of->next = ctl->retired;
-        ctl->retired = old_of;
-        dm_health_retire(old, health_stopped, old_of);
+        old->next = ctl->retired;
+        ctl->retired = old;
+        dm_health_retire(old->h, health_stopped, old);
     }
     dm_runtime_unref(ctl->prev);
     ctl->prev = ctl->rt;
@@ -353,9 +349,10 @@ control_close(struct control *ctl, bool signals)
     ctl->admin = NULL;
     dm_power_stop(ctl->power);
     ctl->power = NULL;
-    dm_health_stop(ctl->health, health_stopped, ctl->health_of);
-    ctl->health = NULL;
-    ctl->health_of = NULL;
+    if (ctl->health_of != NULL) {
+        dm_health_stop(ctl->health_of->h, health_stopped, ctl->health_of);
+        ctl->health_of = NULL;
+    }
     for (struct health_of *of = ctl->retired; of != NULL; of = of->next) {
         dm_health_cancel(of->h);
     }

@@ -411,19 +411,18 @@ req_pick_with_room(struct dm_req *req, struct dm_rpool *p, const struct dm_pick 
  * take requests again at once, as nginx does when all its upstreams failed
  * (it never takes out a pool's only server) and as Envoy's panic threshold
  * does. Else a few resets from an overloaded only server answered every
- * client 503 for fail_timeout. max_fails more failures
- * take them out again. True when one was brought back.
+ * client 503 for fail_timeout. max_fails more failures take them out again.
+ * True when one was brought back.
  */
 static bool
-req_forgive_passive(struct dm_req *req, struct dm_rpool *p, uint64_t now_us)
+req_forgive_passive(struct dm_rpool *p, const struct dm_pick *pick)
 {
     bool any = false;
     for (size_t i = 0; i < p->sv->n; i++) {
         struct dm_host *h = p->sv->s[i].host;
         uint64_t until = atomic_load_explicit(&h->down_until_us, memory_order_relaxed);
-        if (until <= now_us || (req->tried[i / 8] & (1u << (i % 8))) != 0 ||
-            atomic_load_explicit(&h->down, memory_order_relaxed) ||
-            atomic_load_explicit(&h->power, memory_order_relaxed) != DM_POWER_AWAKE) {
+        /* Resting now, and usable once the rest is over. */
+        if (until <= pick->now_us || dm_pick_tried(pick, i) || !dm_host_is_usable(h, until)) {
             continue;
         }
         any = true;
@@ -483,7 +482,7 @@ dm_req_pick_and_connect(struct dm_req *req)
         if (idx == DM_NO_SERVER && req->attempts == 0 && dm_client_hold(c)) {
             return; /* scale to zero: held until a server wakes (or 503) */
         }
-        if (idx == DM_NO_SERVER && req_forgive_passive(req, p, pick.now_us)) {
+        if (idx == DM_NO_SERVER && req_forgive_passive(p, &pick)) {
             idx = req_pick_with_room(req, p, &pick, &full);
             if (full) {
                 dm_client_queue(c);
