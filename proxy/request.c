@@ -254,6 +254,42 @@ req_parse_rate(struct dm_span v)
 }
 
 /*
+ * When passive checks alone left the pool no server for a request (every
+ * server it has not tried is resting after failures or down), the resting
+ * ones (awake, not down by a health check) take requests again at once, as
+ * nginx does when all its upstreams failed (it never takes out a pool's only
+ * server) and as Envoy's panic threshold does. Else a few resets from an
+ * overloaded only server answered every client 503 for fail_timeout.
+ * max_fails more failures take them out again. True when one was brought
+ * back; false, bringing none back, while an untried server is usable.
+ */
+static bool
+req_forgive_passive(struct dm_rpool *p, const struct dm_pick *pick)
+{
+    for (size_t i = 0; i < p->sv->n; i++) {
+        if (!dm_pick_tried(pick, i) && dm_host_is_usable(p->sv->s[i].host, pick->now_us)) {
+            return false;
+        }
+    }
+    bool any = false;
+    for (size_t i = 0; i < p->sv->n; i++) {
+        struct dm_host *h = p->sv->s[i].host;
+        uint64_t until = atomic_load_explicit(&h->down_until_us, memory_order_relaxed);
+        /* Resting now, and usable once the rest is over. */
+        if (until <= pick->now_us || dm_pick_tried(pick, i) || !dm_host_is_usable(h, until)) {
+            continue;
+        }
+        any = true;
+        if (atomic_compare_exchange_strong(&h->down_until_us, &until, 0)) {
+            dm_log_warn("server %s/%s is back before its fail_timeout: passive checks left pool "
+                        "%s no other server",
+                        p->cf->name, p->cf->servers[i].name, p->cf->name);
+        }
+    }
+    return any;
+}
+
+/*
  * A session pool's Upgrade request is a session: its group, game and asked
  * rate (session.group, game_header, rate_header) go to the pool's placer,
  * which places it, or keeps it waiting for a batch pass, or refuses it.
@@ -309,6 +345,12 @@ req_session_place(struct dm_req *req, struct dm_rpool *p, uint64_t now_us)
         };
         req->placer = p->placer;
         rc = dm_placer_join(p->placer, &ask, &req->ticket, &ans);
+        struct dm_pick pick = { .tried = req->tried, .now_us = now_us };
+        if (rc < 0 && ans.status == 503 && req_forgive_passive(p, &pick)) {
+            dm_placer_leave(req->placer, req->ticket);
+            req->ticket = NULL;
+            rc = dm_placer_join(p->placer, &ask, &req->ticket, &ans);
+        }
     }
     if (rc == 1) { /* waiting for the batch pass */
         req->session_waiting = true;
@@ -323,7 +365,13 @@ req_session_place(struct dm_req *req, struct dm_rpool *p, uint64_t now_us)
     if (rc < 0) {
         dm_placer_leave(req->placer, req->ticket);
         req->ticket = NULL;
-        dm_client_respond_error(c, ans.status, ans.reason);
+        if (req->attempts > 0 && ans.status == 503) {
+            /* A server refused it and no other can take it: it ends as a
+             * plain request whose retries ran out. */
+            dm_client_respond_error(c, 502, "could not connect to any server");
+        } else {
+            dm_client_respond_error(c, ans.status, ans.reason);
+        }
         return -1;
     }
     int idx = dm_runtime_find_host(c->rt, req->pool, ans.host);
@@ -403,36 +451,6 @@ req_pick_with_room(struct dm_req *req, struct dm_rpool *p, const struct dm_pick 
         *full = idx == DM_NO_SERVER;
     }
     return idx;
-}
-
-/*
- * Passive checks alone left the pool no server for req: the servers resting
- * after failures (awake, not down by a health check, not tried by req yet)
- * take requests again at once, as nginx does when all its upstreams failed
- * (it never takes out a pool's only server) and as Envoy's panic threshold
- * does. Else a few resets from an overloaded only server answered every
- * client 503 for fail_timeout. max_fails more failures take them out again.
- * True when one was brought back.
- */
-static bool
-req_forgive_passive(struct dm_rpool *p, const struct dm_pick *pick)
-{
-    bool any = false;
-    for (size_t i = 0; i < p->sv->n; i++) {
-        struct dm_host *h = p->sv->s[i].host;
-        uint64_t until = atomic_load_explicit(&h->down_until_us, memory_order_relaxed);
-        /* Resting now, and usable once the rest is over. */
-        if (until <= pick->now_us || dm_pick_tried(pick, i) || !dm_host_is_usable(h, until)) {
-            continue;
-        }
-        any = true;
-        if (atomic_compare_exchange_strong(&h->down_until_us, &until, 0)) {
-            dm_log_warn("server %s/%s is back before its fail_timeout: passive checks left pool "
-                        "%s no other server",
-                        p->cf->name, p->cf->servers[i].name, p->cf->name);
-        }
-    }
-    return any;
 }
 
 void

@@ -70,7 +70,7 @@ pools:
     servers:
       - {{name: a, address: "127.0.0.1:{a}", session_capacity: {cap}}}
       - {{name: b, address: "127.0.0.1:{b}", session_capacity: {cap}}}
-      - {{name: c, address: "127.0.0.1:{c}", session_capacity: {cap}}}
+      - {{name: c, address: "127.0.0.1:{c}", session_capacity: {cap}}}{passive}
     session:{group}
       dmax: 150
       dvmax: 50
@@ -91,12 +91,14 @@ class SessionTest(H.DimmerTest):
         self.backends = [self.start_backend(n) for n in ("a", "b", "c")]
         self.open = []
 
-    def start(self, window="0", cap=1000, group=""):
+    def start(self, window="0", cap=1000, group="", passive=""):
         a, b, c = (x.port for x in self.backends)
         if group:
             group = "\n      group: " + group
+        if passive:
+            passive = "\n    passive: " + passive
         self.conf = self.write_config(CONFIG.format(a=a, b=b, c=c, window=window, cap=cap,
-                                                    group=group))
+                                                    group=group, passive=passive))
         self.d = self.start_dimmer_conf(self.conf)
         return self.d
 
@@ -353,7 +355,7 @@ class SessionTest(H.DimmerTest):
         # runs, /stats answers (and says it solves), a new session is taken
         # in (it waits for the next pass), and plain requests are served.
         a, b, c = (x.port for x in self.backends)
-        text = CONFIG.format(a=a, b=b, c=c, window="1s", cap=6000, group="")
+        text = CONFIG.format(a=a, b=b, c=c, window="1s", cap=6000, group="", passive="")
         text = text.replace("      window: 1s\n",
                             "      window: 1s\n      anneal: {iterations: 1000000}\n")
         text += "timeouts: {connect: 120s}\n"
@@ -411,7 +413,7 @@ class SessionTest(H.DimmerTest):
         # The new config lowers every capacity below what runs, and a window.
         a, b, c = (x.port for x in self.backends)
         with open(self.conf, "w") as f:
-            f.write(CONFIG.format(a=a, b=b, c=c, window="0", cap=250, group=""))
+            f.write(CONFIG.format(a=a, b=b, c=c, window="0", cap=250, group="", passive=""))
         self.d.proc.signal(signal.SIGHUP)
         H.wait_until(lambda: self.d.admin_stats()["generation"] == 2, 10, "the reload")
         st = self.sstats()
@@ -431,7 +433,7 @@ class SessionTest(H.DimmerTest):
     def config_of(self, names, window):
         """CONFIG with only the servers named (and their delays)."""
         a, b, c = (x.port for x in self.backends)
-        text = CONFIG.format(a=a, b=b, c=c, window=window, cap=1000, group="")
+        text = CONFIG.format(a=a, b=b, c=c, window=window, cap=1000, group="", passive="")
         gone = [n for n in "abc" if n not in names]
         lines = [line for line in text.split("\n")
                  if not any("name: %s," % n in line for n in gone)]
@@ -481,6 +483,23 @@ class SessionTest(H.DimmerTest):
         self.assertEqual(self.sstats()["waiting"], 1, "placed before the reload")
         r = c.read_response(timeout=15)
         self.assertEqual((r.status, r.header("X-Backend")), (101, "c"), r.body)
+
+    def test_passive_checks_never_leave_the_sessions_without_a_server(self):
+        # Every server refused a session once and rests for a minute: as for
+        # plain requests, the resting servers are tried again when the pool
+        # has no other, rather than every session refused 503 for a minute.
+        self.start(passive="{max_fails: 1, fail_timeout: 60s}")
+        for b in self.backends:
+            b.proc.kill()
+        r, _ = self.session("g1")
+        self.assertEqual(r.status, 502, (r, r.body))
+        states = {s["name"]: s["state"] for s in self.d.admin_stats()["pools"][0]["servers"]}
+        self.assertEqual(states, {"a": "failing", "b": "failing", "c": "failing"})
+        b = self.backends[1]
+        self.backends[1] = self.start_backend(b.name, b.port)
+        self.assertEqual(self.placed("g2")[0], "b")
+        self.assertEqual(self.placed("g3")[0], "b")
+        self.assertIn("server games/b is back before its fail_timeout", self.d.proc.stderr())
 
     def test_plain_requests_are_balanced(self):
         self.start()
