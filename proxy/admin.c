@@ -7,6 +7,7 @@
  */
 #include <arpa/inet.h>
 #include <ctype.h>
+#include <limits.h>
 #include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -88,7 +89,7 @@ struct admin_conn {
     uv_write_t wreq;
     struct dm_admin *admin;
     size_t len;
-    char *out;
+    char *out, *out_body; /* the answer's head and body, until written */
     bool answered;
     bool head;         /* a HEAD request: the answer's head alone */
     const char *allow; /* a 405's Allow header, else NULL */
@@ -307,6 +308,7 @@ conn_closed(uv_handle_t *h)
     }
     a->nconns--;
     free(ac->out);
+    free(ac->out_body);
     free(ac);
 }
 
@@ -365,15 +367,16 @@ respond(struct admin_conn *ac, const char *status, const char *type, struct dm_s
     struct dm_sbuf out = { 0 };
     dm_sb_printf(&out,
                  "HTTP/1.1 %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\nConnection: close\r\n"
-                 "Cache-Control: no-store\r\n%s%s%s\r\n%.*s",
+                 "Cache-Control: no-store\r\n%s%s%s\r\n",
                  status, type, body.len, ac->allow != NULL ? "Allow: " : "",
-                 ac->allow != NULL ? ac->allow : "", ac->allow != NULL ? "\r\n" : "",
-                 ac->head ? 0 : (int)body.len, body.p ? body.p : "");
-    free(body.p);
+                 ac->allow != NULL ? ac->allow : "", ac->allow != NULL ? "\r\n" : "");
     ac->out = out.p;
-    uv_buf_t b = uv_buf_init(out.p, (unsigned)out.len);
+    ac->out_body = body.p; /* written as it is: a /metrics of many servers is tens of MB */
+    uv_buf_t b[2] = { uv_buf_init(out.p, (unsigned)out.len),
+                      uv_buf_init(body.p, ac->head ? 0 : (unsigned)body.len) };
     ac->wreq.data = ac;
-    if (out.p == NULL || uv_write(&ac->wreq, (uv_stream_t *)&ac->tcp, &b, 1, written) < 0) {
+    if (out.p == NULL || (body.len > 0 && body.p == NULL) || body.len > UINT_MAX ||
+        uv_write(&ac->wreq, (uv_stream_t *)&ac->tcp, b, b[1].len > 0 ? 2 : 1, written) < 0) {
         conn_close(ac);
     }
 }

@@ -60,17 +60,17 @@ dm_metrics_request_done(struct dm_req *req, uint64_t now_us)
 void
 dm_metrics_label(struct dm_sbuf *b, const char *s)
 {
-    dm_sb_printf(b, "\"");
-    for (; s != NULL && *s; s++) {
-        if (*s == '\\' || *s == '"') {
-            dm_sb_printf(b, "\\%c", *s);
-        } else if (*s == '\n') {
-            dm_sb_printf(b, "\\n");
-        } else {
-            dm_sb_printf(b, "%c", *s);
+    dm_sb_put(b, "\"", 1);
+    while (s != NULL && *s) {
+        size_t run = strcspn(s, "\\\"\n");
+        dm_sb_put(b, s, run);
+        s += run;
+        if (*s) {
+            dm_sb_put(b, *s == '\n' ? "\\n" : *s == '"' ? "\\\"" : "\\\\", 2);
+            s++;
         }
     }
-    dm_sb_printf(b, "\"");
+    dm_sb_put(b, "\"", 1);
 }
 
 void
@@ -109,19 +109,30 @@ sum_slot(const struct dm_runtime *rt, const struct dm_rpool *p, size_t slot, str
     }
 }
 
+/* The end of a sample: the last label (named by label, as ",code=\""), and v. */
+static void
+metrics_value(struct dm_sbuf *b, const char *label, const char *value, unsigned long long v)
+{
+    dm_sb_puts(b, label);
+    dm_sb_puts(b, value);
+    dm_sb_puts(b, "\"} ");
+    dm_sb_u64(b, v);
+    dm_sb_puts(b, "\n");
+}
+
 static void
 server_labels(struct dm_sbuf *b, const struct dm_rpool *p, size_t j)
 {
-    dm_sb_printf(b, "{pool=");
+    dm_sb_put(b, "{pool=", 6);
     dm_metrics_label(b, p->cf->name);
-    dm_sb_printf(b, ",server=");
+    dm_sb_put(b, ",server=", 8);
     dm_metrics_label(b, p->sv->s[j].name);
 }
 
 static void
 pool_labels(struct dm_sbuf *b, const struct dm_rpool *p)
 {
-    dm_sb_printf(b, "{pool=");
+    dm_sb_puts(b, "{pool=");
     dm_metrics_label(b, p->cf->name);
 }
 
@@ -256,10 +267,11 @@ servers_text(struct dm_sbuf *b, const struct dm_runtime *rt, struct srv_sum **su
         for (size_t i = 0; i < rt->npools; i++) {
             const struct dm_rpool *p = &rt->pools[i];
             for (size_t j = 0; j < p->sv->n; j++) {
-                dm_sb_printf(b, "%s", srv_metrics[m].name);
+                dm_sb_puts(b, srv_metrics[m].name);
                 server_labels(b, p, j);
-                dm_sb_printf(b, "} %llu\n",
-                             (unsigned long long)srv_value((enum srv_metric)m, p, j, &sums[i][j]));
+                dm_sb_puts(b, "} ");
+                dm_sb_u64(b, srv_value((enum srv_metric)m, p, j, &sums[i][j]));
+                dm_sb_puts(b, "\n");
             }
         }
     }
@@ -269,10 +281,9 @@ servers_text(struct dm_sbuf *b, const struct dm_runtime *rt, struct srv_sum **su
         const struct dm_rpool *p = &rt->pools[i];
         for (size_t j = 0; j < p->sv->n; j++) {
             for (int k = 0; k < 6; k++) {
-                dm_sb_printf(b, "dimmer_server_responses_total");
+                dm_sb_puts(b, "dimmer_server_responses_total");
                 server_labels(b, p, j);
-                dm_sb_printf(b, ",code=\"%s\"} %llu\n", code_names[k],
-                             (unsigned long long)sums[i][j].responses[k]);
+                metrics_value(b, ",code=\"", code_names[k], sums[i][j].responses[k]);
             }
         }
     }
@@ -287,9 +298,9 @@ servers_text(struct dm_sbuf *b, const struct dm_runtime *rt, struct srv_sum **su
             const struct dm_host *h = p->sv->s[j].host;
             int state = atomic_load(&h->down) ? 2 : atomic_load(&h->down_until_us) > now ? 1 : 0;
             for (int k = 0; k < 3; k++) {
-                dm_sb_printf(b, "dimmer_server_status");
+                dm_sb_puts(b, "dimmer_server_status");
                 server_labels(b, p, j);
-                dm_sb_printf(b, ",state=\"%s\"} %d\n", health[k], k == state);
+                metrics_value(b, ",state=\"", health[k], k == state);
             }
         }
     }
@@ -301,9 +312,9 @@ servers_text(struct dm_sbuf *b, const struct dm_runtime *rt, struct srv_sum **su
         for (size_t j = 0; j < p->sv->n; j++) {
             int state = atomic_load(&p->sv->s[j].host->power);
             for (int k = DM_POWER_AWAKE; k <= DM_POWER_MAINT; k++) {
-                dm_sb_printf(b, "dimmer_server_power_state");
+                dm_sb_puts(b, "dimmer_server_power_state");
                 server_labels(b, p, j);
-                dm_sb_printf(b, ",state=\"%s\"} %d\n", power_state_name(k), k == state);
+                metrics_value(b, ",state=\"", power_state_name(k), k == state);
             }
         }
     }
@@ -316,16 +327,18 @@ servers_text(struct dm_sbuf *b, const struct dm_runtime *rt, struct srv_sum **su
             uint64_t cum = 0;
             for (int k = 0; k < DM_DUR_BUCKETS; k++) {
                 cum += s->dur[k];
-                dm_sb_printf(b, "dimmer_server_request_duration_seconds_bucket");
+                dm_sb_puts(b, "dimmer_server_request_duration_seconds_bucket");
                 server_labels(b, p, j);
-                dm_sb_printf(b, ",le=\"%s\"} %llu\n", dur_le_text[k], (unsigned long long)cum);
+                metrics_value(b, ",le=\"", dur_le_text[k], cum);
             }
-            dm_sb_printf(b, "dimmer_server_request_duration_seconds_sum");
+            dm_sb_puts(b, "dimmer_server_request_duration_seconds_sum");
             server_labels(b, p, j);
             dm_sb_printf(b, "} %.6f\n", (double)s->dur_sum_us / 1e6);
-            dm_sb_printf(b, "dimmer_server_request_duration_seconds_count");
+            dm_sb_puts(b, "dimmer_server_request_duration_seconds_count");
             server_labels(b, p, j);
-            dm_sb_printf(b, "} %llu\n", (unsigned long long)cum);
+            dm_sb_puts(b, "} ");
+            dm_sb_u64(b, cum);
+            dm_sb_puts(b, "\n");
         }
     }
 }
@@ -338,7 +351,7 @@ pools_text(struct dm_sbuf *b, const struct dm_runtime *rt, struct srv_sum *local
                       "own: 503, 504, 502) by status class; none: cut short.");
     for (size_t i = 0; i < rt->npools; i++) {
         for (int k = 0; k < 6; k++) {
-            dm_sb_printf(b, "dimmer_pool_local_responses_total");
+            dm_sb_puts(b, "dimmer_pool_local_responses_total");
             pool_labels(b, &rt->pools[i]);
             dm_sb_printf(b, ",code=\"%s\"} %llu\n", code_names[k],
                          (unsigned long long)local[i].responses[k]);
@@ -472,7 +485,7 @@ hosts_text(struct dm_sbuf *b, const struct dm_hosts *hs)
             dm_addr_text((const struct sockaddr *)&h->addr, addr, sizeof(addr));
             dm_sb_printf(b, "%s{host=", fam[f].name);
             dm_metrics_label(b, h->text != NULL ? h->text : "");
-            dm_sb_printf(b, ",address=");
+            dm_sb_puts(b, ",address=");
             dm_metrics_label(b, addr);
             dm_sb_printf(b, "} %llu\n", (unsigned long long)dm_counter_get(c[f]));
         }

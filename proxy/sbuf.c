@@ -30,6 +30,41 @@ dm_sb_printf(struct dm_sbuf *b, const char *fmt, ...)
     }
 }
 
+void
+dm_sb_put(struct dm_sbuf *b, const char *s, size_t n)
+{
+    if (b->cap - b->len <= n) {
+        size_t cap = (b->cap + n + 1) * 2;
+        char *p = realloc(b->p, cap);
+        if (p == NULL) {
+            return;
+        }
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = 0;
+}
+
+void
+dm_sb_puts(struct dm_sbuf *b, const char *s)
+{
+    dm_sb_put(b, s, strlen(s));
+}
+
+void
+dm_sb_u64(struct dm_sbuf *b, unsigned long long v)
+{
+    char d[20];
+    size_t i = sizeof(d);
+    do {
+        d[--i] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v > 0);
+    dm_sb_put(b, d + i, sizeof(d) - i);
+}
+
 /* The length of the well-formed UTF-8 sequence at s (at most len bytes), or 0. */
 static size_t
 utf8_len(const unsigned char *s, size_t len)

@@ -13,6 +13,12 @@ struct dm_sbuf {
 };
 
 void dm_sb_printf(struct dm_sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Appends the n bytes at s as they are (no format: the fast way for text
+ * written a million times over, a /metrics of many servers). */
+void dm_sb_put(struct dm_sbuf *b, const char *s, size_t n);
+void dm_sb_puts(struct dm_sbuf *b, const char *s);
+/* Appends v in decimal. */
+void dm_sb_u64(struct dm_sbuf *b, unsigned long long v);
 
 /*
  * s (NULL: "") escaped for the inside of a JSON string into buf (cap bytes,

@@ -75,6 +75,30 @@ test_sbuf_grows(void **state)
     free(b.p);
 }
 
+static void
+test_sbuf_put_and_numbers(void **state)
+{
+    (void)state;
+    struct dm_sbuf b = { 0 };
+    dm_sb_put(&b, "", 0);
+    assert_int_equal(b.len, 0);
+    /* Growth from empty and past every capacity, interleaved with printf. */
+    for (int i = 0; i < 1000; i++) {
+        dm_sb_put(&b, "ab", 2);
+        dm_sb_u64(&b, (unsigned long long)i);
+        dm_sb_printf(&b, "%c", ';');
+    }
+    assert_int_equal(b.len, 1000 * 3 + 10 + 90 * 2 + 900 * 3);
+    assert_string_equal(b.p + b.len - 12, "ab998;ab999;");
+    assert_memory_equal(b.p, "ab0;ab1;", 8);
+    b.len = 0;
+    dm_sb_u64(&b, 0);
+    dm_sb_puts(&b, " ");
+    dm_sb_u64(&b, 18446744073709551615ull);
+    assert_string_equal(b.p, "0 18446744073709551615");
+    free(b.p);
+}
+
 int
 main(void)
 {
@@ -82,6 +106,7 @@ main(void)
         cmocka_unit_test(test_escapes),
         cmocka_unit_test(test_cut_never_splits_an_escape_or_a_character),
         cmocka_unit_test(test_sbuf_grows),
+        cmocka_unit_test(test_sbuf_put_and_numbers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
