@@ -11,11 +11,19 @@ dm_pm_state_name(enum dm_pm_state s)
     return (unsigned)s < DM_PM_STATES ? names[s] : "?";
 }
 
+/* The time from then to now; 0 when then is later (a time an action stamped
+ * after the caller read its clock: elapsed, it would wrap to centuries). */
+static uint64_t
+since(uint64_t now_us, uint64_t then_us)
+{
+    return now_us > then_us ? now_us - then_us : 0;
+}
+
 enum dm_pm_event
 dm_pm_progress(const struct dm_pm_rules *r, const struct dm_pm_server *s,
                const struct dm_pm_observed *o, uint64_t now_us)
 {
-    uint64_t in_state = now_us > s->since_us ? now_us - s->since_us : 0;
+    uint64_t in_state = since(now_us, s->since_us);
     if (s->state == DM_PM_DRAINING) {
         /* Only once every worker has stopped starting requests on it do its
          * counts mean that nothing more will come. */
@@ -79,7 +87,7 @@ dm_pm_count(const struct dm_pm_server *s, size_t n, unsigned *active, unsigned *
 static bool
 action_due(const struct dm_pm_rules *r, const struct dm_pm_server *s, uint64_t now_us)
 {
-    return s->last_action_us == 0 || now_us - s->last_action_us >= r->action_interval_us;
+    return s->last_action_us == 0 || since(now_us, s->last_action_us) >= r->action_interval_us;
 }
 
 /* Whether s may be acted on now: not held, no actuator running or waiting, action_interval. */
@@ -93,7 +101,7 @@ static bool
 may_change(const struct dm_pm_rules *r, const struct dm_pm_server *s, uint64_t now_us)
 {
     return may_act(r, s, now_us) &&
-           (s->last_change_us == 0 || now_us - s->last_change_us >= r->min_change_us);
+           (s->last_change_us == 0 || since(now_us, s->last_change_us) >= r->min_change_us);
 }
 
 /* The order in which servers are woken: sleeping, unseen active ones, failed ones to try again
@@ -114,7 +122,7 @@ bool
 dm_pm_retry_due(const struct dm_pm_rules *r, const struct dm_pm_server *s, uint64_t now_us)
 {
     return s->state == DM_PM_FAILED && s->can_wake && !s->held &&
-           now_us - s->last_change_us >= r->boot_timeout_us;
+           since(now_us, s->last_change_us) >= r->boot_timeout_us;
 }
 
 /* Whether moves[0..k) already names server i. */

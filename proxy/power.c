@@ -43,7 +43,6 @@
 #define DECISION_TEXT  400
 #define POLICY_STATE   1024 /* bytes of a policy's own state at most (tests/power check it) */
 #define HTTP_REPLY_MAX 256
-#define DM_PM_PLAN_MAX 256 /* servers of a pool the manager plans for */
 
 /* The host's power state of each of the machine's states. */
 static const int state_power[DM_PM_STATES] = {
@@ -944,6 +943,17 @@ machine_view(const struct pm_server *s)
     };
 }
 
+/* How many servers the manager manages in p (at least 1, a size to allocate). */
+static size_t
+pool_size(const struct dm_powermgr *pm, const struct pm_pool *p)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < pm->nservers; i++) {
+        n += pm->servers[i]->pool == p;
+    }
+    return n > 0 ? n : 1;
+}
+
 /*
  * Brings the pool to `want` servers live or booting, as dm_pm_plan() says;
  * what it did goes in did. Returns how many servers it moved; *short_out is
@@ -953,11 +963,19 @@ static size_t
 act(struct dm_powermgr *pm, struct pm_pool *p, unsigned want, uint64_t now, bool urgent,
     struct dm_sbuf *did, unsigned *short_out)
 {
-    struct pm_server *mine[DM_PM_PLAN_MAX];
-    struct dm_pm_server view[DM_PM_PLAN_MAX];
-    struct dm_pm_move moves[DM_PM_PLAN_MAX];
-    size_t n = 0;
-    for (size_t i = 0; i < pm->nservers && n < DM_PM_PLAN_MAX; i++) {
+    *short_out = 0;
+    size_t n = 0, cap = pool_size(pm, p);
+    struct pm_server **mine = malloc(cap * sizeof(*mine));
+    struct dm_pm_server *view = malloc(cap * sizeof(*view));
+    struct dm_pm_move *moves = malloc(cap * sizeof(*moves));
+    if (mine == NULL || view == NULL || moves == NULL) {
+        free(mine);
+        free(view);
+        free(moves);
+        dm_sb_printf(did, " nothing: out of memory;");
+        return 0;
+    }
+    for (size_t i = 0; i < pm->nservers; i++) {
         if (pm->servers[i]->pool == p) {
             mine[n] = pm->servers[i];
             view[n] = machine_view(pm->servers[i]);
@@ -967,7 +985,7 @@ act(struct dm_powermgr *pm, struct pm_pool *p, unsigned want, uint64_t now, bool
     struct dm_pm_rules r;
     rules_of(p->cf, &r);
     unsigned short_by = 0;
-    size_t k = dm_pm_plan(&r, view, n, want, now, urgent, moves, DM_PM_PLAN_MAX, &short_by);
+    size_t k = dm_pm_plan(&r, view, n, want, now, urgent, moves, cap, &short_by);
     for (size_t i = 0; i < k; i++) {
         struct pm_server *s = mine[moves[i].index];
         if (moves[i].to == DM_PM_ACTIVE) {
@@ -988,6 +1006,9 @@ act(struct dm_powermgr *pm, struct pm_pool *p, unsigned want, uint64_t now, bool
         dm_sb_printf(did, " %u more wanted, none can be woken now;", short_by);
     }
     *short_out = short_by;
+    free(mine);
+    free(view);
+    free(moves);
     return k;
 }
 
@@ -1160,10 +1181,14 @@ static void
 pool_trend(struct dm_powermgr *pm, struct pm_pool *p, uint64_t now)
 {
     const struct dm_conf_power *pw = &p->cf->power;
-    struct dm_pm_reading r[DM_PM_PLAN_MAX];
+    struct dm_pm_reading *r = malloc(pool_size(pm, p) * sizeof(*r));
+    if (r == NULL) {
+        dm_log_error("power: pool %s: out of memory: no reading this time", p->name);
+        return;
+    }
     size_t n = 0;
     struct dm_sbuf watts = { 0 };
-    for (size_t i = 0; i < pm->nservers && n < DM_PM_PLAN_MAX; i++) {
+    for (size_t i = 0; i < pm->nservers; i++) {
         struct pm_server *s = pm->servers[i];
         if (s->pool != p) {
             continue;
@@ -1188,6 +1213,7 @@ pool_trend(struct dm_powermgr *pm, struct pm_pool *p, uint64_t now)
     }
     struct dm_power_metrics m;
     dm_pm_metrics(&p->trend, r, n, (double)pw->trend_interval_ms / 1000, &m);
+    free(r);
     struct dm_power_target t;
     p->ops->decide(p->state, &p->params, &m, now, &t);
     if (p->pinned >= 0) {
@@ -1472,6 +1498,10 @@ configure(struct dm_powermgr *pm, struct dm_runtime *rt)
         p->cf = cf;
         p->index = i;
         p->present = true;
+        uint64_t next_trend = now + cf->power.trend_interval_ms * 1000;
+        if (p->next_trend_us > next_trend) {
+            p->next_trend_us = next_trend; /* a shorter trend_interval applies at once */
+        }
         if (p->pinned > (long)cf->nservers) {
             /* The operator's pin outlasts a reload, not the servers it counted. */
             dm_log_warn("power: pool %s: pinned to %ld servers, it has %zu now: pinned to %zu",
@@ -1547,6 +1577,7 @@ configure(struct dm_powermgr *pm, struct dm_runtime *rt)
             /* Managed (again): the workers hear its state, as it was when it
              * left, or active for a new one, whatever was asked of its host
              * meanwhile (POST /hosts/ADDR/drain): /power says what is. */
+            s->energy_us = 0; /* its energy counts again from here, not over the gap */
             if (s->handed) {
                 dm_log_info("power: %s: %s%s, as the process this one replaced left it", s->h->text,
                             dm_pm_state_name(s->state), s->held ? " (held)" : "");
@@ -1869,6 +1900,7 @@ dm_power_pin(struct dm_powermgr *pm, const char *pool, long servers, char *msg, 
         return 400;
     }
     p->pinned = servers;
+    p->next_trend_us = 0; /* asked at the next tick, not trend_interval later */
     decision(pm, p, servers >= 0 ? "operator: pinned to %ld servers" : "operator: unpinned%.0ld",
              servers >= 0 ? servers : 0);
     if (servers >= 0) {
@@ -1911,6 +1943,7 @@ dm_power_choose(struct dm_powermgr *pm, const char *pool, const char *policy, ch
     if (ops->init != NULL) {
         ops->init(p->state, &p->params);
     }
+    p->next_trend_us = 0;
     decision(pm, p, "operator: policy %s (%s)", policy_name(p),
              p->chosen[0] ? "chosen by hand" : "the config's");
     snprintf(msg, msglen, "policy %s%s", policy_name(p),

@@ -21,7 +21,10 @@ with no server that can be woken is logged once, not every tick; no
 request is held when every server is in maint or slept by the operator,
 or down by its health check: 503 at once, while one resting after passive
 failures is waited for; and a
-pool name longer than a decision's text is cut, not written past it.
+pool name longer than a decision's text is cut, not written past it; every
+server of a pool of 300 is planned for; a pin, and a reload's shorter
+trend_interval, apply at once; and a server out of the pool for a while is
+not charged energy for that time when it comes back.
 """
 import json
 import os
@@ -709,6 +712,78 @@ class PowerOperatorTest(H.DimmerTest):
         # One that would not fit in the target: 414, never a cut of it.
         r = H.request(self.d.admin, "POST", "/power/%s/pin?servers=1" % (name + "q" * 200))
         self.assertEqual(r.status, 414, r.body)
+
+    @staticmethod
+    def wol_servers(n, idle_w=5):
+        """n servers that nothing serves: woken by WOL (a datagram to a closed
+        loopback port), slept by none, idle at idle_w."""
+        return "".join(
+            '      - {name: s%d, address: "127.0.%d.%d:80", power: {mac: "02:00:00:00:%02x:%02x", '
+            'wol_to: "127.0.0.1:9", sleep: none, idle_w: %d, full_w: %d}}\n' %
+            (i, 1 + i // 250, 1 + i % 250, i // 256, i % 256, idle_w, max(idle_w, 70))
+            for i in range(n))
+
+    def energy(self):
+        return {s["name"]: s["energy_wh"] for s in self.power()["pools"][0]["servers"]}
+
+    def states(self):
+        return [s["state"] for s in self.power()["pools"][0]["servers"]]
+
+    def test_every_server_of_a_large_pool_is_planned_for(self):
+        # The plan took the first 256 servers of a pool: pinned to 1, the
+        # 300th stayed active, and its watts were left out of the policy's.
+        self.start(self.wol_servers(300), health=False)
+        r = H.request(self.d.admin, "POST", "/power/web/pin?servers=1")
+        self.assertEqual(r.status, 200, r.body)
+        H.wait_until(lambda: self.states().count("sleeping") == 299, 20,
+                     "299 servers asleep: %r" % (self.states()[250:],))
+        self.assertEqual(self.states().count("active"), 1)
+
+    def start_slow_trend(self):
+        """Two servers idling at 5 W (single needs one), always-on asked
+        every 10 minutes; returns once it was asked the first time."""
+        self.start(self.wol_servers(2), health=False, power=", trend_interval: 10m, period: 1s")
+        H.wait_until(lambda: self.power()["pools"][0]["target"] == 2, 10, "the first trend")
+
+    def test_a_pin_applies_at_once(self):
+        # It waited for the trend's next reading: ten minutes here.
+        self.start_slow_trend()
+        r = H.request(self.d.admin, "POST", "/power/web/pin?servers=1")
+        self.assertEqual(r.status, 200, r.body)
+        H.wait_until(lambda: self.states().count("sleeping") == 1, 10,
+                     "the pin's drain: %r" % (self.states(),))
+        r = H.request(self.d.admin, "POST", "/power/web/pin?servers=2")
+        self.assertEqual(r.status, 200, r.body)
+        H.wait_until(lambda: self.states() == ["active", "active"], 10,
+                     "the pin's wake: %r" % (self.states(),))
+
+    def test_a_shorter_trend_interval_applies_at_the_reload(self):
+        # A reload kept the trend's old deadline: ten minutes here.
+        self.start_slow_trend()
+        self.reload_config(self.conf.replace("policy: always-on", "policy: single")
+                           .replace("trend_interval: 10m", "trend_interval: 100ms"))
+        H.wait_until(lambda: self.states().count("sleeping") == 1, 10,
+                     "single's drain: %r" % (self.states(),))
+
+    def test_energy_is_not_counted_while_a_server_is_not_managed(self):
+        # Managed again, a server was charged its last watts over the whole
+        # time it was out of the pool. At 3600 W idle a server uses 1 Wh a
+        # second: s1 is out while s0 uses 2 Wh.
+        servers = self.wol_servers(2, idle_w=3600)
+        self.start(servers, health=False)
+        H.wait_until(lambda: self.energy()["s1"] > 0, 10, "energy counted")
+        before = self.energy()
+        line = servers.splitlines(True)[1]
+        self.reload_config(self.conf.replace(line, ""))
+        gone = self.energy()["s0"]
+        H.wait_until(lambda: self.energy()["s0"] > gone + 2, 10, "2 Wh of s0")
+        self.reload_config(self.conf)
+        again = self.energy()["s0"]
+        H.wait_until(lambda: self.energy()["s0"] > again + 0.5, 10, "s1 counted again")
+        after = self.energy()
+        used = {k: after[k] - before[k] for k in after}
+        self.assertLess(used["s1"], used["s0"] - 1.5, (before, after))
+        self.assertGreater(used["s1"], 0.2, (before, after))
 
     def test_a_pool_name_longer_than_a_decision(self):
         n0 = self.node("n0")

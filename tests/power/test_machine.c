@@ -141,6 +141,10 @@ test_a_failed_server_is_woken_again_after_boot_timeout(void **st)
     assert_false(dm_pm_retry_due(&r, &s[0], 159 * S));
     assert_int_equal(dm_pm_plan(&r, s, 2, 1, 159 * S, true, m, 4, &short_by), 0);
     assert_int_equal(short_by, 1);
+    /* A failure stamped after the caller read its clock (a wake that failed
+     * at its start, in the same tick) has only just happened. */
+    assert_false(dm_pm_retry_due(&r, &s[0], 100 * S - 1));
+    assert_int_equal(dm_pm_plan(&r, s, 2, 1, 100 * S - 1, true, m, 4, &short_by), 0);
     /* Then one is, as a sleeping one would be (the efficient first), urgent or not. */
     assert_true(dm_pm_retry_due(&r, &s[0], 160 * S));
     for (int urgent = 0; urgent <= 1; urgent++) {
