@@ -409,10 +409,26 @@ find_host(const struct dm_admin *a, const char *addr)
     if (a->hosts == NULL) {
         return NULL;
     }
-    for (size_t i = 0; i < a->hosts->n; i++) {
-        if (a->hosts->h[i]->text != NULL && strcmp(a->hosts->h[i]->text, addr) == 0) {
-            return a->hosts->h[i];
+    /* A name may have stood for other addresses before a reload (DNS moved
+     * it): the table keeps those hosts too, under the same text, so the
+     * hosts the running configuration serves with are asked first. */
+    struct dm_host *named = NULL;
+    struct dm_runtime *rt = dm_runtime_current();
+    for (size_t i = 0; rt != NULL && named == NULL && i < rt->npools; i++) {
+        const struct dm_servers *sv = rt->pools[i].sv;
+        for (size_t j = 0; named == NULL && j < sv->n; j++) {
+            const char *text = sv->s[j].host->text;
+            named = text != NULL && strcmp(text, addr) == 0 ? sv->s[j].host : NULL;
         }
+    }
+    dm_runtime_unref(rt);
+    for (size_t i = 0; named == NULL && i < a->hosts->n; i++) {
+        if (a->hosts->h[i]->text != NULL && strcmp(a->hosts->h[i]->text, addr) == 0) {
+            named = a->hosts->h[i];
+        }
+    }
+    if (named != NULL) {
+        return named;
     }
     char host[INET6_ADDRSTRLEN + 2];
     const char *colon = strrchr(addr, ':');
@@ -1142,7 +1158,7 @@ read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
     }
     ac->len += (size_t)nread;
     ac->req[ac->len] = 0;
-    if (strstr(ac->req, "\r\n\r\n") != NULL || strstr(ac->req, "\n\n") != NULL) {
+    if (strstr(ac->req, "\n\r\n") != NULL || strstr(ac->req, "\n\n") != NULL) {
         answer(ac);
     } else if (ac->len >= ADMIN_REQ_MAX - 1) {
         refuse(ac, "431 Request Header Fields Too Large", "the request is over 8 KiB");
@@ -1180,8 +1196,10 @@ on_conn(uv_stream_t *server, int status)
     }
     if (a->nconns > ADMIN_CONNS_MAX) {
         /* The oldest one still sending its request makes room: a few idle
-         * connections do not lock the operator out. */
-        struct admin_conn *old = NULL, *done = NULL;
+         * connections do not lock the operator out. Nor do clients that
+         * never read their answers: the oldest answer still being written
+         * is cut before a newcomer is turned away. */
+        struct admin_conn *old = NULL, *done = NULL, *unread = NULL;
         for (struct admin_conn *o = ac->cnext; o != NULL; o = o->cnext) {
             if (uv_is_closing((uv_handle_t *)&o->tcp)) {
                 continue;
@@ -1190,6 +1208,8 @@ on_conn(uv_stream_t *server, int status)
                 done = o;
             } else if (!o->answered) {
                 old = o;
+            } else if (o->out != NULL && !o->waiting) {
+                unread = o;
             }
         }
         if (done != NULL) {
@@ -1197,8 +1217,12 @@ on_conn(uv_stream_t *server, int status)
         } else if (old != NULL) {
             old->no_linger = true; /* its place is given back once the 503 is out */
             refuse(old, "503 Service Unavailable", "too many admin connections");
+        } else if (unread != NULL) {
+            dm_log_debug("admin: %d connections: the oldest answer not yet read is cut",
+                         ADMIN_CONNS_MAX);
+            conn_close(unread);
         } else {
-            conn_close(ac); /* all of them being answered: this one waits for none */
+            conn_close(ac); /* all of them waiting for the workers: this one waits for none */
             return;
         }
     }

@@ -498,6 +498,7 @@ class PowerOperatorTest(H.DimmerTest):
                             (b"GET /help HTTP/1.1\r\nHost : %s\r\n\r\n", 400),
                             (b"GET /help HTTP/1.1\r\n: %s\r\nHost: %s\r\n\r\n", 400),
                             (b"GET /help HTTP/1.1\nHost: %s\nX-A: 1\n\n", 200),
+                            (b"GET /help HTTP/1.1\nHost: %s\n\r\n", 200),
                             (b"GET /help HTTP/1.0\r\n\r\n", 200)):
             with H.Conn(self.d.admin) as c:
                 c.send(raw.replace(b"%s", own.encode()).replace(b"%%", b"%"))
