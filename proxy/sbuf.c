@@ -1,9 +1,27 @@
 #include "proxy/sbuf.h"
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* Room for n more bytes and a NUL in b; false when out of memory (b unchanged). */
+static bool
+sb_room(struct dm_sbuf *b, size_t n)
+{
+    if (b->cap - b->len > n) {
+        return true;
+    }
+    size_t cap = (b->cap + n + 1) * 2;
+    char *p = realloc(b->p, cap);
+    if (p == NULL) {
+        return false;
+    }
+    b->p = p;
+    b->cap = cap;
+    return true;
+}
 
 void
 dm_sb_printf(struct dm_sbuf *b, const char *fmt, ...)
@@ -20,27 +38,17 @@ dm_sb_printf(struct dm_sbuf *b, const char *fmt, ...)
             b->len += (size_t)n;
             return;
         }
-        size_t cap = (b->cap + (size_t)n + 1) * 2;
-        char *p = realloc(b->p, cap);
-        if (p == NULL) {
+        if (!sb_room(b, (size_t)n)) {
             return;
         }
-        b->p = p;
-        b->cap = cap;
     }
 }
 
 void
 dm_sb_put(struct dm_sbuf *b, const char *s, size_t n)
 {
-    if (b->cap - b->len <= n) {
-        size_t cap = (b->cap + n + 1) * 2;
-        char *p = realloc(b->p, cap);
-        if (p == NULL) {
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
+    if (!sb_room(b, n)) {
+        return;
     }
     memcpy(b->p + b->len, s, n);
     b->len += n;
