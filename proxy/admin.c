@@ -909,6 +909,16 @@ host_is_local_name(const char *v, size_t len)
  * right before the colon: a folded line (obs-fold, RFC 9112, 5.2) or a line
  * without a name is refused, not read as part of another header or skipped.
  */
+static const char token_chars[] = "!#$%&'*+-.^_`|~0123456789"
+                                  "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+
+/* A token of RFC 9110 (5.6.2): a method, a field name. */
+static size_t
+token_len(const char *s)
+{
+    return strspn(s, token_chars);
+}
+
 static bool
 fields_ok(const char *head)
 {
@@ -917,8 +927,7 @@ fields_ok(const char *head)
         if (*line == '\n' || (line[0] == '\r' && line[1] == '\n') || *line == 0) {
             return true;
         }
-        size_t name = strspn(line, "!#$%&'*+-.^_`|~0123456789"
-                                   "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ");
+        size_t name = token_len(line);
         if (name == 0 || line[name] != ':') {
             return false;
         }
@@ -943,7 +952,7 @@ request_ok(struct admin_conn *ac, char *method, size_t msize, char *target, size
     size_t mlen = strcspn(req, " \r\n");
     const char *t = req + mlen;
     size_t tlen = *t == ' ' ? strcspn(t + 1, " \r\n") : 0;
-    if (mlen == 0 || mlen >= msize || tlen == 0) {
+    if (mlen == 0 || tlen == 0 || token_len(req) != mlen) {
         respond_text(ac, "400 Bad Request", "bad request line");
         return false;
     }
@@ -967,6 +976,11 @@ request_ok(struct admin_conn *ac, char *method, size_t msize, char *target, size
     if (!fields_ok(req)) {
         respond_text(ac, "400 Bad Request", "a header line that is not \"name: value\"");
         return false;
+    }
+    /* A method longer than any this listener knows is one it does not
+     * implement: 405 where the target exists, as another unknown one. */
+    if (mlen >= msize) {
+        mlen = 0;
     }
     memcpy(method, req, mlen);
     method[mlen] = 0;

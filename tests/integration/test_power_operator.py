@@ -506,6 +506,12 @@ class PowerOperatorTest(H.DimmerTest):
                 self.assertEqual(r.status, status, (raw, r.body))
         r = H.request(self.d.admin, "DELETE", "/stats")
         self.assertEqual((r.status, r.header("Allow")), (405, "GET, HEAD"))
+        # A method of any length is one this listener does not implement.
+        r = H.request(self.d.admin, "PROPPATCH", "/stats")
+        self.assertEqual((r.status, r.header("Allow")), (405, "GET, HEAD"))
+        with H.Conn(self.d.admin) as c:
+            c.send(b"G(E)T /stats HTTP/1.1\r\nHost: %s\r\n\r\n" % own.encode())
+            self.assertEqual(c.read_response().status, 400)
         r = H.request(self.d.admin, "GET", "/hosts/%s:%d/drain" % (H.HOST, n0.port))
         self.assertEqual((r.status, r.header("Allow")), (405, "POST"))
 
