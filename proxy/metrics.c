@@ -504,6 +504,10 @@ process_text(struct dm_sbuf *b, const struct dm_metrics_view *v, const struct dm
                       "The running configuration's generation (1 at start, one more a reload).");
     dm_sb_printf(b, "dimmer_config_generation %llu\n",
                  (unsigned long long)(rt != NULL ? rt->generation : 0));
+    dm_metrics_family(b, "dimmer_metrics_bodies_total", "counter",
+                      "Bodies of /metrics built, this one included (the scrapes read in one "
+                      "turn of the control loop share one).");
+    dm_sb_printf(b, "dimmer_metrics_bodies_total %llu\n", (unsigned long long)v->bodies);
     dm_metrics_family(b, "dimmer_workers", "gauge", "Worker threads.");
     dm_sb_printf(b, "dimmer_workers %u\n", v->nworkers);
     struct dm_limits_counts l;

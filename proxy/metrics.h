@@ -30,6 +30,7 @@ struct dm_metrics_view {
     struct dm_catalog *catalog;
     struct dm_powermgr *power;
     double start_unix_s; /* when the process started */
+    uint64_t bodies;     /* bodies built by the process, this one included */
 };
 
 /* Appends the whole exposition to b. Control thread. */

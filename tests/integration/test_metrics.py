@@ -13,6 +13,7 @@ import math
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -262,6 +263,43 @@ class MetricsTest(Scraping):
         m = self.scrape()
         self.assertEqual(value(m, "dimmer_server_status", pool="web", server="b2", state="up"), 0)
         self.assertEqual(value(m, "dimmer_server_status", pool="web", server="b1", state="up"), 1)
+
+    def test_a_crowd_of_scrapes_gets_whole_answers_and_the_next_scrape_new_figures(self):
+        b1 = self.start_backend("b1")
+        self.d = self.start_dimmer({"web": self.pool(b1, passive={"max_fails": 0})})
+        own = ("%s:%d" % (H.HOST, self.d.admin)).encode()
+        built = value(self.scrape(), "dimmer_metrics_bodies_total")
+        # Stopped, dimmer reads every request of the crowd in one turn once it
+        # goes on: one body for all of them, its last holder freed last.
+        self.d.proc.signal(signal.SIGSTOP)
+        try:
+            conns = [H.Conn(self.d.admin) for _ in range(24)]
+            for i, c in enumerate(conns):
+                self.addCleanup(c.close)
+                c.send(b"%s /metrics HTTP/1.1\r\nHost: %s\r\n\r\n"
+                       % (b"HEAD" if i % 5 == 4 else b"GET", own))
+        finally:
+            self.d.proc.signal(signal.SIGCONT)
+        bodies, lengths = set(), set()
+        for i in reversed(range(len(conns))):  # read last first: any order of the frees
+            r = conns[i].read_response(timeout=10, head_request=i % 5 == 4)
+            self.assertEqual(r.status, 200)
+            lengths.add(int(r.header("content-length")))
+            if i % 5 != 4:
+                self.assertEqual(len(r.body), int(r.header("content-length")))
+                bodies.add(r.body)
+            conns[i].close()
+        self.assertEqual(len(bodies), 1)
+        self.assertEqual(lengths, {len(b) for b in bodies})
+        m = parse(bodies.pop().decode())
+        self.assertEqual(value(m, "dimmer_metrics_bodies_total"), built + 1)
+        self.assertEqual(value(m, "dimmer_server_requests_total", pool="web", server="b1"), 0)
+        # A scrape after the crowd's answers is built anew: it sees a request
+        # made since (the response reaches the client just before it counts).
+        self.assertEqual(H.get(self.d.port, "/bytes/10").status, 200)
+        H.wait_until(lambda: value(self.scrape(), "dimmer_server_requests_total", pool="web",
+                                   server="b1") == 1, 5, "the request counted")
+        self.assertGreater(value(self.scrape(), "dimmer_metrics_bodies_total"), built + 1)
 
 
 def report(name, seq, est_w=55.5, tcp=7, key=KEY):
