@@ -61,12 +61,15 @@ _Static_assert(ADMIN_TARGET_MAX == 512, "the 414 answer and dimmer(8) say 511 by
 
 struct admin_conn;
 
+enum page { PAGE_METRICS, PAGE_STATS, PAGE_POWER };
+
 /*
- * A /metrics body shared by the scrapes read in one turn of the loop: a
- * crowd of them at once (64 Prometheus, or a client that opens as many)
- * costs one build, not one each (a build of 20,000 servers is half a second
- * of the control thread and tens of MB). It is dropped at the end of the
- * turn: a scrape accepted after an answer was written sees a new one.
+ * A page's body (/metrics, /stats, /power) shared by the reads of it in one
+ * turn of the loop: a crowd of them at once (64 Prometheus, or a client that
+ * opens as many) costs one build, not one each (a /metrics of 20,000 servers
+ * is half a second of the control thread and 71 MB). It is dropped at the
+ * end of the turn, or by a POST: a read accepted after an answer was written
+ * sees a new one.
  */
 struct shared_body {
     unsigned refs;
@@ -87,8 +90,8 @@ struct dm_admin {
     uv_tcp_t tcp;
     uv_timer_t timer; /* bounds pending commands */
     bool timer_open;
-    uv_check_t turn_end; /* drops metrics at the end of the turn that built it */
-    struct shared_body *metrics;
+    uv_check_t turn_end;         /* drops the pages at the end of the turn that built them */
+    struct shared_body *page[3]; /* enum page */
     uint64_t metrics_built;
     struct dm_hosts *hosts;
     struct dm_worker *workers;
@@ -1093,32 +1096,45 @@ no_body(struct admin_conn *ac)
 }
 
 static void
-turn_ended(uv_check_t *h)
+pages_drop(struct dm_admin *a)
 {
-    struct dm_admin *a = h->data;
-    uv_check_stop(h);
-    shared_release(a->metrics);
-    a->metrics = NULL;
+    for (size_t i = 0; i < sizeof(a->page) / sizeof(a->page[0]); i++) {
+        shared_release(a->page[i]);
+        a->page[i] = NULL;
+    }
 }
 
-/* The /metrics body of this turn of the loop, built by its first scrape. */
-static struct shared_body *
-metrics_of_turn(struct dm_admin *a)
+static void
+turn_ended(uv_check_t *h)
 {
-    if (a->metrics != NULL) {
-        return a->metrics;
+    uv_check_stop(h);
+    pages_drop(h->data);
+}
+
+/* A page's body of this turn of the loop, built by its first read. */
+static struct shared_body *
+page_of_turn(struct dm_admin *a, enum page page)
+{
+    if (a->page[page] != NULL) {
+        return a->page[page];
     }
     struct dm_sbuf body = { 0 };
-    struct dm_metrics_view v = {
-        .workers = a->workers,
-        .nworkers = a->workers != NULL ? a->nworkers : 0,
-        .hosts = a->hosts,
-        .catalog = admin_catalog,
-        .power = a->power,
-        .start_unix_s = a->start_unix_s,
-        .bodies = ++a->metrics_built,
-    };
-    dm_metrics_text(&body, &v);
+    if (page == PAGE_METRICS) {
+        struct dm_metrics_view v = {
+            .workers = a->workers,
+            .nworkers = a->workers != NULL ? a->nworkers : 0,
+            .hosts = a->hosts,
+            .catalog = admin_catalog,
+            .power = a->power,
+            .start_unix_s = a->start_unix_s,
+            .bodies = ++a->metrics_built,
+        };
+        dm_metrics_text(&body, &v);
+    } else if (page == PAGE_STATS) {
+        stats_json(&body, a);
+    } else {
+        dm_power_json(a->power, &body);
+    }
     struct shared_body *sb = malloc(sizeof(*sb));
     if (sb == NULL || (body.len > 0 && body.p == NULL)) {
         free(sb);
@@ -1126,9 +1142,23 @@ metrics_of_turn(struct dm_admin *a)
         return NULL;
     }
     *sb = (struct shared_body){ .refs = 1, .len = body.len, .p = body.p };
-    a->metrics = sb;
+    a->page[page] = sb;
     uv_check_start(&a->turn_end, turn_ended);
     return sb;
+}
+
+/* Answers with the page of this turn. */
+static void
+respond_page(struct admin_conn *ac, enum page page, const char *type)
+{
+    struct shared_body *sb = page_of_turn(ac->admin, page);
+    if (sb == NULL) {
+        conn_close(ac);
+        return;
+    }
+    sb->refs++;
+    ac->shared = sb;
+    respond_with(ac, "200 OK", type, sb->p, sb->len);
 }
 
 static void
@@ -1158,25 +1188,17 @@ answer(struct admin_conn *ac)
     if (!no_body(ac)) {
         return;
     }
+    if (post) {
+        pages_drop(ac->admin); /* what it changes is seen by any read after it */
+    }
     if (strcmp(target, "/power") == 0 && get) {
-        struct dm_sbuf body = { 0 };
-        dm_power_json(ac->admin->power, &body);
-        respond(ac, "200 OK", "application/json", body);
+        respond_page(ac, PAGE_POWER, "application/json");
     } else if (strncmp(target, "/power/", 7) == 0 && post) {
         pin(ac, target + 7, q);
     } else if (strcmp(target, "/metrics") == 0 && get) {
-        struct shared_body *sb = metrics_of_turn(ac->admin);
-        if (sb == NULL) {
-            conn_close(ac);
-            return;
-        }
-        sb->refs++;
-        ac->shared = sb;
-        respond_with(ac, "200 OK", "text/plain; version=0.0.4; charset=utf-8", sb->p, sb->len);
+        respond_page(ac, PAGE_METRICS, "text/plain; version=0.0.4; charset=utf-8");
     } else if (strcmp(target, "/stats") == 0 && get) {
-        struct dm_sbuf body = { 0 };
-        stats_json(&body, ac->admin);
-        respond(ac, "200 OK", "application/json", body);
+        respond_page(ac, PAGE_STATS, "application/json");
     } else if (strcmp(target, "/") == 0 && get) {
         struct dm_sbuf body = { 0 };
         dm_sb_printf(&body, "%.*s", (int)dm_dashboard_html_len, (const char *)dm_dashboard_html);
@@ -1428,8 +1450,7 @@ dm_admin_stop(struct dm_admin *a)
     for (struct admin_conn *ac = a->conns; ac != NULL; ac = ac->cnext) {
         conn_close(ac);
     }
-    shared_release(a->metrics);
-    a->metrics = NULL;
+    pages_drop(a);
     uv_close((uv_handle_t *)&a->turn_end, NULL); /* closed before a is freed, as the timer */
     a->timer_open = false;
     uv_close((uv_handle_t *)&a->timer, timer_closed);

@@ -9,6 +9,7 @@ the test says so when it is not.
 """
 import hashlib
 import hmac
+import json
 import math
 import os
 import re
@@ -264,34 +265,41 @@ class MetricsTest(Scraping):
         self.assertEqual(value(m, "dimmer_server_status", pool="web", server="b2", state="up"), 0)
         self.assertEqual(value(m, "dimmer_server_status", pool="web", server="b1", state="up"), 1)
 
-    def test_a_crowd_of_scrapes_gets_whole_answers_and_the_next_scrape_new_figures(self):
+    def test_a_crowd_of_reads_gets_whole_answers_and_the_next_read_new_figures(self):
         b1 = self.start_backend("b1")
         self.d = self.start_dimmer({"web": self.pool(b1, passive={"max_fails": 0})})
         own = ("%s:%d" % (H.HOST, self.d.admin)).encode()
         built = value(self.scrape(), "dimmer_metrics_bodies_total")
+        kinds = [("GET", "/metrics"), ("GET", "/stats"), ("GET", "/metrics"), ("GET", "/power"),
+                 ("HEAD", "/metrics"), ("HEAD", "/stats")]
         # Stopped, dimmer reads every request of the crowd in one turn once it
-        # goes on: one body for all of them, its last holder freed last.
+        # goes on: one body a page for all of them, its last holder freed last.
         self.d.proc.signal(signal.SIGSTOP)
         try:
             conns = [H.Conn(self.d.admin) for _ in range(24)]
             for i, c in enumerate(conns):
                 self.addCleanup(c.close)
-                c.send(b"%s /metrics HTTP/1.1\r\nHost: %s\r\n\r\n"
-                       % (b"HEAD" if i % 5 == 4 else b"GET", own))
+                c.send(b"%s %s HTTP/1.1\r\nHost: %s\r\n\r\n"
+                       % (kinds[i % 6][0].encode(), kinds[i % 6][1].encode(), own))
         finally:
             self.d.proc.signal(signal.SIGCONT)
-        bodies, lengths = set(), set()
+        bodies = {page: set() for _, page in kinds}
+        lengths = {page: set() for _, page in kinds}
         for i in reversed(range(len(conns))):  # read last first: any order of the frees
-            r = conns[i].read_response(timeout=10, head_request=i % 5 == 4)
-            self.assertEqual(r.status, 200)
-            lengths.add(int(r.header("content-length")))
-            if i % 5 != 4:
+            method, page = kinds[i % 6]
+            r = conns[i].read_response(timeout=10, head_request=method == "HEAD")
+            self.assertEqual(r.status, 200, page)
+            lengths[page].add(int(r.header("content-length")))
+            if method == "GET":
                 self.assertEqual(len(r.body), int(r.header("content-length")))
-                bodies.add(r.body)
+                bodies[page].add(r.body)
             conns[i].close()
-        self.assertEqual(len(bodies), 1)
-        self.assertEqual(lengths, {len(b) for b in bodies})
-        m = parse(bodies.pop().decode())
+        for page in bodies:
+            self.assertEqual(len(bodies[page]), 1, page)
+            self.assertEqual(lengths[page], {len(b) for b in bodies[page]}, page)
+        json.loads(bodies["/stats"].pop())
+        json.loads(bodies["/power"].pop())
+        m = parse(bodies["/metrics"].pop().decode())
         self.assertEqual(value(m, "dimmer_metrics_bodies_total"), built + 1)
         self.assertEqual(value(m, "dimmer_server_requests_total", pool="web", server="b1"), 0)
         # A scrape after the crowd's answers is built anew: it sees a request
