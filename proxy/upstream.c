@@ -549,8 +549,8 @@ up_body_cb(void *arg, const char *p, size_t len)
         return;
     }
     up_forward_slice(up, 0, 0); /* the pending head first */
-    if (req->c->closing) {
-        return;
+    if (up->closing || up->req != req || req->c->closing) {
+        return; /* a failed write closed the client, and req with it */
     }
     uv_buf_t b = uv_buf_init((char *)p, (unsigned)len);
     req->resp_bytes += len;
@@ -566,6 +566,11 @@ up_head_done(struct dm_upstream *up)
     uint32_t head_len = up->in->off - up->head_start;
     const char *reason = NULL;
     unsigned version = dm_http_parser_version(&up->parser);
+    if (head_len > up->rt->conf->limits.header_bytes) {
+        /* Whole in one read as in many (up_process bounds those). */
+        up_fail_refused(up, "response head too large");
+        return;
+    }
     if (dm_http_check_response(up->in->data + up->head_start, head_len, &req->rmsg, version,
                                &req->rinfo, &reason) != 0) {
         up_fail_refused(up, reason);
@@ -584,11 +589,16 @@ up_head_done(struct dm_upstream *up)
         for (unsigned i = 0; i < req->rmsg.nfields && !named; i++) {
             named = dm_span_ieq(req->rmsg.fields[i].name, "upgrade");
         }
-        if (!req->info.upgrade || !named) {
+        if (!req->info.upgrade || !named || !req->rinfo.upgrade) {
+            /* Without Connection: upgrade (RFC 9110, 7.8: a 101 must send
+             * it) llhttp would read on as HTTP what the client is told is
+             * the new protocol: refused rather than read two ways. */
             up_fail_refused(up, !req->info.upgrade ? "server switched protocols (101) for a "
                                                      "request that asked for none"
-                                                   : "server switched protocols (101) without an "
-                                                     "Upgrade field");
+                                : !named           ? "server switched protocols (101) without an "
+                                                     "Upgrade field"
+                                                   : "server switched protocols (101) without "
+                                                     "Connection: upgrade");
             return;
         }
     }
@@ -818,6 +828,11 @@ up_process(struct dm_upstream *up)
         uint32_t from = in->off;
         size_t used = 0;
         int r = dm_http_parse(&up->parser, in->data + in->off, in->len - in->off, &used);
+        if (up->closing || up->req != req || req->c->closing) {
+            /* A write of up_body_cb's failed and closed the client: req is
+             * gone, and so may in be. */
+            return;
+        }
         if (r < 0) {
             /* Bytes came: a head that does not parse is one refused (in a
              * body, nothing is counted either way). */

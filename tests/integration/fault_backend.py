@@ -28,6 +28,10 @@ connection (a GET without a body); the path chooses the behaviour:
   /fault/badchunk         a chunked 200 head, then "zz" as the first chunk size
   /fault/switch           101 Switching Protocols, asked or not; prints "tunneled LINE" if
                           anything comes after it
+  /fault/switch_bare      the same without Connection: upgrade, then a 200 head in the same
+                          write that names hop-by-hop fields (Connection: close, X-Secret)
+  /fault/held_chunked     hold, then a chunked 200 "hello" (Connection: close)
+  /fault/big_head         a 200 whose head, 20 KB of fields, goes in one write
   /fault/ok               200 "ok" with Connection: close
   /fault/end_NAME         a chunked 200 (Trailer: X-Sum) with one chunk "hello", then the
                           end ENDINGS[NAME] (a last chunk and a trailer section), then close
@@ -181,6 +185,20 @@ def handle(s):
             data = s.recv(65536)
             if data:
                 say("tunneled " + data.split(b"\r\n", 1)[0].decode("latin-1"))
+        elif mode == "switch_bare":
+            s.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\n"
+                      b"HTTP/1.1 200 OK\r\nConnection: close, X-Secret\r\nX-Secret: s\r\n"
+                      b"Content-Length: 4\r\n\r\nbody")
+            wait_close(s)
+        elif mode == "held_chunked":
+            release.wait(HOLD_MAX)
+            s.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n"
+                      b"\r\n5\r\nhello\r\n0\r\n\r\n")
+        elif mode == "big_head":
+            s.sendall(b"HTTP/1.1 200 OK\r\n" +
+                      b"".join(b"X-Pad%d: %s\r\n" % (i, b"a" * 1000) for i in range(20)) +
+                      b"Content-Length: 2\r\nConnection: close\r\n\r\nok")
+            wait_close(s)
         elif mode.startswith("end_"):
             s.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTrailer: X-Sum\r\n\r\n"
                       b"5\r\nhello\r\n" + ENDINGS[mode[4:]])

@@ -13,6 +13,8 @@ tabled in tests/README.md.
 import os
 import re
 import signal
+import socket
+import struct
 import sys
 import time
 
@@ -431,6 +433,56 @@ class BackendFaultTest(H.DimmerTest):
             self.assertTrue(c.closed_by_peer(5))
         H.wait_until(lambda: self.fb.count("done switch") == 1, 5, "the server connection closed")
         self.assertEqual(self.fb.count("tunneled"), 0)
+
+    def test_a_switch_without_connection_upgrade_is_refused(self):
+        # Regression: a 101 with Upgrade but no "Connection: upgrade" went to
+        # the client as a switch (dimmer adds the field), while llhttp read
+        # on as HTTP: the next head went out unchecked, its hop-by-hop
+        # fields and all.
+        self.start()
+        with H.Conn(self.d.port, timeout=5) as c:
+            r = c.request("GET", "/fault/switch_bare",
+                          [("Connection", "upgrade"), ("Upgrade", "websocket")])
+            self.assertEqual(r.status, 502, r)
+            self.assertIn(b"without Connection: upgrade", r.body)
+            self.assertTrue(c.closed_by_peer(5))
+            self.assertNotIn(b"X-Secret", c.buf)
+
+    def test_a_response_head_over_header_bytes_in_one_read_is_502(self):
+        # Regression: the bound was checked only while a head was incomplete,
+        # so a 20 KB head that came in one read went out (header_bytes 16k).
+        self.start(max_fails=0)
+        r = H.get(self.d.port, "/fault/big_head", timeout=5)
+        self.assertEqual(r.status, 502, r)
+        self.assertIn(b"response head too large", r.body)
+
+    def test_a_client_gone_under_a_dechunked_response_does_not_stop_dimmer(self):
+        # Regression: an HTTP/1.0 client gets a chunked response de-chunked,
+        # each piece written as llhttp decodes it; a write that failed at
+        # once (the client reset while dimmer did not read it: its pipelined
+        # bytes filled the buffer) closed the client, and dimmer went on with
+        # the freed request and read buffer: SIGSEGV.
+        self.start(max_fails=0)
+        c = socket.create_connection((H.HOST, self.d.port), timeout=5)
+        self.addCleanup(c.close)
+        c.sendall(b"GET /fault/held_chunked HTTP/1.0\r\n\r\n")
+        H.wait_until(lambda: self.fb.count("got held_chunked") == 1, 5, "the request")
+        c.setblocking(False)
+        junk = b"GET /p HTTP/1.0\r\nX-Pad: " + b"a" * 4000 + b"\r\n\r\n"
+        sent, full = 0, False
+        while sent < 64 << 20 and not full:  # until dimmer no longer reads it
+            try:
+                sent += c.send(junk)
+            except BlockingIOError:
+                full = True
+        self.assertTrue(full, "dimmer read 64 MB of pipelined requests")
+        self.assertEqual(self.faulty()["inflight"], 1)
+        c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        c.close()  # a reset that dimmer, not reading, does not see
+        self.fb.release()
+        H.wait_until(lambda: self.faulty()["inflight"] == 0, 5, "the request to end")
+        self.assertTrue(self.d.proc.alive())
+        self.assertEqual(H.get(self.d.port, "/fault/ok", timeout=5).body, b"ok")
 
     def test_a_post_is_not_sent_twice(self):
         # The same race under a POST: the server may have acted on it before
