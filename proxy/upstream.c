@@ -827,10 +827,14 @@ up_process(struct dm_upstream *up)
         }
         uint32_t from = in->off;
         size_t used = 0;
+        /* A write of up_body_cb's that fails closes the client, req and this
+         * connection with it, and releases up->in, while llhttp still reads
+         * the rest of it: held until the parse is over. */
+        in->refs++;
         int r = dm_http_parse(&up->parser, in->data + in->off, in->len - in->off, &used);
-        if (up->closing || up->req != req || req->c->closing) {
-            /* A write of up_body_cb's failed and closed the client: req is
-             * gone, and so may in be. */
+        bool gone = up->closing || up->req != req || req->c->closing;
+        dm_buf_unref(up->w, in);
+        if (gone) {
             return;
         }
         if (r < 0) {

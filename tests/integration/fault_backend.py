@@ -30,7 +30,8 @@ connection (a GET without a body); the path chooses the behaviour:
                           anything comes after it
   /fault/switch_bare      the same without Connection: upgrade, then a 200 head in the same
                           write that names hop-by-hop fields (Connection: close, X-Secret)
-  /fault/held_chunked     hold, then a chunked 200 "hello" (Connection: close)
+  /fault/held_chunked     a chunked 200 head (Connection: close), hold, then its body: the
+                          chunks "hello" and "abc" and the last chunk, in one write
   /fault/big_head         a 200 whose head, 20 KB of fields, goes in one write
   /fault/ok               200 "ok" with Connection: close
   /fault/end_NAME         a chunked 200 (Trailer: X-Sum) with one chunk "hello", then the
@@ -191,9 +192,10 @@ def handle(s):
                       b"Content-Length: 4\r\n\r\nbody")
             wait_close(s)
         elif mode == "held_chunked":
-            release.wait(HOLD_MAX)
             s.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n"
-                      b"\r\n5\r\nhello\r\n0\r\n\r\n")
+                      b"\r\n")
+            release.wait(HOLD_MAX)
+            s.sendall(b"5\r\nhello\r\n3\r\nabc\r\n0\r\n\r\n")
         elif mode == "big_head":
             s.sendall(b"HTTP/1.1 200 OK\r\n" +
                       b"".join(b"X-Pad%d: %s\r\n" % (i, b"a" * 1000) for i in range(20)) +
