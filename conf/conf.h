@@ -59,6 +59,7 @@ struct dm_conf_server {
     double session_capacity; /* balance session: FMAX, the session load it carries; 40000 */
     unsigned max_conns;      /* requests it serves at once through this pool; 0 = no limit */
     struct dm_conf_server_power power;
+    size_t line, column; /* where the file has it, from 0 (for the checks across pools) */
 };
 
 struct dm_conf_health {
@@ -156,7 +157,14 @@ struct dm_conf_game {
     size_t rate;       /* index of the rate asked when a request names none; default the last */
 };
 
-/* Clients from prefix, and their delays to the pool's servers. */
+/* listen: at most this many addresses. */
+#define DM_CONF_LISTENERS_MAX 1024
+
+/* Clients from prefix, and their delays to the pool's servers; a pool has
+ * at most DM_CONF_NETWORKS_MAX of them, and DM_CONF_NETWORK_DELAYS_MAX
+ * delays in all (networks times servers). */
+#define DM_CONF_NETWORKS_MAX       4096
+#define DM_CONF_NETWORK_DELAYS_MAX (1u << 20)
 struct dm_conf_network {
     struct dm_conf_prefix prefix;
     double *delay_ms; /* one per server of the pool, or -1 when not given (then measured) */

@@ -365,7 +365,8 @@ void dm_conf_server_power_finish(struct dm_conf_loader *ld, const struct dm_conf
 /* The top-level `power` block: metrics listener, key, admin token. */
 void dm_conf_load_power(struct dm_conf_loader *ld, const yaml_node_t *n);
 
-/* The checks across pools (own servers, unique agent names), reported at pools. */
-void dm_conf_check_power(struct dm_conf_loader *ld, const yaml_node_t *pools);
+/* The checks across pools (own servers, unique agent names), reported at
+ * the later server of each clash. */
+void dm_conf_check_power(struct dm_conf_loader *ld);
 
 #endif

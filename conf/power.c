@@ -657,6 +657,13 @@ ref_cmp_addr(const void *a, const void *b)
     return dm_conf_cmp_then(addr_cmp(x->s, y->s), x->order, y->order);
 }
 
+/* Where the file has server s. */
+static yaml_mark_t
+server_mark(const struct dm_conf_server *s)
+{
+    return (yaml_mark_t){ .line = s->line, .column = s->column };
+}
+
 static int
 ref_cmp_agent(const void *a, const void *b)
 {
@@ -672,7 +679,7 @@ ref_cmp_agent(const void *a, const void *b)
  * rule is named once, against the first it clashes with.
  */
 void
-dm_conf_check_power(struct dm_conf_loader *ld, const yaml_node_t *pools)
+dm_conf_check_power(struct dm_conf_loader *ld)
 {
     struct dm_conf *c = ld->c;
     size_t n = 0, nagents = 0;
@@ -724,11 +731,12 @@ dm_conf_check_power(struct dm_conf_loader *ld, const yaml_node_t *pools)
                 s = powered, t = b;
             }
             if (s != NULL) {
-                dm_conf_fail_at(ld, pools,
-                                "pool \"%s\": server \"%s\" (%s) is also server \"%s\" of pool "
-                                "\"%s\": a power-managed pool's servers must be its own",
-                                s->pool->name, s->s->name, s->s->addr.text, t->s->name,
-                                t->pool->name);
+                const struct server_ref *later = s->order > t->order ? s : t;
+                dm_conf_fail_mark(ld, server_mark(later->s),
+                                  "pool \"%s\": server \"%s\" (%s) is also server \"%s\" of pool "
+                                  "\"%s\": a power-managed pool's servers must be its own",
+                                  s->pool->name, s->s->name, s->s->addr.text, t->s->name,
+                                  t->pool->name);
             }
             if (powered == NULL && b->pool->power.enabled) {
                 powered = b;
@@ -741,8 +749,9 @@ dm_conf_check_power(struct dm_conf_loader *ld, const yaml_node_t *pools)
         if (strcmp(agents[first].s->power.agent, agents[k].s->power.agent) != 0) {
             first = k;
         } else {
-            dm_conf_fail_at(ld, pools, "agent name \"%s\" is used by server \"%s\" and \"%s\"",
-                            agents[k].s->power.agent, agents[first].s->name, agents[k].s->name);
+            dm_conf_fail_mark(ld, server_mark(agents[k].s),
+                              "agent name \"%s\" is used by server \"%s\" and \"%s\"",
+                              agents[k].s->power.agent, agents[first].s->name, agents[k].s->name);
         }
     }
     free(refs);

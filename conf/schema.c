@@ -140,6 +140,12 @@ load_listen(struct dm_conf_loader *ld, const yaml_node_t *n)
             dm_conf_fail_at(ld, n, "listen: expected at least one address");
             return;
         }
+        if (count > DM_CONF_LISTENERS_MAX) {
+            /* Each is a socket in every worker, checked against every other here. */
+            dm_conf_fail_at(ld, n, "listen: %zu addresses, at most %u", count,
+                            DM_CONF_LISTENERS_MAX);
+            return;
+        }
     } else if ((n->type != YAML_SCALAR_NODE || dm_conf_is_null(n)) &&
                n->type != YAML_MAPPING_NODE) {
         dm_conf_fail_type(ld, n, "an address, a listener or a list of them");
@@ -305,6 +311,26 @@ static const char *const access_log_keys[LOG_N] = {
     [LOG_FORMAT] = "format",
 };
 
+/* A log's path: a plain on, true or yes (a switch, not a file name) is
+ * refused, not taken for a file of that name in the working directory. */
+static void
+log_path(struct dm_conf_loader *ld, const yaml_node_t *n, const char *key, char **out)
+{
+    static const char *const switches[] = { "on", "true", "yes", "On", "True", "Yes", "ON" };
+    if (n->type == YAML_SCALAR_NODE && n->data.scalar.style == YAML_PLAIN_SCALAR_STYLE) {
+        for (size_t i = 0; i < DM_CONF_NKEYS(switches); i++) {
+            if (strcmp(dm_conf_text_of(n), switches[i]) == 0) {
+                dm_conf_fail_at(ld, n,
+                                "%s: \"%s\" is not a path: write the log's path (\"-\": "
+                                "standard error)%s",
+                                key, switches[i], strcmp(key, "access_log") == 0 ? ", or off" : "");
+                return;
+            }
+        }
+    }
+    (void)dm_conf_get_string(ld, n, out);
+}
+
 static void
 load_access_log(struct dm_conf_loader *ld, const yaml_node_t *n)
 {
@@ -318,14 +344,14 @@ load_access_log(struct dm_conf_loader *ld, const yaml_node_t *n)
     }
     /* The short form "access_log: /var/log/dimmer.log" is a path with the default format. */
     if (n->type == YAML_SCALAR_NODE) {
-        (void)dm_conf_get_string(ld, n, &c->access_log);
+        log_path(ld, n, "access_log", &c->access_log);
         return;
     }
     if (!dm_conf_walk(ld, n, false, access_log_keys, LOG_N, v)) {
         return;
     }
     if (v[LOG_PATH] != NULL) {
-        (void)dm_conf_get_string(ld, v[LOG_PATH], &c->access_log);
+        log_path(ld, v[LOG_PATH], "access_log", &c->access_log);
     } else {
         c->access_log = dm_conf_dup_str(ld, "-");
     }
@@ -607,7 +633,7 @@ dm_conf_load_root(struct dm_conf_loader *ld, const yaml_node_t *root)
         load_access_log(ld, v[TOP_ACCESS_LOG]);
     }
     if (v[TOP_ERROR_LOG] != NULL) {
-        (void)dm_conf_get_string(ld, v[TOP_ERROR_LOG], &c->error_log);
+        log_path(ld, v[TOP_ERROR_LOG], "error_log", &c->error_log);
     }
     if (v[TOP_USER] != NULL || v[TOP_GROUP] != NULL) {
         load_user(ld, v[TOP_USER], v[TOP_GROUP]);
@@ -635,7 +661,7 @@ dm_conf_load_root(struct dm_conf_loader *ld, const yaml_node_t *root)
     if (v[TOP_POWER] != NULL) {
         dm_conf_load_power(ld, v[TOP_POWER]);
     }
-    dm_conf_check_power(ld, v[TOP_POOLS]);
+    dm_conf_check_power(ld);
     if (v[TOP_DEFAULT_POOL] != NULL && (pool = dm_conf_find_pool(ld, v[TOP_DEFAULT_POOL])) >= 0) {
         c->default_pool = (size_t)pool;
     }

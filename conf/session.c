@@ -319,6 +319,17 @@ load_networks(struct dm_conf_loader *ld, struct dm_conf_pool *p, const yaml_node
         return;
     }
     yaml_node_item_t *items = dm_conf_list_items(ld, n, &count);
+    if (count > DM_CONF_NETWORKS_MAX ||
+        (uint64_t)count * p->nservers > DM_CONF_NETWORK_DELAYS_MAX) {
+        /* Each network holds a delay for every server of the pool, in the
+         * config and in each worker's placement: 20,000 of each was 3 GB. */
+        dm_conf_fail_at(ld, n,
+                        "%zu networks with %zu server%s: at most %u networks, and %u "
+                        "delays (networks times servers), in a pool",
+                        count, p->nservers, p->nservers == 1 ? "" : "s", DM_CONF_NETWORKS_MAX,
+                        DM_CONF_NETWORK_DELAYS_MAX);
+        return;
+    }
     s->networks = calloc(count > 0 ? count : 1, sizeof(*s->networks));
     const yaml_node_t **at = calloc(count > 0 ? count : 1, sizeof(*at));
     if (s->networks == NULL || at == NULL) {

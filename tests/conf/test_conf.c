@@ -619,8 +619,23 @@ test_wrong_types_are_named(void **state)
                  "t.yaml:4:14: expected a list of servers, got \"127.0.0.1:9001\"");
     expect_error(LISTEN POOL_WEB "routes: {pool: web}\n",
                  "t.yaml:7:9: expected a list, got a mapping");
+    /* A NUL cuts nothing short, whatever the key reads: a string, an integer, a boolean. */
     expect_error(LISTEN POOL_WEB "error_log: \"a\\0b\"\n",
-                 "t.yaml:7:12: a string must not contain a NUL character");
+                 "t.yaml:7:12: a NUL character in a key or value");
+    expect_error(LISTEN POOL_WEB "limits: {max_conns: \"5\\0junk\"}\n",
+                 "t.yaml:7:21: a NUL character in a key or value");
+    expect_error(LISTEN POOL_WEB "catalog: {learn: \"yes\\0no\"}\n",
+                 "t.yaml:7:18: a NUL character in a key or value");
+    /* A log switched on is not a file named "on". */
+    expect_error(LISTEN POOL_WEB "access_log: on\n",
+                 "t.yaml:7:13: access_log: \"on\" is not a path: write the log's path (\"-\": "
+                 "standard error), or off");
+    expect_error(LISTEN POOL_WEB "error_log: yes\n",
+                 "t.yaml:7:12: error_log: \"yes\" is not a path: write the log's path (\"-\": "
+                 "standard error)");
+    struct dm_conf *quoted = load_ok(LISTEN POOL_WEB "access_log: \"on\"\n");
+    assert_string_equal(quoted->access_log, "on");
+    dm_conf_destroy(quoted);
 }
 
 static void
@@ -1555,25 +1570,26 @@ test_power_errors(void **state)
         LISTEN POWER_POOL(
             "      policy: multi\n",
             "") "  other:\n    servers:\n      - name: b\n        address: 127.0.0.1:9001\n",
-        "t.yaml:3:3: pool \"web\": server \"a\" (127.0.0.1:9001) is also server \"b\" of "
+        "t.yaml:11:9: pool \"web\": server \"a\" (127.0.0.1:9001) is also server \"b\" of "
         "pool \"other\": a power-managed pool's servers must be its own");
     /* Two of power pools: the first named first, as always. */
     expect_error(LISTEN POWER_POOL("      policy: multi\n",
                                    "      - name: b\n        address: 127.0.0.1:9001\n"),
-                 "t.yaml:3:3: pool \"web\": server \"a\" (127.0.0.1:9001) is also server \"b\" of "
+                 "t.yaml:9:9: pool \"web\": server \"a\" (127.0.0.1:9001) is also server \"b\" of "
                  "pool \"web\": a power-managed pool's servers must be its own");
     /* Each server that breaks a rule is named once, against the first it
      * clashes with (not once for every pair: n servers at one address were
      * n(n-1)/2 messages, and as much time); a server of a plain pool before
-     * the power pool's is one of them. */
+     * the power pool's is one of them. Each is reported where the file has
+     * the later server of the two. */
     const char *const clash[] = {
-        "t.yaml:3:3: pool \"web\": server \"a\" (127.0.0.1:9001) is also server \"p\" of "
+        "t.yaml:10:9: pool \"web\": server \"a\" (127.0.0.1:9001) is also server \"p\" of "
         "pool \"plain\": a power-managed pool's servers must be its own",
-        "t.yaml:3:3: pool \"web\": server \"b\" (127.0.0.1:9001) is also server \"p\" of "
+        "t.yaml:11:9: pool \"web\": server \"b\" (127.0.0.1:9001) is also server \"p\" of "
         "pool \"plain\": a power-managed pool's servers must be its own",
-        "t.yaml:3:3: pool \"web\": server \"c\" (127.0.0.1:9001) is also server \"p\" of "
+        "t.yaml:12:9: pool \"web\": server \"c\" (127.0.0.1:9001) is also server \"p\" of "
         "pool \"plain\": a power-managed pool's servers must be its own",
-        "t.yaml:3:3: agent name \"x\" is used by server \"a\" and \"c\"",
+        "t.yaml:12:9: agent name \"x\" is used by server \"a\" and \"c\"",
         NULL,
     };
     expect_errors(LISTEN "pools:\n"
@@ -1588,6 +1604,74 @@ test_power_errors(void **state)
 }
 
 /* ---- what a small file may cost ---- */
+
+/* Appends to a growing text (a config of thousands of items). */
+static void
+grow(char **buf, size_t *len, size_t *cap, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    char item[512];
+    int n = vsnprintf(item, sizeof(item), fmt, ap);
+    va_end(ap);
+    assert_true(n >= 0 && (size_t)n < sizeof(item));
+    if (*len + (size_t)n + 1 > *cap) {
+        *cap = (*len + (size_t)n + 1) * 2;
+        *buf = realloc(*buf, *cap);
+        assert_non_null(*buf);
+    }
+    memcpy(*buf + *len, item, (size_t)n + 1);
+    *len += (size_t)n;
+}
+
+/* What libyaml's loader or the checks would take the square of, or a
+ * product of, is bounded before they run: anchors (each looked up among all
+ * before it), aliases, listeners (each checked against all), networks. */
+static void
+test_anchors_listeners_and_networks_are_bounded(void **state)
+{
+    (void)state;
+    char *b = NULL, want[160];
+    size_t len = 0, cap = 0, at = 0;
+    grow(&b, &len, &cap, "x: [");
+    for (int i = 0; i <= 1000; i++) {
+        at = len;
+        grow(&b, &len, &cap, "&a%d 1, ", i);
+    }
+    grow(&b, &len, &cap, "1]\n" LISTEN POOL_WEB);
+    snprintf(want, sizeof(want), "t.yaml:1:%zu: more than 1000 anchors (&name)", at + 1);
+    expect_error(b, want);
+    len = 0;
+    grow(&b, &len, &cap, "a: &a 1\nx: [");
+    for (int i = 0; i <= 20000; i++) {
+        at = len;
+        grow(&b, &len, &cap, "*a, ");
+    }
+    grow(&b, &len, &cap, "1]\n" LISTEN POOL_WEB);
+    snprintf(want, sizeof(want), "t.yaml:2:%zu: more than 20000 aliases (*name)",
+             at - strlen("a: &a 1\n") + 1);
+    expect_error(b, want);
+    len = 0;
+    grow(&b, &len, &cap, "listen: [");
+    for (int i = 0; i < 1025; i++) {
+        grow(&b, &len, &cap, "\"127.0.0.1:%d\", ", 20000 + i);
+    }
+    grow(&b, &len, &cap, "]\n" POOL_WEB);
+    expect_error(b, "t.yaml:1:9: listen: 1025 addresses, at most 1024");
+    len = 0;
+    grow(&b, &len, &cap,
+         LISTEN "pools:\n  g:\n    balance: session\n    servers:\n"
+                "      - {name: a, address: \"127.0.0.1:9001\"}\n    session:\n"
+                "      games: {chess: {frame_load: 15, rates: [15]}}\n"
+                "      networks: [");
+    for (int i = 0; i < 4097; i++) {
+        grow(&b, &len, &cap, "{prefix: 10.0.%d.%d}, ", i / 256, i % 256);
+    }
+    grow(&b, &len, &cap, "]\n");
+    expect_error(b, "t.yaml:9:17: 4097 networks with 1 server: at most 4096 networks, and 1048576 "
+                    "delays (networks times servers), in a pool");
+    free(b);
+}
 
 /* Aliases that would make the loader walk millions of nodes, a loop, and deep nesting. */
 static void
@@ -1616,7 +1700,7 @@ test_expansion_and_depth_are_bounded(void **state)
     /* Sizes added to a server's in-flight work are bounded, so that the sum cannot overflow. */
     expect_error(LISTEN "catalog: {default_object_bytes: 2000g}\n" POOL_WEB,
                  "t.yaml:2:33: default_object_bytes must be between 0 and 1024g, got \"2000g\"");
-    expect_error("listen: &L [127.0.0.1:8080, *L]\n", "t.yaml:1:1: an alias inside the node it "
+    expect_error("listen: &L [127.0.0.1:8080, *L]\n", "t.yaml:1:9: an alias inside the node it "
                                                       "names (a loop)");
     /* A few aliases within bounds are fine. */
     struct dm_conf *c = load_ok("listen: &L 127.0.0.1:8080\nadmin: 127.0.0.1:9901\n"
@@ -2104,6 +2188,7 @@ main(void)
         cmocka_unit_test(test_access_log_forms),
         cmocka_unit_test(test_pools_may_come_after_routes),
         cmocka_unit_test(test_yaml_anchors_and_aliases_are_resolved),
+        cmocka_unit_test(test_anchors_listeners_and_networks_are_bounded),
         cmocka_unit_test(test_yaml_syntax_errors_carry_libyaml_problem_and_mark),
         cmocka_unit_test(test_document_must_be_one_mapping),
         cmocka_unit_test(test_wrong_types_are_named),
