@@ -51,6 +51,11 @@ struct dm_conf_server_power {
     bool keep_on; /* never slept by the policy (the operator may still) */
 };
 
+/* Where the file has a value: its line and column, from 0 (as libyaml's marks). */
+struct dm_conf_at {
+    size_t line, column;
+};
+
 struct dm_conf_server {
     char *name;
     struct dm_conf_addr addr;
@@ -59,7 +64,7 @@ struct dm_conf_server {
     double session_capacity; /* balance session: FMAX, the session load it carries; 40000 */
     unsigned max_conns;      /* requests it serves at once through this pool; 0 = no limit */
     struct dm_conf_server_power power;
-    size_t line, column; /* where the file has it, from 0 (for the checks across pools) */
+    struct dm_conf_at at; /* where the file has it (for the checks across pools) */
 };
 
 struct dm_conf_health {
@@ -287,10 +292,11 @@ struct dm_conf {
     struct dm_conf_timeouts timeouts;
     struct dm_conf_limits limits;
     struct dm_conf_catalog catalog;
-    char *access_log;        /* path, "-" = stdout, NULL = off */
-    char *access_log_format; /* "default", "json" or "combined" */
-    char *error_log;         /* path, NULL = stderr */
-    unsigned log_level;      /* the error log's: 0 error, 1 warn, 2 info (default), 3 debug */
+    char *access_log;                              /* path, "-" = stdout, NULL = off */
+    char *access_log_format;                       /* "default", "json" or "combined" */
+    char *error_log;                               /* path, NULL = stderr */
+    struct dm_conf_at access_log_at, error_log_at; /* their paths in the file (dimmer -t) */
+    unsigned log_level; /* the error log's: 0 error, 1 warn, 2 info (default), 3 debug */
     /* user: and group: to run as once everything is bound (a process started
      * as root); NULL user: stay as started. Resolved when loaded. */
     char *user;

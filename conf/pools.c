@@ -163,8 +163,7 @@ load_server(struct dm_conf_loader *ld, struct dm_conf_pool *p, yaml_node_item_t 
     s->weight = 1;
     s->capacity = 100;
     s->session_capacity = 40000; /* the paper's FMAX */
-    s->line = n->start_mark.line;
-    s->column = n->start_mark.column;
+    s->at = (struct dm_conf_at){ n->start_mark.line, n->start_mark.column };
     dm_conf_server_power_defaults(&s->power);
     if (!dm_conf_walk(ld, n, false, server_keys, SRV_N, v)) {
         return;

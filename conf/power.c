@@ -661,7 +661,7 @@ ref_cmp_addr(const void *a, const void *b)
 static yaml_mark_t
 server_mark(const struct dm_conf_server *s)
 {
-    return (yaml_mark_t){ .line = s->line, .column = s->column };
+    return (yaml_mark_t){ .line = s->at.line, .column = s->at.column };
 }
 
 static int

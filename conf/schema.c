@@ -314,8 +314,10 @@ static const char *const access_log_keys[LOG_N] = {
 /* A log's path: a plain on, true or yes (a switch, not a file name) is
  * refused, not taken for a file of that name in the working directory. */
 static void
-log_path(struct dm_conf_loader *ld, const yaml_node_t *n, const char *key, char **out)
+log_path(struct dm_conf_loader *ld, const yaml_node_t *n, const char *key, char **out,
+         struct dm_conf_at *at)
 {
+    *at = (struct dm_conf_at){ n->start_mark.line, n->start_mark.column };
     static const char *const switches[] = { "on", "true", "yes", "On", "True", "Yes", "ON" };
     if (n->type == YAML_SCALAR_NODE && n->data.scalar.style == YAML_PLAIN_SCALAR_STYLE) {
         for (size_t i = 0; i < DM_CONF_NKEYS(switches); i++) {
@@ -344,14 +346,14 @@ load_access_log(struct dm_conf_loader *ld, const yaml_node_t *n)
     }
     /* The short form "access_log: /var/log/dimmer.log" is a path with the default format. */
     if (n->type == YAML_SCALAR_NODE) {
-        log_path(ld, n, "access_log", &c->access_log);
+        log_path(ld, n, "access_log", &c->access_log, &c->access_log_at);
         return;
     }
     if (!dm_conf_walk(ld, n, false, access_log_keys, LOG_N, v)) {
         return;
     }
     if (v[LOG_PATH] != NULL) {
-        log_path(ld, v[LOG_PATH], "access_log", &c->access_log);
+        log_path(ld, v[LOG_PATH], "access_log", &c->access_log, &c->access_log_at);
     } else {
         c->access_log = dm_conf_dup_str(ld, "-");
     }
@@ -633,7 +635,7 @@ dm_conf_load_root(struct dm_conf_loader *ld, const yaml_node_t *root)
         load_access_log(ld, v[TOP_ACCESS_LOG]);
     }
     if (v[TOP_ERROR_LOG] != NULL) {
-        log_path(ld, v[TOP_ERROR_LOG], "error_log", &c->error_log);
+        log_path(ld, v[TOP_ERROR_LOG], "error_log", &c->error_log, &c->error_log_at);
     }
     if (v[TOP_USER] != NULL || v[TOP_GROUP] != NULL) {
         load_user(ld, v[TOP_USER], v[TOP_GROUP]);

@@ -1155,10 +1155,12 @@ main(int argc, char **argv)
         /* What the start would open: a log the start cannot open is a failed check. */
         const char *logs[2] = { conf->error_log, conf->access_log };
         const char *what[2] = { "error_log", "access_log" };
+        const struct dm_conf_at *at[2] = { &conf->error_log_at, &conf->access_log_at };
         for (int k = 0; k < 2; k++) {
             int e = log_path_check(logs[k]);
             if (e < 0) {
-                fprintf(stderr, "%s: %s %s: %s\n", conf_path, what[k], logs[k], strerror(-e));
+                fprintf(stderr, "%s:%zu:%zu: %s %s: %s\n", conf_path, at[k]->line + 1,
+                        at[k]->column + 1, what[k], logs[k], strerror(-e));
                 goto destroy_conf;
             }
         }

@@ -583,6 +583,9 @@ test_yaml_syntax_errors_carry_libyaml_problem_and_mark(void **state)
                  "t.yaml:1:10: did not find expected alphabetic or numeric character "
                  "(while scanning an alias at line 1); quote a value that starts with \"*\"");
     expect_error("listen: \xff\n", "t.yaml:1:9: invalid leading UTF-8 octet (byte 0xFF)");
+    /* Its column counts characters, as every other error's. */
+    expect_error("listen: \"\xc3\xa9\xc3\xa9\xc3\xa9\xff\"\n",
+                 "t.yaml:1:13: invalid leading UTF-8 octet (byte 0xFF)");
 }
 
 static void

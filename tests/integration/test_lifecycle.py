@@ -55,7 +55,12 @@ class ConfigCheckTest(H.DimmerTest):
             self.assertEqual(r.returncode == 0, ok, (log, r.stderr))
             self.assertFalse(os.path.exists(self.path("new.log")))
             if not ok:
-                self.assertIn(b"error_log " + log.encode(), r.stderr)
+                # At the path in the file, as any other error.
+                with open(conf) as f:
+                    line = next(i for i, ln in enumerate(f.read().splitlines(), 1)
+                                if ln.startswith("error_log: "))
+                self.assertIn(("%s:%d:%d: error_log %s" % (conf, line, len("error_log: ") + 1,
+                                                           log)).encode(), r.stderr)
 
     def test_check_bad_config_reports_file_line_column(self):
         conf = self.write_config(BAD_CONFIG.format(port=0), "bad.yaml")
