@@ -265,9 +265,10 @@ read_cb(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
         }
         p += used;
         left -= used;
-        if (lc->in_head) {
-            /* A head without end, or interim ones without a final: malformed,
-             * not read until the timeout (curl stops at 100 KiB too). */
+        if (lc->in_head || lc->in_trailers) {
+            /* A head (or trailer section) without end, or interim ones
+             * without a final: malformed, not read until the timeout (curl
+             * stops at 100 KiB too). */
             lc->head_bytes += (uint32_t)used;
             if (lc->head_bytes > DM_LOAD_HEAD_MAX) {
                 conn_fail(lc, DM_FAIL_PARSE);
@@ -280,6 +281,9 @@ read_cb(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
         if (ev == DM_HTTP_HEAD_DONE) {
             lc->in_head = false;
             lc->status = dm_http_parser_status(&lc->parser);
+        } else if (ev == DM_HTTP_TRAILERS) {
+            lc->in_trailers = true;
+            lc->head_bytes = 0;
         } else if (ev == DM_HTTP_MSG_DONE || ev == DM_HTTP_UPGRADE) {
             if (lc->status >= 100 && lc->status < 200 && ev == DM_HTTP_MSG_DONE) {
                 if (++lc->interims > DM_LOAD_INTERIM_MAX) {
@@ -360,6 +364,7 @@ conn_send(struct dm_load_conn *lc)
     lc->bytes = 0;
     lc->status = 0;
     lc->in_head = true;
+    lc->in_trailers = false;
     lc->interims = 0;
     lc->head_bytes = 0;
     dm_http_parser_init(&lc->parser, false);

@@ -172,8 +172,9 @@ struct dm_load_conn {
     bool writing;         /* wreq is out: its callback has not run yet */
     bool write_deferred;  /* the current request waits for that callback */
     bool in_head;         /* reading a response head */
+    bool in_trailers;     /* reading a chunked body's trailer section */
     uint8_t interims;     /* interim responses to the current request */
-    uint32_t head_bytes;  /* of the head being read */
+    uint32_t head_bytes;  /* of the head or trailer section being read */
     const char *req_path; /* the request target (owned by the caller until done) */
     size_t req_path_len;
     uint64_t due_ns; /* when the request was due: its latency counts from here */

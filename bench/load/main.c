@@ -28,6 +28,7 @@ struct dm_load_fixed {
     struct dm_load_conn *lc;
     uint64_t next_due_ns;
     unsigned index; /* among every thread's */
+    bool sending;   /* in dm_load_conn_request: a failure there comes back at once */
 };
 
 static atomic_uint_fast64_t stop_sec = UINT64_MAX;
@@ -262,6 +263,9 @@ read_urls(struct dm_load_opts *o, const char *path)
         o->urls = u;
         o->urls[o->nurls++] = copy;
     }
+    if (ferror(f)) {
+        die_usage("%s: %s", path, strerror(errno)); /* a directory: EISDIR */
+    }
     fclose(f);
     if (o->nurls == 0) {
         die_usage("%s: no paths", path);
@@ -329,6 +333,26 @@ parse_sources(struct dm_load_opts *o, const char *list)
     if (o->nsources == 0) {
         die_usage("--source: no address");
     }
+}
+
+/* A --source address this machine cannot send from is an error now, not
+ * every connection's failure with no reason given. */
+static void
+source_check(const struct sockaddr_storage *src)
+{
+    int fd = socket(src->ss_family, SOCK_STREAM, 0);
+    socklen_t len =
+        src->ss_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+    if (fd < 0 || bind(fd, (const struct sockaddr *)src, len) < 0) {
+        int e = errno;
+        char text[INET6_ADDRSTRLEN] = "?";
+        const void *a = src->ss_family == AF_INET6
+                            ? (const void *)&((const struct sockaddr_in6 *)src)->sin6_addr
+                            : (const void *)&((const struct sockaddr_in *)src)->sin_addr;
+        inet_ntop(src->ss_family, a, text, sizeof(text));
+        die_usage("--source %s: %s", text, strerror(e));
+    }
+    close(fd);
 }
 
 /* --manifest: pages in file order (the most popular first) and their objects. */
@@ -595,6 +619,7 @@ parse_args(int argc, char **argv, struct dm_load_opts *o, struct outputs *out)
             if (o->sources[i].ss_family != o->addr.ss_family) {
                 die_usage("--source: the addresses must be of the URL's family");
             }
+            source_check(&o->sources[i]);
         }
     }
     if (mode == NULL) {
@@ -745,6 +770,15 @@ fixed_done(struct dm_load_conn *lc, const struct dm_load_result *r)
         uv_timer_start(&f->due, fixed_due_cb, 10, 0);
         return;
     }
+    if (f->sending) {
+        /* The request failed before it left (no socket, no source address,
+         * no port): the next one goes from the loop, not from this call,
+         * which sends it (a rate behind its schedule recursed until the
+         * stack ran out). A millisecond on: libuv 1.44 runs a timer of 0 ms
+         * started by a timer again in the same pass, which would never end. */
+        uv_timer_start(&f->due, fixed_due_cb, 1, 0);
+        return;
+    }
     fixed_next(f);
 }
 
@@ -764,7 +798,9 @@ fixed_send(struct dm_load_fixed *f)
         uv_timer_start(&f->due, fixed_due_cb, 10, 0);
         return;
     }
+    f->sending = true;
     dm_load_conn_request(f->lc, t->o->path, strlen(t->o->path), due, NULL, fixed_done);
+    f->sending = false;
 }
 
 static int
@@ -1152,6 +1188,59 @@ plot(const char *png, const char *csv, const struct dm_load_opts *o)
     return 0;
 }
 
+/*
+ * Second s of every thread merged into m: 1; 0 when a thread has not
+ * published it yet; -1 when one has published past it, over its slot (the
+ * main thread was DM_LOAD_SLOTS seconds late: its output was not read), or
+ * while it was read.
+ */
+static int
+merge_second(struct dm_load_thread *ts, unsigned n, uint64_t s, struct dm_load_sec *m)
+{
+    for (unsigned i = 0; i < n; i++) {
+        uint64_t p =
+            atomic_load_explicit(&ts[i].slots[s % DM_LOAD_SLOTS].published, memory_order_acquire);
+        if (p < s + 1) {
+            return 0;
+        }
+        if (p > s + 1) {
+            return -1;
+        }
+    }
+    memset(m, 0, sizeof(*m));
+    for (unsigned i = 0; i < n; i++) {
+        sec_merge(m, &ts[i].slots[s % DM_LOAD_SLOTS].s);
+    }
+    atomic_thread_fence(memory_order_acquire);
+    for (unsigned i = 0; i < n; i++) {
+        if (atomic_load_explicit(&ts[i].slots[s % DM_LOAD_SLOTS].published, memory_order_relaxed) !=
+            s + 1) {
+            return -1;
+        }
+    }
+    return 1;
+}
+
+/* Prints and writes second s (merged in m), or says it was lost. */
+static void
+second_out(const struct dm_load_opts *o, const struct outputs *out, bool tty, FILE *csv, uint64_t s,
+           int got, const struct dm_load_sec *m)
+{
+    if (got < 0) {
+        fprintf(stderr,
+                "%sdimmer-load: second %llu lost: the output was not read for %d s (its "
+                "counts are in the totals)\n",
+                tty ? "\n" : "", (unsigned long long)s + 1, DM_LOAD_SLOTS);
+        return;
+    }
+    if (!out->quiet) {
+        live_line(stdout, tty, o, s, m);
+    }
+    if (csv != NULL) {
+        csv_row(csv, s, m);
+    }
+}
+
 static void
 on_signal(int sig)
 {
@@ -1236,47 +1325,31 @@ main(int argc, char **argv)
     uint64_t secs = 0;
     for (uint64_t s = 0;; s++) {
         /* Wait until every thread has published second s (or stopped). */
-        bool all = false;
-        while (!all) {
-            all = true;
-            for (unsigned i = 0; i < o.threads; i++) {
-                uint64_t p = atomic_load_explicit(&ts[i].slots[s % DM_LOAD_SLOTS].published,
-                                                  memory_order_acquire);
-                if (p < s + 1) {
-                    all = false;
-                }
-            }
-            if (!all) {
-                if (s >= atomic_load(&stop_sec)) {
-                    break;
-                }
-                usleep(5000);
-            }
+        int got;
+        while ((got = merge_second(ts, o.threads, s, m)) == 0 && s < atomic_load(&stop_sec)) {
+            usleep(5000);
         }
-        if (!all) {
-            break;
-        }
-        memset(m, 0, sizeof(*m));
-        for (unsigned i = 0; i < o.threads; i++) {
-            sec_merge(m, &ts[i].slots[s % DM_LOAD_SLOTS].s);
+        if (got == 0) {
+            break; /* stopped (a signal) before the threads ended second s */
         }
         secs = s + 1;
-        if (!out.quiet) {
-            live_line(stdout, tty, &o, s, m);
-        }
-        if (csv != NULL) {
-            csv_row(csv, s, m);
-        }
+        second_out(&o, &out, tty, csv, s, got, m);
         if (secs >= atomic_load(&stop_sec)) {
             break;
         }
     }
-    if (tty) {
-        printf("\n");
-    }
     /* Every thread stops by itself once it has published the last second. */
     for (unsigned i = 0; i < o.threads; i++) {
         uv_thread_join(&ts[i].thread);
+    }
+    /* After a signal, the seconds the threads ended meanwhile (their totals
+     * count them: the rate is over all of them). */
+    for (int got; (got = merge_second(ts, o.threads, secs, m)) != 0;) {
+        second_out(&o, &out, tty, csv, secs, got, m);
+        secs++;
+    }
+    if (tty) {
+        printf("\n");
     }
     memset(m, 0, sizeof(*m));
     for (unsigned i = 0; i < o.threads; i++) {

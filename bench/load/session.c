@@ -236,7 +236,10 @@ page_done(struct dm_load_conn *lc, const struct dm_load_result *r)
     }
     unsigned cpu = t->o->conns_per_user;
     for (unsigned i = 0; i < cpu && i < DM_LOAD_MAX_CPU; i++) {
-        if (!obj_next(s, i)) {
+        if (!obj_next(s, i) || s->page != pg) {
+            /* None left, or the page is over already: every object failed
+             * before it left (no connection), and the page, maybe the
+             * session, ended inside obj_next. */
             break;
         }
     }

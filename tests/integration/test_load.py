@@ -319,6 +319,43 @@ class LoadTest(H.DimmerTest):
 
         self.assertEqual(H.wait_until(clients, 5, "access log"), {"127.0.0.2", "127.0.0.3"})
 
+    def test_connections_that_fail_at_once_do_not_stop_the_run(self):
+        # Regression: with no descriptor left (EMFILE), each connect failed
+        # inside the call that sent the request, whose failure sent the next
+        # one, and so on while the rate was behind its schedule: the stack
+        # ran out (SIGSEGV).
+        b = self.start_backend("b1")
+        p = self.start_proc("load-emfile", ["sh", "-c", 'ulimit -n 9; exec "$@"', "sh",
+                                            H.DIMMER_LOAD, "--quiet", "--rate", "100000", "-c", "1",
+                                            "-d", "1", self.url(b.port)])
+        code = p.wait(RUN_BOUND)
+        self.assertEqual(code, 0, (p.stdout(), p.stderr()))
+        self.assertIn("failures: connect", p.stdout())
+
+    def test_a_run_cut_short_counts_the_seconds_it_ran(self):
+        # Regression: after Ctrl-C the last second the threads ended was in
+        # the totals but not in the timeline or the length: "52080 responses
+        # in 1 s, 52080.0/s" for 1.5 s at 26,000/s.
+        b = self.start_backend("b1")
+        table, out = self.path("cut.csv"), self.path("cut.json")
+        p = self.start_proc("load-cut", [H.DIMMER_LOAD, "--quiet", "--csv", table, "--json", out,
+                                         "--rate", "200", "-c", "2", "-d", "30",
+                                         self.url(b.port)])
+
+        def rows():
+            with open(table) as f:
+                return [ln.split(",") for ln in f.read().splitlines()[1:]]
+
+        H.wait_until(lambda: os.path.exists(table) and len(rows()) >= 1, 10, "the first second")
+        p.signal(signal.SIGINT)
+        self.assertEqual(p.wait(RUN_BOUND), 0, p.stderr())
+        with open(out) as f:
+            s = json.load(f)
+        got = rows()
+        self.assertEqual(s["seconds"], len(got))
+        self.assertEqual(s["responses"], sum(int(r[4]) for r in got))
+        self.assertGreater(s["responses"], 0)
+
     def test_bad_input(self):
         for args, what in ((["--rate", "x", "http://127.0.0.1:1/"], "--rate"),
                            (["--bogus", "http://127.0.0.1:1/"], "unknown option"),
@@ -335,6 +372,12 @@ class LoadTest(H.DimmerTest):
                             "30 days"),
                            (["--source", "::1", "http://127.0.0.1:1/"], "family"),
                            (["--source", "10.0.0.9-10.0.0.1", "http://127.0.0.1:1/"], "range"),
+                           # An address of another machine (TEST-NET-1): said now, with why,
+                           # not as every connection's failure.
+                           (["--source", "192.0.2.1", "http://127.0.0.1:1/"],
+                            "--source 192.0.2.1: Cannot assign requested address"),
+                           (["--urls", self.tmp, "--mode", "sessions", "http://127.0.0.1:1/"],
+                            "Is a directory"),
                            # Each range is bounded, and so is the list.
                            (["--source", ",".join(["127.0.0.0-127.0.255.255"] * 3),
                              "http://127.0.0.1:1/"], "at most 65536 addresses"),
