@@ -75,7 +75,7 @@ struct pm_action {
     char reply[HTTP_REPLY_MAX]; /* the HTTP status line, or a command's first output */
     size_t reply_len;
     uint64_t out_dropped; /* a command's output past reply, read and dropped */
-    char sink[4096];
+    bool out_capped;      /* OUTPUT_READ_MAX of it read: no more is */
     struct dm_powermgr *pm;
 };
 
@@ -382,6 +382,15 @@ action_timeout(uv_timer_t *t)
     action_finish(a, false, "timed out");
 }
 
+/* A command's output read at most: past it, it is not read, and a command
+ * that writes on blocks until its timeout kills it (one that wrote without
+ * end kept the control thread reading 4 KiB at a time). */
+#define OUTPUT_READ_MAX (1u << 20)
+
+/* Where the output past the kept bytes is read to be dropped (the control
+ * thread's, for every action). */
+static char output_sink[65536];
+
 /* A command's output: the first bytes kept (for its log line), the rest read and dropped. */
 static void
 output_alloc(uv_handle_t *h, size_t sz, uv_buf_t *buf)
@@ -392,7 +401,7 @@ output_alloc(uv_handle_t *h, size_t sz, uv_buf_t *buf)
         *buf =
             uv_buf_init(a->reply + a->reply_len, (unsigned)(sizeof(a->reply) - 1 - a->reply_len));
     } else {
-        *buf = uv_buf_init(a->sink, sizeof(a->sink));
+        *buf = uv_buf_init(output_sink, sizeof(output_sink));
     }
 }
 
@@ -401,8 +410,12 @@ output_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf)
 {
     struct pm_action *a = st->data;
     if (n > 0) {
-        if (buf->base == a->sink) {
+        if (buf->base == output_sink) {
             a->out_dropped += (uint64_t)n;
+            if (a->out_dropped >= OUTPUT_READ_MAX) {
+                a->out_capped = true;
+                uv_read_stop(st);
+            }
         } else {
             a->reply_len += (size_t)n;
         }
@@ -419,7 +432,7 @@ output_drain(struct pm_action *a)
     if (!a->out_init || uv_fileno((uv_handle_t *)&a->out, &fd) != 0) {
         return;
     }
-    for (int i = 0; i < 256; i++) { /* at most 1 MiB: the group is killed, nothing writes */
+    while (!a->out_capped) { /* the group is killed: nothing writes more */
         uv_buf_t b;
         output_alloc((uv_handle_t *)&a->out, 0, &b);
         ssize_t n = read(fd, b.base, b.len);
@@ -478,7 +491,9 @@ command_exited(uv_process_t *p, int64_t status, int signo)
     if (a->reply_len > 0 && n > 0 && (size_t)n < sizeof(what)) {
         printable_line(a);
         snprintf(what + n, sizeof(what) - (size_t)n, ", output \"%s\"%s", a->reply,
-                 a->out_dropped > 0 ? " and more" : "");
+                 a->out_capped        ? " and more, not read past 1 MiB"
+                 : a->out_dropped > 0 ? " and more"
+                                      : "");
     }
     action_finish(a, status == 0 && signo == 0, what);
 }

@@ -600,6 +600,19 @@ class PowerMetricsTest(H.DimmerTest):
         H.wait_until(lambda: self.server("n1")["state"] == "active", 10, "active again")
         H.wait_until(lambda: H.get(self.d.port, "/healthz").status == 200, 10, "served again")
 
+    def test_a_command_that_writes_without_end_is_read_to_1_mib(self):
+        # Regression: its output was read 4 KiB at a time for as long as it
+        # ran, a core of the control thread until command_timeout; past 1 MiB
+        # it is not read, and it waits on the pipe until it is killed.
+        node = self.node_pool('sleep_command: "exec yes", wake_command: "kill -USR2 PID"')
+        self.act(node, "sleep")
+        H.wait_until(lambda: self.server("n1")["action_failures"] == 1, 10,
+                     "the command to be killed at command_timeout")
+        log = self.d.proc.stderr()
+        self.assertIn('sleep n1 (command): killed by signal 9, output "y y y', log)
+        self.assertIn('" and more, not read past 1 MiB', log)
+        self.assertEqual(node.power()["state"], "awake")
+
     def test_a_commands_output_is_logged_short_and_what_it_leaves_is_killed(self):
         left = self.path("left.pid")
         # 300 kB on stdout, a line on stderr, and a process left running.
