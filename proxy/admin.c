@@ -47,12 +47,11 @@ _Static_assert(ADMIN_TARGET_MAX == 512, "the 414 answer and dimmer(8) say 511 by
  * ADMIN_REQ_MS, and closed when its answer is not read within ADMIN_CONN_MS
  * of its opening: one that sends a few bytes and waits would otherwise hold
  * its socket, and dimmer's stop, for ever. */
-#define ADMIN_REQ_S     10
-#define ADMIN_REQ_MS    (ADMIN_REQ_S * 1000)
-#define ADMIN_CONN_MS   30000
-#define DM_STR_(x)      #x
-#define DM_STR(x)       DM_STR_(x)
-#define ADMIN_CONNS_MAX 64 /* open admin connections at most; the oldest idle one makes room */
+#define ADMIN_REQ_S   10
+#define ADMIN_REQ_MS  (ADMIN_REQ_S * 1000)
+#define ADMIN_CONN_MS 30000
+#define DM_STR_(x)    #x
+#define DM_STR(x)     DM_STR_(x)
 /* After its answer, what the client still sends (a body, a pipelined
  * request) is read and dropped for at most this long: a close with unread
  * bytes would reset the connection, and the answer with it (nginx's
@@ -1300,7 +1299,7 @@ on_conn(uv_stream_t *server, int status)
         conn_close(ac);
         return;
     }
-    if (a->nconns > ADMIN_CONNS_MAX) {
+    if (a->nconns > DM_ADMIN_CONNS_MAX) {
         /* The oldest one still sending its request makes room: a few idle
          * connections do not lock the operator out. Nor do clients that
          * never read their answers: the oldest answer still being written
@@ -1325,7 +1324,7 @@ on_conn(uv_stream_t *server, int status)
             refuse(old, "503 Service Unavailable", "too many admin connections");
         } else if (unread != NULL) {
             dm_log_debug("admin: %d connections: the oldest answer not yet read is cut",
-                         ADMIN_CONNS_MAX);
+                         DM_ADMIN_CONNS_MAX);
             conn_close(unread);
         } else {
             conn_close(ac); /* all of them waiting for the workers: this one waits for none */

@@ -89,6 +89,10 @@ struct dm_health {
     bool retiring; /* stopping, and the checks in flight go on to their verdict */
     void (*done)(void *arg);
     void *done_arg;
+    /* Checks not run for this process's limits: logged one a second at most,
+     * the others counted meanwhile (2,000 at once were 2,000 lines a second). */
+    uint64_t local_logged_ms;
+    unsigned long local_quiet;
     size_t nchecks;
     struct health_check checks[];
 };
@@ -528,6 +532,17 @@ dm_local_error(int rc)
 static void
 health_local_failure(struct health_check *c, int rc)
 {
+    struct dm_health *h = c->h;
+    uint64_t now = uv_now(h->loop);
+    if (h->local_logged_ms != 0 && now < h->local_logged_ms + 1000) {
+        h->local_quiet++;
+        return;
+    }
+    if (h->local_quiet > 0) {
+        dm_log_warn("%lu more health checks not run since (this process's limits)", h->local_quiet);
+        h->local_quiet = 0;
+    }
+    h->local_logged_ms = now > 0 ? now : 1;
     dm_log_warn("server %s/%s: health check not run: %s (this process's limit; not counted)",
                 health_name(c->pool->name), health_name(c->cs->name), uv_strerror(rc));
 }

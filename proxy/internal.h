@@ -373,6 +373,8 @@ struct dm_worker {
 /* ---- admin (proxy/admin.c) ---- */
 
 struct dm_admin;
+/* Open admin connections at most; the oldest idle one makes room. */
+#define DM_ADMIN_CONNS_MAX 64
 /*
  * Starts the admin listener on addr (port 0: a free port) and logs the address
  * it is bound to, which bound receives. NULL with *err (-errno or a libuv code).

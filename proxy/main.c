@@ -230,6 +230,23 @@ same_text(const char *a, const char *b)
     return a == NULL || b == NULL ? a == b : strcmp(a, b) == 0;
 }
 
+/*
+ * The descriptors the control thread may hold at once under cf: a check of
+ * each server checked, a power action of each power-managed one (a command's
+ * pipe and process, or a connection), the admin's connections and listener,
+ * the agents' socket.
+ */
+static uint64_t
+control_fds(const struct dm_conf *cf)
+{
+    uint64_t n = DM_ADMIN_CONNS_MAX + 2;
+    for (size_t i = 0; i < cf->npools; i++) {
+        const struct dm_conf_pool *p = &cf->pools[i];
+        n += (p->health.enabled ? p->nservers : 0) + (p->power.enabled ? 2 * p->nservers : 0);
+    }
+    return n;
+}
+
 static void
 reload_conf(struct control *ctl)
 {
@@ -328,6 +345,7 @@ reload_conf(struct control *ctl)
     ctl->rt = rt;
     dm_log_info("configuration reloaded from %s (generation %llu)", ctl->conf_path,
                 (unsigned long long)rt->generation);
+    dm_workers_control_fds(control_fds(rt->conf));
     if (rt->conf->limits.max_conns != ctl->prev->conf->limits.max_conns) {
         dm_workers_check_open_files(ctl->nworkers, rt->conf->limits.max_conns);
     }
@@ -1329,7 +1347,7 @@ main(int argc, char **argv)
     dm_inherited = NULL;
     ctl.admin_text = cf->admin.text != NULL ? strdup(cf->admin.text) : NULL;
     ctl.metrics_text = cf->metrics.text != NULL ? strdup(cf->metrics.text) : NULL;
-    dm_workers_fit_open_files(nworkers, cf->limits.max_conns);
+    dm_workers_fit_open_files(nworkers, cf->limits.max_conns, control_fds(cf));
     for (size_t i = 0; i < cf->nlisteners; i++) {
         char at[DM_ADDR_TEXT];
         dm_log_info("listening on %s (%u workers)",

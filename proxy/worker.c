@@ -126,6 +126,23 @@ static atomic_uint_fast64_t sockets;
 static atomic_uint_fast64_t clients;
 static atomic_uint_fast64_t socket_cap = UINT64_MAX;
 static atomic_uint_fast64_t open_files;
+/* What the limit leaves once the descriptors open at the start and a fixed
+ * reserve are counted, and what the control thread may hold of it at once
+ * (dm_workers_control_fds): socket_cap is the difference. */
+static atomic_uint_fast64_t socket_room = UINT64_MAX;
+static atomic_uint_fast64_t control_fds;
+
+/* The data path keeps at least half the room, whatever the control thread
+ * may want (the warning of dm_workers_control_fds says so). */
+static void
+cap_update(void)
+{
+    uint64_t room = atomic_load(&socket_room), control = atomic_load(&control_fds);
+    if (room != UINT64_MAX && control > room / 2) {
+        control = room / 2;
+    }
+    atomic_store(&socket_cap, room > control + 1 ? room - control : 1);
+}
 
 void
 dm_sockets_add(int64_t n, bool client)
@@ -194,7 +211,23 @@ open_now(void)
 }
 
 void
-dm_workers_fit_open_files(unsigned nworkers, unsigned max_conns)
+dm_workers_control_fds(uint64_t n)
+{
+    atomic_store(&control_fds, n);
+    cap_update();
+    uint64_t room = atomic_load(&socket_room);
+    if (room != UINT64_MAX && n > room / 2) {
+        dm_log_warn("health checks, power actions and the admin listener may hold %llu "
+                    "descriptors at once, more than half of what the open-file limit (ulimit "
+                    "-n: %llu) leaves: the clients and servers keep %llu, and checks may not "
+                    "run; raise the limit (LimitNOFILE= in a systemd unit)",
+                    (unsigned long long)n, (unsigned long long)atomic_load(&open_files),
+                    (unsigned long long)atomic_load(&socket_cap));
+    }
+}
+
+void
+dm_workers_fit_open_files(unsigned nworkers, unsigned max_conns, uint64_t control)
 {
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) != 0) {
@@ -204,7 +237,7 @@ dm_workers_fit_open_files(unsigned nworkers, unsigned max_conns)
     uint64_t open = open_now();
     /* What max_conns asks: two a connection, and room for the reserve. */
     uint64_t want = 2 * (uint64_t)nworkers * max_conns;
-    want += want / 16 + 32 + open;
+    want += want / 16 + 32 + open + control;
     uint64_t most = 1048576;
     FILE *f = fopen("/proc/sys/fs/nr_open", "r");
     if (f != NULL) {
@@ -233,12 +266,12 @@ dm_workers_fit_open_files(unsigned nworkers, unsigned max_conns)
                         (unsigned long long)rl.rlim_cur);
         }
     }
-    /* The descriptors open now (loops, listeners, logs), and a reserve
-     * (health checks, the admin listener, actuators). */
+    /* The descriptors open now (loops, listeners, logs), a reserve (log
+     * files reopened, resolvers), and what the control thread may hold. */
     uint64_t used = open + 16 + rl.rlim_cur / 32;
-    uint64_t left = rl.rlim_cur > used ? rl.rlim_cur - used : 0;
     atomic_store(&open_files, rl.rlim_cur);
-    atomic_store(&socket_cap, left > 0 ? left : 1);
+    atomic_store(&socket_room, rl.rlim_cur > used ? rl.rlim_cur - used : 0);
+    dm_workers_control_fds(control);
     dm_workers_check_open_files(nworkers, max_conns);
 }
 

@@ -102,12 +102,17 @@ struct dm_limits_counts {
  * when allowed, else the soft one up to the hard one). The data path then
  * accepts a client only while its sockets, and one more for each client
  * (the server connection it may open), stay below the limit less a reserve
- * (health checks, the admin listener, actuators): past it every worker
+ * and what the control thread may hold at once (control: its health
+ * checks, power actions, admin connections): past it every worker
  * stops accepting, as at limits.max_conns, and the connections wait in the
  * listen queue. Past the limit accept() would fail, and libuv would close
  * them unanswered. Warns when max_conns asks for more than that allows.
  */
-void dm_workers_fit_open_files(unsigned nworkers, unsigned max_conns);
+void dm_workers_fit_open_files(unsigned nworkers, unsigned max_conns, uint64_t control);
+/* What the control thread may hold at once, as a reload changes it (the
+ * servers it checks, the power-managed ones); warns when it is more than
+ * half of what the limit leaves. */
+void dm_workers_control_fds(uint64_t n);
 /* The same warning, at a reload that changes limits.max_conns. */
 void dm_workers_check_open_files(unsigned nworkers, unsigned max_conns);
 /* A data-path socket opened (1) or closed (-1): client or server connection. */

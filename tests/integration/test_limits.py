@@ -176,6 +176,45 @@ class MaxConnsTest(H.DimmerTest):
         H.wait_until(lambda: "accepting resumed" in self.d.proc.stderr(), 5, "the resume logged")
         self.assertEqual(H.get(self.d.port, "/bytes/1").status, 200)
 
+    def test_health_checks_keep_their_descriptors_under_the_open_file_limit(self):
+        # Regression: the data path could take all but 16 + limit/32 of the
+        # descriptors, whatever the number of servers checked; with clients
+        # holding them, checks of servers that never answer (each holds its
+        # socket for the timeout) failed with EMFILE, a warning each, and the
+        # same checks retook the freed sockets: some servers were never
+        # checked, and stayed up though they answered nothing.
+        dark = []
+        for _ in range(150):  # listen, never accept: checks hang to their timeout
+            s = socket.socket()
+            s.bind((H.HOST, 0))
+            s.listen(0)
+            self.addCleanup(s.close)
+            dark.append(("d%d" % len(dark), s.getsockname()[1]))
+        pools = {"web": self.pool(self.b1, passive=NO_PASSIVE),
+                 "dark": {"servers": dark, "passive": NO_PASSIVE,
+                          "health_check": {"interval": "200ms", "timeout": "500ms", "rise": 1,
+                                           "fall": 1}}}
+        conf = self.write_config(H.yaml_config(0, pools, admin=0, workers=1,
+                                               limits={"max_conns": 1000},
+                                               routes=[{"path": "/", "pool": "web"}]))
+        self.d = self.start_dimmer_conf(conf, wrapper=["prlimit", "--nofile=400:400", "--"])
+        self.assertIn("health checks, power actions and the admin listener may hold",
+                      self.d.proc.stderr())
+        conns = []
+        try:
+            # Slow requests, each a client and a server connection: as many as
+            # dimmer takes, the rest wait in the listen queue.
+            for _ in range(150):
+                conns.append(H.Conn(self.d.port))
+                conns[-1].send(H.build_request("GET", "/slow/15000"))
+            down = lambda: all(s["state"] == "down"  # noqa: E731
+                               for s in self.d.servers("dark").values())
+            H.wait_until(down, 8, "every dark server checked and down")
+            self.assertNotIn("health check not run", self.d.proc.stderr())
+        finally:
+            for c in conns:
+                c.close()
+
     def test_no_descriptor_for_a_server_connection_is_not_the_servers_fault(self):
         # dimmer runs out of descriptors: each request gets a 503 that says
         # so, and the server is not counted as failing (it was: three such
