@@ -708,8 +708,10 @@ dm_health_start(uv_loop_t *loop, const struct dm_conf *conf, struct dm_servers *
     for (size_t p = 0; p < conf->npools; p++) {
         for (size_t i = 0; i < servers[p]->n; i++) {
             struct dm_host *host = servers[p]->s[i].host;
-            if (!host->check.checked) {
-                atomic_store(&host->down, false);
+            if (!host->check.checked && atomic_exchange(&host->down, false)) {
+                dm_log_info("server %s/%s is UP (no longer health-checked)",
+                            health_name(conf->pools[p].name),
+                            health_name(conf->pools[p].servers[i].name));
             }
         }
     }

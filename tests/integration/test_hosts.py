@@ -58,6 +58,16 @@ class HostTest(H.DimmerTest):
         H.wait_until(lambda: self.state("b2") == "up", 10, "b2 back up")
         self.assertIn("b2", self.backends_of(4))
 
+    def test_a_reload_that_stops_the_checks_brings_a_down_server_up_and_says_so(self):
+        pools = {"web": self.pool(self.b1, self.b2, health_check=FAST_CHECKS, passive=NO_PASSIVE)}
+        self.d = self.start_dimmer(pools)
+        self.b2.proc.kill()
+        H.wait_until(lambda: self.state("b2") == "down", 5, "b2 marked down")
+        self.reload({"web": self.pool(self.b1, self.b2, passive=NO_PASSIVE)})
+        self.assertEqual(self.state("b2"), "up")  # nothing would ever bring it back
+        self.assertIn("server web/b2 is UP (no longer health-checked)", self.d.proc.stderr())
+        self.assertNotIn("server web/b1 is UP (no longer", self.d.proc.stderr())
+
     def reload_at_checks(self, mode, interval, timeout, fall, last):
         """
         A fault backend checked at /fault/MODE (and b1), a reload as its
