@@ -218,13 +218,13 @@ fail_parser(struct dm_conf_loader *ld, const yaml_parser_t *p, const char *buf, 
         return;
     }
     if (p->error == YAML_READER_ERROR) {
-        /* The reader reports a byte offset only: count lines up to it, and
-         * characters in the line (not a UTF-8 character's continuation
-         * bytes), as libyaml's own marks do. */
+        /* The reader reports a byte offset only: count lines up to it (LF,
+         * CR LF or a lone CR ends one), and characters in the line (not a
+         * UTF-8 character's continuation bytes), as libyaml's own marks do. */
         size_t end = p->problem_offset < len ? p->problem_offset : len;
         mark = (yaml_mark_t){ 0 };
         for (size_t i = 0; i < end; i++) {
-            if (buf[i] == '\n') {
+            if (buf[i] == '\n' || (buf[i] == '\r' && (i + 1 >= len || buf[i + 1] != '\n'))) {
                 mark.line++;
                 mark.column = 0;
             } else if (((unsigned char)buf[i] & 0xC0) != 0x80) {

@@ -12,6 +12,7 @@
 #include <pwd.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "conf/conf.h"
 
@@ -311,21 +312,24 @@ static const char *const access_log_keys[LOG_N] = {
     [LOG_FORMAT] = "format",
 };
 
-/* A log's path: a plain on, true or yes (a switch, not a file name) is
- * refused, not taken for a file of that name in the working directory. */
+/* A log's path: a plain YAML 1.1 boolean word (on, off, yes, no, true,
+ * false, y, n, in any case: a switch, not a file name) is refused, not
+ * taken for a file of that name in the working directory. access_log's
+ * own off comes before (dm_conf_is_off); error_log has none. */
 static void
 log_path(struct dm_conf_loader *ld, const yaml_node_t *n, const char *key, char **out,
          struct dm_conf_at *at)
 {
     *at = (struct dm_conf_at){ n->start_mark.line, n->start_mark.column };
-    static const char *const switches[] = { "on", "true", "yes", "On", "True", "Yes", "ON" };
+    static const char *const switches[] = { "on", "off", "yes", "no", "true", "false", "y", "n" };
+    bool access = strcmp(key, "access_log") == 0;
     if (n->type == YAML_SCALAR_NODE && n->data.scalar.style == YAML_PLAIN_SCALAR_STYLE) {
         for (size_t i = 0; i < DM_CONF_NKEYS(switches); i++) {
-            if (strcmp(dm_conf_text_of(n), switches[i]) == 0) {
+            if (strcasecmp(dm_conf_text_of(n), switches[i]) == 0) {
                 dm_conf_fail_at(ld, n,
-                                "%s: \"%s\" is not a path: write the log's path (\"-\": "
-                                "standard error)%s",
-                                key, switches[i], strcmp(key, "access_log") == 0 ? ", or off" : "");
+                                "%s: \"%s\" is not a path: write the log's path (\"-\": %s)%s", key,
+                                dm_conf_text_of(n), access ? "standard output" : "standard error",
+                                access ? ", or off" : "");
                 return;
             }
         }

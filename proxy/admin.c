@@ -139,6 +139,16 @@ struct admin_conn {
 
 static struct dm_catalog *admin_catalog;
 
+/* The shared pages are built again at their next read: something they show changed. */
+static void
+pages_drop(struct dm_admin *a)
+{
+    for (size_t i = 0; i < sizeof(a->page) / sizeof(a->page[0]); i++) {
+        shared_release(a->page[i]);
+        a->page[i] = NULL;
+    }
+}
+
 /* proxy/dashboard.html, embedded by the build (cmake/embed.cmake). */
 extern const unsigned char dm_dashboard_html[];
 extern const unsigned long dm_dashboard_html_len;
@@ -389,7 +399,6 @@ alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
     *buf = uv_buf_init(ac->req + ac->len, (unsigned)(ADMIN_REQ_MAX - 1 - ac->len));
 }
 
-/* Sends status and body (taken) and closes the connection once written. */
 /* Writes the answer; its body, which the connection holds already (out_body
  * or shared), is written as it is: a /metrics of many servers is tens of MB. */
 static void
@@ -411,6 +420,7 @@ respond_with(struct admin_conn *ac, const char *status, const char *type, char *
     }
 }
 
+/* Sends status and body (taken) and closes the connection once written. */
 static void
 respond(struct admin_conn *ac, const char *status, const char *type, struct dm_sbuf body)
 {
@@ -501,7 +511,8 @@ find_host(const struct dm_admin *a, const char *addr)
 static void
 command_answer(struct admin_conn *ac, unsigned acked)
 {
-    const struct dm_admin *a = ac->admin;
+    struct dm_admin *a = ac->admin;
+    pages_drop(a); /* the workers have acted on it: a read after this answer sees it */
     struct dm_sbuf body = { 0 };
     dm_sb_printf(&body, "{\"command\":\"%s\",\"epoch\":%llu,\"workers\":%u,\"acked\":%u,",
                  ac->command, (unsigned long long)ac->epoch, a->nworkers, acked);
@@ -1095,15 +1106,6 @@ no_body(struct admin_conn *ac)
 }
 
 static void
-pages_drop(struct dm_admin *a)
-{
-    for (size_t i = 0; i < sizeof(a->page) / sizeof(a->page[0]); i++) {
-        shared_release(a->page[i]);
-        a->page[i] = NULL;
-    }
-}
-
-static void
 turn_ended(uv_check_t *h)
 {
     uv_check_stop(h);
@@ -1412,6 +1414,7 @@ void
 dm_admin_set_power(struct dm_admin *a, struct dm_powermgr *pm, const char *token, bool token_reads)
 {
     if (a != NULL) {
+        pages_drop(a); /* a reload: the pages show its configuration from now on */
         a->power = pm;
         a->token = token;
         a->token_reads = token != NULL && token_reads;
@@ -1422,6 +1425,7 @@ void
 dm_admin_set_workers(struct dm_admin *a, struct dm_hosts *hosts, struct dm_worker *ws, unsigned n)
 {
     if (a != NULL) {
+        pages_drop(a);
         a->hosts = hosts;
         a->workers = ws;
         a->nworkers = n;

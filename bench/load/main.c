@@ -871,6 +871,11 @@ publish(struct dm_load_thread *t)
     t->cur.thinking = t->thinking;
     t->cur.open = t->open;
     t->cur.target = t->target;
+    /* Marked as no second while it is written: the main thread, were it
+     * DM_LOAD_SLOTS seconds late and reading this slot, sees a change
+     * (merge_second), never a mix of two seconds taken for one. */
+    atomic_store_explicit(&slot->published, 0, memory_order_relaxed);
+    atomic_thread_fence(memory_order_release);
     slot->s = t->cur;
     atomic_store_explicit(&slot->published, t->sec + 1, memory_order_release);
     sec_add_counts(&t->total, &t->cur); /* the run's totals: counts only */

@@ -586,6 +586,9 @@ test_yaml_syntax_errors_carry_libyaml_problem_and_mark(void **state)
     /* Its column counts characters, as every other error's. */
     expect_error("listen: \"\xc3\xa9\xc3\xa9\xc3\xa9\xff\"\n",
                  "t.yaml:1:13: invalid leading UTF-8 octet (byte 0xFF)");
+    /* A lone CR ends a line, as for libyaml. */
+    expect_error("workers: 1\rlisten: \xff\n",
+                 "t.yaml:2:9: invalid leading UTF-8 octet (byte 0xFF)");
 }
 
 static void
@@ -632,7 +635,13 @@ test_wrong_types_are_named(void **state)
     /* A log switched on is not a file named "on". */
     expect_error(LISTEN POOL_WEB "access_log: on\n",
                  "t.yaml:7:13: access_log: \"on\" is not a path: write the log's path (\"-\": "
-                 "standard error), or off");
+                 "standard output), or off");
+    expect_error(LISTEN POOL_WEB "access_log: {path: NO}\n",
+                 "t.yaml:7:20: access_log: \"NO\" is not a path: write the log's path (\"-\": "
+                 "standard output), or off");
+    expect_error(LISTEN POOL_WEB "error_log: off\n",
+                 "t.yaml:7:12: error_log: \"off\" is not a path: write the log's path (\"-\": "
+                 "standard error)");
     expect_error(LISTEN POOL_WEB "error_log: yes\n",
                  "t.yaml:7:12: error_log: \"yes\" is not a path: write the log's path (\"-\": "
                  "standard error)");
