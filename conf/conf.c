@@ -133,9 +133,9 @@ check_events(struct dm_conf_loader *ld, const char *buf, size_t len)
  * The number of nodes the tree holds once every alias is expanded (each
  * aliased node counted for every alias of it), at most limit + 1; UINT64_MAX
  * when an alias is inside the node it names (*loop: that node); 0 when out
- * of memory. An
- * iterative walk, each node's count kept once done: a few aliases of aliases
- * can stand for billions of nodes, which the loader must not walk.
+ * of memory. An iterative walk, each node's count kept once done: a few
+ * aliases of aliases can stand for billions of nodes, which the loader must
+ * not walk.
  */
 static uint64_t
 expanded_nodes(yaml_document_t *doc, uint64_t limit, int *loop)

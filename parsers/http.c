@@ -455,6 +455,16 @@ is_tchar(unsigned char c)
     return c != 0 && strchr("!#$%&'*+-.^_`|~", c) != NULL;
 }
 
+size_t
+dm_http_token_len(const char *s)
+{
+    size_t n = 0;
+    while (is_tchar((unsigned char)s[n])) {
+        n++;
+    }
+    return n;
+}
+
 static bool
 is_token(struct dm_span s)
 {

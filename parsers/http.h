@@ -120,6 +120,9 @@ bool dm_http_parser_keep_alive(const struct dm_http_parser *p);
  * (chunk framing not included), or NULL when it passed none. */
 const char *dm_http_parser_data_end(const struct dm_http_parser *p);
 
+/* The length of the RFC 9110 token (5.6.2: a method, a field name) s starts with. */
+size_t dm_http_token_len(const char *s);
+
 /* What dm_http_check_request() or _response() learnt about a head. */
 struct dm_http_info {
     unsigned version; /* 10 or 11 */

@@ -60,7 +60,7 @@ _Static_assert(ADMIN_TARGET_MAX == 512, "the 414 answer and dimmer(8) say 511 by
 
 struct admin_conn;
 
-enum page { PAGE_METRICS, PAGE_STATS, PAGE_POWER };
+enum page { PAGE_METRICS, PAGE_STATS, PAGE_POWER, PAGES };
 
 /*
  * A page's body (/metrics, /stats, /power) shared by the reads of it in one
@@ -89,8 +89,8 @@ struct dm_admin {
     uv_tcp_t tcp;
     uv_timer_t timer; /* bounds pending commands */
     bool timer_open;
-    uv_check_t turn_end;         /* drops the pages at the end of the turn that built them */
-    struct shared_body *page[3]; /* enum page */
+    uv_check_t turn_end; /* drops the pages at the end of the turn that built them */
+    struct shared_body *page[PAGES];
     uint64_t metrics_built;
     struct dm_hosts *hosts;
     struct dm_worker *workers;
@@ -143,7 +143,7 @@ static struct dm_catalog *admin_catalog;
 static void
 pages_drop(struct dm_admin *a)
 {
-    for (size_t i = 0; i < sizeof(a->page) / sizeof(a->page[0]); i++) {
+    for (size_t i = 0; i < PAGES; i++) {
         shared_release(a->page[i]);
         a->page[i] = NULL;
     }
@@ -957,16 +957,6 @@ host_is_local_name(const char *v, size_t len)
  * right before the colon: a folded line (obs-fold, RFC 9112, 5.2) or a line
  * without a name is refused, not read as part of another header or skipped.
  */
-static const char token_chars[] = "!#$%&'*+-.^_`|~0123456789"
-                                  "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
-
-/* A token of RFC 9110 (5.6.2): a method, a field name. */
-static size_t
-token_len(const char *s)
-{
-    return strspn(s, token_chars);
-}
-
 static bool
 fields_ok(const char *head)
 {
@@ -975,7 +965,7 @@ fields_ok(const char *head)
         if (*line == '\n' || (line[0] == '\r' && line[1] == '\n') || *line == 0) {
             return true;
         }
-        size_t name = token_len(line);
+        size_t name = dm_http_token_len(line);
         if (name == 0 || line[name] != ':') {
             return false;
         }
@@ -1000,7 +990,7 @@ request_ok(struct admin_conn *ac, char *method, size_t msize, char *target, size
     size_t mlen = strcspn(req, " \r\n");
     const char *t = req + mlen;
     size_t tlen = *t == ' ' ? strcspn(t + 1, " \r\n") : 0;
-    if (mlen == 0 || tlen == 0 || token_len(req) != mlen) {
+    if (mlen == 0 || tlen == 0 || dm_http_token_len(req) != mlen) {
         respond_text(ac, "400 Bad Request", "bad request line");
         return false;
     }
